@@ -1,0 +1,145 @@
+//! Request and response types shared by the daemon and the client. They are the JSON bodies
+//! of the daemon's HTTP API (documented in the README), so field names are camelCase like the
+//! rest of CNI.
+
+use std::net::IpAddr;
+
+use ipnet::IpNet;
+use serde::{Deserialize, Serialize};
+
+use crate::config::RangeSet;
+use crate::{Error, ErrorKind};
+
+/// A lease is held by one attachment: (network name, container ID, interface name).
+#[derive(Debug, Clone, PartialEq, Eq, Hash, Serialize, Deserialize)]
+#[serde(rename_all = "camelCase")]
+pub struct LeaseKey {
+    pub network: String,
+    pub container_id: String,
+    pub ifname: String,
+}
+
+/// Allocate one address per range set for `key`.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "camelCase")]
+pub struct AllocateRequest {
+    pub key: LeaseKey,
+    pub range_sets: Vec<RangeSet>,
+    /// Explicitly requested addresses (CNI_ARGS `IP=`, `args.cni.ips`, `runtimeConfig.ips`):
+    /// at most one per range set, each inside one of the range sets.
+    #[serde(default)]
+    pub requested: Vec<IpAddr>,
+}
+
+/// One allocated address.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "camelCase")]
+pub struct Allocation {
+    /// The address with its subnet's prefix length.
+    pub address: IpNet,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub gateway: Option<IpAddr>,
+}
+
+/// A lease as listed by `leases`.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "camelCase")]
+pub struct LeaseInfo {
+    pub network: String,
+    pub address: IpAddr,
+    pub container_id: String,
+    pub ifname: String,
+    pub boot_id: String,
+    pub created_unix: u64,
+}
+
+/// One attachment of GC's valid list.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "camelCase")]
+pub struct Attachment {
+    pub container_id: String,
+    pub ifname: String,
+}
+
+#[derive(Debug, Clone, Serialize, Deserialize)]
+#[serde(rename_all = "camelCase")]
+pub struct AllocateResponse {
+    pub allocations: Vec<Allocation>,
+}
+
+#[derive(Debug, Clone, Serialize, Deserialize)]
+#[serde(rename_all = "camelCase")]
+pub struct GcRequest {
+    pub network: String,
+    pub valid: Vec<Attachment>,
+}
+
+#[derive(Debug, Clone, Serialize, Deserialize)]
+#[serde(rename_all = "camelCase")]
+pub struct GcResponse {
+    pub freed: usize,
+}
+
+#[derive(Debug, Clone, Serialize, Deserialize)]
+#[serde(rename_all = "camelCase")]
+pub struct StatusRequest {
+    pub network: String,
+    pub range_sets: Vec<RangeSet>,
+}
+
+#[derive(Debug, Clone, Serialize, Deserialize)]
+#[serde(rename_all = "camelCase")]
+pub struct LeasesResponse {
+    pub leases: Vec<LeaseInfo>,
+}
+
+/// The body of every non-2xx answer: the client rebuilds the same [`Error`] from it.
+#[derive(Debug, Clone, Serialize, Deserialize)]
+pub struct ErrorBody {
+    pub kind: ErrorKind,
+    pub message: String,
+}
+
+impl From<&Error> for ErrorBody {
+    fn from(e: &Error) -> Self {
+        ErrorBody {
+            kind: e.kind(),
+            message: e.message().to_string(),
+        }
+    }
+}
+
+impl From<ErrorBody> for Error {
+    fn from(b: ErrorBody) -> Self {
+        Error::new(b.kind, b.message)
+    }
+}
+
+/// CNI's network-name charset (`^[a-zA-Z0-9][a-zA-Z0-9_.\-]*$`): the name becomes a
+/// directory under `dataDir`, so this is also what keeps `../` and absolute paths out.
+pub fn validate_network_name(name: &str) -> Result<(), Error> {
+    let mut chars = name.chars();
+    let ok_first = chars.next().is_some_and(|c| c.is_ascii_alphanumeric());
+    let ok_rest = chars.all(|c| c.is_ascii_alphanumeric() || matches!(c, '_' | '.' | '-'));
+    if ok_first && ok_rest && name.len() <= 200 {
+        Ok(())
+    } else {
+        Err(Error::invalid(format!(
+            "network name {name:?} is invalid: it must match ^[a-zA-Z0-9][a-zA-Z0-9_.\\-]*$ (at most 200 characters)"
+        )))
+    }
+}
+
+impl LeaseKey {
+    /// Refuse keys that cannot name an attachment (checked by the store before any change).
+    pub fn validate(&self) -> Result<(), Error> {
+        validate_network_name(&self.network)?;
+        if self.container_id.is_empty() {
+            return Err(Error::invalid("container ID is empty (CNI_CONTAINERID)"));
+        }
+        if self.ifname.is_empty() {
+            return Err(Error::invalid("interface name is empty (CNI_IFNAME)"));
+        }
+        Ok(())
+    }
+}

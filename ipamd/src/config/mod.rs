@@ -1,0 +1,229 @@
+//! The CNI `ipam` object. Accepts every key of the reference `host-local` plugin with the same
+//! meaning and defaults, so users migrate by changing only `type`; adds `socket`.
+//!
+//! Parsing walks the JSON by hand rather than through serde so that every error can name the
+//! exact key and value (`ipam.ranges[0][0].rangeStart 10.0.1.5 is outside subnet ...`).
+
+mod resolv;
+mod validate;
+
+use std::net::IpAddr;
+use std::path::PathBuf;
+
+use ipnet::IpNet;
+use serde::{Deserialize, Serialize};
+use serde_json::Value;
+
+use crate::Error;
+
+pub use resolv::{parse_resolv_conf, Dns};
+pub(crate) use validate::{canonicalize_range_sets, last_usable};
+
+/// Default `dataDir`: where each network's lease journal lives.
+pub const DEFAULT_DATA_DIR: &str = "/var/lib/cni/ipamd";
+/// Default `socket`: where the daemon listens.
+pub const DEFAULT_SOCKET: &str = "/run/cnikit/ipamd.sock";
+
+/// One range set: a list of ranges of one address family; an attachment gets one address
+/// from each set (so `[[v4…],[v6…]]` is dual-stack).
+pub type RangeSet = Vec<Range>;
+
+/// One range, host-local's `{subnet, rangeStart, rangeEnd, gateway}`.
+///
+/// After validation (`IpamConfig::from_json`, `ranges_from_json`) `range_start`, `range_end`
+/// and `gateway` are always filled with host-local's defaults.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "camelCase")]
+pub struct Range {
+    pub subnet: IpNet,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub range_start: Option<IpAddr>,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub range_end: Option<IpAddr>,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub gateway: Option<IpAddr>,
+}
+
+/// One entry of `routes`.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct RouteSpec {
+    pub dst: IpNet,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub gw: Option<IpAddr>,
+}
+
+/// The validated `ipam` object.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct IpamConfig {
+    /// May be empty: the runtime can supply the ranges through `runtimeConfig.ipRanges`.
+    /// The store refuses an allocation without any range set.
+    pub range_sets: Vec<RangeSet>,
+    pub routes: Vec<RouteSpec>,
+    pub data_dir: PathBuf,
+    pub socket: PathBuf,
+    pub resolv_conf: Option<PathBuf>,
+}
+
+impl IpamConfig {
+    /// Parse and validate the `ipam` object of a network configuration.
+    pub fn from_json(ipam: &Value) -> Result<Self, Error> {
+        let obj = ipam
+            .as_object()
+            .ok_or_else(|| Error::invalid(format!("ipam must be an object, got {ipam}")))?;
+
+        // host-local: a flat `subnet` form becomes the first range set, ahead of `ranges`.
+        let mut sets: Vec<PathSet> = Vec::new();
+        if obj.get("subnet").is_some_and(|v| !v.is_null()) {
+            let range = parse_range(ipam, "ipam")?;
+            sets.push(PathSet {
+                label: "ipam.subnet".to_string(),
+                ranges: vec![("ipam".to_string(), range)],
+            });
+        } else {
+            for key in ["rangeStart", "rangeEnd", "gateway"] {
+                if obj.get(key).is_some_and(|v| !v.is_null()) {
+                    return Err(Error::invalid(format!(
+                        "ipam.{key} is set but ipam.subnet is missing"
+                    )));
+                }
+            }
+        }
+        if let Some(ranges) = obj.get("ranges").filter(|v| !v.is_null()) {
+            sets.extend(parse_range_sets(ranges, "ipam.ranges")?);
+        }
+        let range_sets = validate::validate_sets(sets)?;
+
+        let routes = match obj.get("routes").filter(|v| !v.is_null()) {
+            Some(v) => parse_routes(v)?,
+            None => Vec::new(),
+        };
+
+        Ok(IpamConfig {
+            range_sets,
+            routes,
+            data_dir: opt_path(ipam, "dataDir")?.unwrap_or_else(|| DEFAULT_DATA_DIR.into()),
+            socket: opt_path(ipam, "socket")?.unwrap_or_else(|| DEFAULT_SOCKET.into()),
+            resolv_conf: opt_path(ipam, "resolvConf")?,
+        })
+    }
+
+    /// Parse and validate `runtimeConfig.ipRanges` (capability `ipRanges`): the same shape as
+    /// `ranges`; when present it replaces the configured range sets, as in host-local.
+    pub fn ranges_from_json(v: &Value) -> Result<Vec<RangeSet>, Error> {
+        let sets = parse_range_sets(v, "runtimeConfig.ipRanges")?;
+        validate::validate_sets(sets)
+    }
+}
+
+/// A range set still carrying the config path of each range, for error messages.
+pub(crate) struct PathSet {
+    pub(crate) label: String,
+    pub(crate) ranges: Vec<(String, Range)>,
+}
+
+fn parse_range_sets(v: &Value, path: &str) -> Result<Vec<PathSet>, Error> {
+    let arr = v
+        .as_array()
+        .ok_or_else(|| Error::invalid(format!("{path} must be a list of range sets, got {v}")))?;
+    let mut out = Vec::with_capacity(arr.len());
+    for (i, set) in arr.iter().enumerate() {
+        let set_path = format!("{path}[{i}]");
+        let ranges = set.as_array().ok_or_else(|| {
+            Error::invalid(format!("{set_path} must be a list of ranges, got {set}"))
+        })?;
+        if ranges.is_empty() {
+            return Err(Error::invalid(format!("{set_path} is an empty range set")));
+        }
+        let mut parsed = Vec::with_capacity(ranges.len());
+        for (j, r) in ranges.iter().enumerate() {
+            let range_path = format!("{set_path}[{j}]");
+            let range = parse_range(r, &range_path)?;
+            parsed.push((range_path, range));
+        }
+        out.push(PathSet {
+            label: set_path,
+            ranges: parsed,
+        });
+    }
+    Ok(out)
+}
+
+fn parse_range(v: &Value, path: &str) -> Result<Range, Error> {
+    if !v.is_object() {
+        return Err(Error::invalid(format!("{path} must be an object, got {v}")));
+    }
+    let subnet_str = opt_str(v, path, "subnet")?
+        .ok_or_else(|| Error::invalid(format!("{path}.subnet is missing")))?;
+    let subnet: IpNet = subnet_str.parse().map_err(|_| {
+        Error::invalid(format!(
+            "{path}.subnet {subnet_str:?} is not a CIDR (like 10.22.0.0/16)"
+        ))
+    })?;
+    Ok(Range {
+        subnet,
+        range_start: opt_ip(v, path, "rangeStart")?,
+        range_end: opt_ip(v, path, "rangeEnd")?,
+        gateway: opt_ip(v, path, "gateway")?,
+    })
+}
+
+fn parse_routes(v: &Value) -> Result<Vec<RouteSpec>, Error> {
+    let arr = v
+        .as_array()
+        .ok_or_else(|| Error::invalid(format!("ipam.routes must be a list, got {v}")))?;
+    let mut out = Vec::with_capacity(arr.len());
+    for (i, r) in arr.iter().enumerate() {
+        let path = format!("ipam.routes[{i}]");
+        if !r.is_object() {
+            return Err(Error::invalid(format!("{path} must be an object, got {r}")));
+        }
+        let dst_str = opt_str(r, &path, "dst")?
+            .ok_or_else(|| Error::invalid(format!("{path}.dst is missing")))?;
+        let dst: IpNet = dst_str.parse().map_err(|_| {
+            Error::invalid(format!(
+                "{path}.dst {dst_str:?} is not a CIDR (like 0.0.0.0/0)"
+            ))
+        })?;
+        let gw = opt_ip(r, &path, "gw")?;
+        if let Some(gw) = gw {
+            if gw.is_ipv4() != dst.addr().is_ipv4() {
+                return Err(Error::invalid(format!(
+                    "{path}.gw {gw} is not of the same address family as dst {dst}"
+                )));
+            }
+        }
+        out.push(RouteSpec { dst, gw });
+    }
+    Ok(out)
+}
+
+fn opt_str<'a>(v: &'a Value, path: &str, key: &str) -> Result<Option<&'a str>, Error> {
+    match v.get(key) {
+        None | Some(Value::Null) => Ok(None),
+        Some(Value::String(s)) => Ok(Some(s.as_str())),
+        Some(other) => Err(Error::invalid(format!(
+            "{path}.{key} must be a string, got {other}"
+        ))),
+    }
+}
+
+fn opt_ip(v: &Value, path: &str, key: &str) -> Result<Option<IpAddr>, Error> {
+    match opt_str(v, path, key)? {
+        None => Ok(None),
+        Some(s) => s
+            .parse()
+            .map(Some)
+            .map_err(|_| Error::invalid(format!("{path}.{key} {s:?} is not an IP address"))),
+    }
+}
+
+fn opt_path(v: &Value, key: &str) -> Result<Option<PathBuf>, Error> {
+    match opt_str(v, "ipam", key)? {
+        None => Ok(None),
+        Some("") => Err(Error::invalid(format!("ipam.{key} is empty"))),
+        Some(s) => Ok(Some(PathBuf::from(s))),
+    }
+}
+
+#[cfg(test)]
+mod tests;

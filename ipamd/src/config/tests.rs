@@ -1,0 +1,199 @@
+use serde_json::json;
+
+use super::*;
+use crate::ErrorKind;
+
+fn err(v: serde_json::Value) -> String {
+    let e = IpamConfig::from_json(&v).unwrap_err();
+    assert_eq!(e.kind(), ErrorKind::InvalidConfig, "{e}");
+    e.to_string()
+}
+
+fn ip(s: &str) -> IpAddr {
+    s.parse().unwrap()
+}
+
+#[test]
+fn flat_subnet_gets_host_local_defaults() {
+    let c = IpamConfig::from_json(&json!({"type": "ipamd", "subnet": "10.22.0.0/24"})).unwrap();
+    assert_eq!(c.range_sets.len(), 1);
+    let r = &c.range_sets[0][0];
+    assert_eq!(r.gateway, Some(ip("10.22.0.1")));
+    assert_eq!(r.range_start, Some(ip("10.22.0.1")));
+    assert_eq!(r.range_end, Some(ip("10.22.0.254")));
+    assert_eq!(c.data_dir, PathBuf::from(DEFAULT_DATA_DIR));
+    assert_eq!(c.socket, PathBuf::from(DEFAULT_SOCKET));
+    assert_eq!(c.resolv_conf, None);
+    assert!(c.routes.is_empty());
+}
+
+#[test]
+fn v6_range_end_is_last_address() {
+    let c = IpamConfig::from_json(&json!({"ranges": [[{"subnet": "fd00::/120"}]]})).unwrap();
+    assert_eq!(c.range_sets[0][0].range_end, Some(ip("fd00::ff")));
+    assert_eq!(c.range_sets[0][0].gateway, Some(ip("fd00::1")));
+}
+
+#[test]
+fn flat_form_comes_before_ranges_and_all_keys_parse() {
+    let c = IpamConfig::from_json(&json!({
+        "subnet": "10.1.0.0/16", "rangeStart": "10.1.2.0", "rangeEnd": "10.1.2.255", "gateway": "10.1.0.254",
+        "ranges": [[{"subnet": "fd00::/64"}]],
+        "routes": [{"dst": "0.0.0.0/0"}, {"dst": "192.168.0.0/16", "gw": "10.1.0.1"}],
+        "dataDir": "/tmp/x", "socket": "/tmp/s.sock", "resolvConf": "/etc/resolv.conf"
+    }))
+    .unwrap();
+    assert_eq!(c.range_sets.len(), 2);
+    assert_eq!(c.range_sets[0][0].range_start, Some(ip("10.1.2.0")));
+    assert_eq!(c.range_sets[0][0].gateway, Some(ip("10.1.0.254")));
+    assert!(c.range_sets[1][0].subnet.addr().is_ipv6());
+    assert_eq!(c.routes[1].gw, Some(ip("10.1.0.1")));
+    assert_eq!(c.routes[0].gw, None);
+    assert_eq!(c.data_dir, PathBuf::from("/tmp/x"));
+    assert_eq!(c.socket, PathBuf::from("/tmp/s.sock"));
+    assert_eq!(c.resolv_conf, Some(PathBuf::from("/etc/resolv.conf")));
+}
+
+#[test]
+fn no_ranges_is_allowed_for_runtime_ip_ranges() {
+    let c = IpamConfig::from_json(&json!({"type": "ipamd"})).unwrap();
+    assert!(c.range_sets.is_empty());
+}
+
+#[test]
+fn errors_name_key_and_value() {
+    assert_eq!(
+        err(json!({"ranges": [[{"subnet": "10.0.0.0/24", "rangeStart": "10.0.1.5"}]]})),
+        "ipam.ranges[0][0].rangeStart 10.0.1.5 is outside subnet 10.0.0.0/24"
+    );
+    assert_eq!(
+        err(json!({"subnet": "10.0.0.0/24", "rangeEnd": "10.0.1.5"})),
+        "ipam.rangeEnd 10.0.1.5 is outside subnet 10.0.0.0/24"
+    );
+    assert_eq!(
+        err(json!({"subnet": "10.0.0.0/24", "gateway": "10.9.0.1"})),
+        "ipam.gateway 10.9.0.1 is outside subnet 10.0.0.0/24"
+    );
+    assert!(
+        err(json!({"subnet": "10.0.0/24"})).starts_with("ipam.subnet \"10.0.0/24\" is not a CIDR")
+    );
+    assert!(err(json!({"subnet": "10.0.0.5/24"}))
+        .contains("has host bits set (the network is 10.0.0.0/24)"));
+    assert!(err(
+        json!({"subnet": "10.0.0.0/24", "rangeStart": "10.0.0.50", "rangeEnd": "10.0.0.40"})
+    )
+    .contains("rangeStart 10.0.0.50 is after ipam.rangeEnd 10.0.0.40"));
+    assert!(err(json!({"subnet": "10.0.0.0/24", "rangeStart": "nope"}))
+        .contains("ipam.rangeStart \"nope\" is not an IP address"));
+    assert!(err(json!({"rangeStart": "10.0.0.1"})).contains("ipam.subnet is missing"));
+    assert!(err(json!({"routes": [{"gw": "10.0.0.1"}]})).contains("ipam.routes[0].dst is missing"));
+    assert!(
+        err(json!({"routes": [{"dst": "0.0.0.0/0", "gw": "fd00::1"}]}))
+            .contains("same address family")
+    );
+    assert!(err(json!({"ranges": [[]]})).contains("ipam.ranges[0] is an empty range set"));
+    assert!(
+        err(json!({"ranges": {"subnet": "10.0.0.0/24"}})).contains("ipam.ranges must be a list")
+    );
+    assert!(err(json!({"dataDir": 5})).contains("ipam.dataDir must be a string"));
+}
+
+#[test]
+fn tiny_subnets_refused_like_host_local() {
+    assert!(err(json!({"subnet": "10.0.0.0/31"})).contains("ipam.subnet 10.0.0.0/31 is too small"));
+    assert!(err(json!({"subnet": "10.0.0.1/32"})).contains("is too small"));
+    assert!(err(json!({"ranges": [[{"subnet": "fd00::/127"}]]})).contains("is too small"));
+    assert!(IpamConfig::from_json(&json!({"subnet": "10.0.0.0/30"})).is_ok());
+}
+
+#[test]
+fn overlaps_refused() {
+    let e = err(json!({"ranges": [[{"subnet": "10.0.0.0/24"}], [{"subnet": "10.0.0.0/25"}]]}));
+    assert!(
+        e.contains("ipam.ranges[0]") && e.contains("overlaps ipam.ranges[1]"),
+        "{e}"
+    );
+    let e = err(
+        json!({"ranges": [[{"subnet": "10.0.0.0/24"}, {"subnet": "10.0.0.0/24", "rangeStart": "10.0.0.100"}]]}),
+    );
+    assert!(
+        e.contains("ipam.ranges[0][0]") && e.contains("overlaps ipam.ranges[0][1]"),
+        "{e}"
+    );
+    let e = err(json!({"subnet": "10.0.0.0/16", "ranges": [[{"subnet": "10.0.5.0/24"}]]}));
+    assert!(
+        e.contains("ipam.subnet") && e.contains("overlaps ipam.ranges[0]"),
+        "{e}"
+    );
+    // Disjoint bounds within one subnet are fine, and so is dual-stack.
+    assert!(IpamConfig::from_json(&json!({"ranges": [
+        [{"subnet": "10.0.0.0/24", "rangeEnd": "10.0.0.99"}, {"subnet": "10.0.0.0/24", "rangeStart": "10.0.0.100"}],
+        [{"subnet": "fd00::/64"}]
+    ]}))
+    .is_ok());
+    let e = err(json!({"ranges": [[{"subnet": "10.0.0.0/24"}, {"subnet": "fd00::/64"}]]}));
+    assert!(e.contains("mixes address families"), "{e}");
+}
+
+#[test]
+fn runtime_ip_ranges() {
+    let sets = IpamConfig::ranges_from_json(
+        &json!([[{"subnet": "10.5.0.0/24"}], [{"subnet": "fd05::/64"}]]),
+    )
+    .unwrap();
+    assert_eq!(sets.len(), 2);
+    assert_eq!(sets[0][0].gateway, Some(ip("10.5.0.1")));
+    let e =
+        IpamConfig::ranges_from_json(&json!([[{"subnet": "10.5.0.0/24", "gateway": "10.6.0.1"}]]))
+            .unwrap_err();
+    assert_eq!(
+        e.to_string(),
+        "runtimeConfig.ipRanges[0][0].gateway 10.6.0.1 is outside subnet 10.5.0.0/24"
+    );
+}
+
+#[test]
+fn wire_range_sets_revalidated() {
+    assert_eq!(
+        canonicalize_range_sets(&[]).unwrap_err().kind(),
+        ErrorKind::InvalidConfig
+    );
+    let bad = vec![vec![Range {
+        subnet: "10.0.0.0/24".parse().unwrap(),
+        range_start: Some(ip("10.0.0.9")),
+        range_end: Some(ip("10.0.0.2")),
+        gateway: None,
+    }]];
+    assert!(canonicalize_range_sets(&bad)
+        .unwrap_err()
+        .to_string()
+        .starts_with("rangeSets[0][0].rangeStart"));
+}
+
+#[test]
+fn range_serde_is_camel_case() {
+    let r: Range =
+        serde_json::from_value(json!({"subnet": "10.0.0.0/24", "rangeStart": "10.0.0.5"})).unwrap();
+    assert_eq!(r.range_start, Some(ip("10.0.0.5")));
+    let v = serde_json::to_value(&r).unwrap();
+    assert_eq!(
+        v,
+        json!({"subnet": "10.0.0.0/24", "rangeStart": "10.0.0.5"})
+    );
+}
+
+#[test]
+fn resolv_conf() {
+    let d = resolv::parse_resolv_text(
+        "# comment\nnameserver 10.0.0.2\nnameserver fd00::53\n; other\ndomain example.org\nsearch a.example b.example\noptions ndots:2 edns0\n",
+    );
+    assert_eq!(d.nameservers, vec!["10.0.0.2", "fd00::53"]);
+    assert_eq!(d.domain.as_deref(), Some("example.org"));
+    assert_eq!(d.search, vec!["a.example", "b.example"]);
+    assert_eq!(d.options, vec!["ndots:2", "edns0"]);
+    let e = parse_resolv_conf(std::path::Path::new("/nonexistent/resolv.conf")).unwrap_err();
+    assert_eq!(e.kind(), ErrorKind::InvalidConfig);
+    assert!(e
+        .to_string()
+        .starts_with("ipam.resolvConf /nonexistent/resolv.conf"));
+}

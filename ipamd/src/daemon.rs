@@ -1,0 +1,267 @@
+//! `cnikit ipamd daemon`: serve the lease stores of one data dir on a unix socket.
+
+use std::fs::{DirBuilder, File, OpenOptions};
+use std::os::unix::fs::{DirBuilderExt, OpenOptionsExt, PermissionsExt};
+use std::os::unix::net::{UnixListener as StdListener, UnixStream as StdStream};
+use std::path::{Path, PathBuf};
+use std::sync::Arc;
+use std::thread::JoinHandle;
+
+use tokio::sync::oneshot;
+
+use crate::log::{self, Level};
+use crate::server::{self, Registry};
+use crate::store::StoreOptions;
+use crate::{log_at, systemd, Error, ErrorKind};
+
+#[derive(Debug, Clone)]
+pub struct DaemonOptions {
+    /// Where to listen when not socket-activated.
+    pub socket: PathBuf,
+    pub data_dir: PathBuf,
+    /// Free leases recorded under another boot ID at start-up.
+    pub reclaim_previous_boot: bool,
+    /// error, warn, info or debug.
+    pub log_level: String,
+    /// Besides root, peers in this group (primary or supplementary) may use the daemon; the
+    /// socket is then made group-accessible.
+    pub allowed_gid: Option<u32>,
+}
+
+impl Default for DaemonOptions {
+    fn default() -> Self {
+        DaemonOptions {
+            socket: crate::config::DEFAULT_SOCKET.into(),
+            data_dir: crate::config::DEFAULT_DATA_DIR.into(),
+            reclaim_previous_boot: true,
+            log_level: "info".into(),
+            allowed_gid: None,
+        }
+    }
+}
+
+/// Run the daemon until SIGTERM or SIGINT. Builds its own tokio runtime.
+pub fn run(opts: DaemonOptions) -> Result<(), Error> {
+    let prepared = prepare(opts, StoreOptions::default())?;
+    prepared.serve(async {
+        use tokio::signal::unix::{signal, SignalKind};
+        match (
+            signal(SignalKind::terminate()),
+            signal(SignalKind::interrupt()),
+        ) {
+            (Ok(mut term), Ok(mut int)) => {
+                tokio::select! {
+                    _ = term.recv() => log_at!(Level::Info, "SIGTERM: shutting down"),
+                    _ = int.recv() => log_at!(Level::Info, "SIGINT: shutting down"),
+                }
+            }
+            (Err(e), _) | (_, Err(e)) => {
+                log_at!(
+                    Level::Error,
+                    "cannot install signal handlers: {e}; stop me with SIGKILL"
+                );
+                std::future::pending::<()>().await;
+            }
+        }
+    })
+}
+
+/// A daemon running on a thread of this process (tests, benchmarks, embedding).
+pub struct DaemonHandle {
+    stop: Option<oneshot::Sender<()>>,
+    thread: Option<JoinHandle<Result<(), Error>>>,
+}
+
+/// Start the daemon on a new thread; returns once the socket accepts connections.
+pub fn start(opts: DaemonOptions) -> Result<DaemonHandle, Error> {
+    start_with(opts, StoreOptions::default())
+}
+
+pub(crate) fn start_with(opts: DaemonOptions, store: StoreOptions) -> Result<DaemonHandle, Error> {
+    let prepared = prepare(opts, store)?;
+    let (tx, rx) = oneshot::channel::<()>();
+    let thread = std::thread::Builder::new()
+        .name("ipamd".into())
+        .spawn(move || {
+            prepared.serve(async {
+                let _ = rx.await;
+            })
+        })
+        .map_err(|e| Error::internal(format!("cannot start daemon thread: {e}")))?;
+    Ok(DaemonHandle {
+        stop: Some(tx),
+        thread: Some(thread),
+    })
+}
+
+impl DaemonHandle {
+    /// Shut down gracefully and wait for it.
+    pub fn stop(mut self) -> Result<(), Error> {
+        self.shutdown()
+    }
+
+    fn shutdown(&mut self) -> Result<(), Error> {
+        if let Some(tx) = self.stop.take() {
+            let _ = tx.send(());
+        }
+        match self.thread.take() {
+            Some(t) => t
+                .join()
+                .unwrap_or_else(|_| Err(Error::internal("daemon thread panicked"))),
+            None => Ok(()),
+        }
+    }
+}
+
+impl Drop for DaemonHandle {
+    fn drop(&mut self) {
+        let _ = self.shutdown();
+    }
+}
+
+/// Everything done before the runtime starts: single-instance lock, listener, reclaim.
+struct Prepared {
+    listener: StdListener,
+    /// Socket file to remove at exit (None when systemd owns the socket).
+    bound_path: Option<PathBuf>,
+    registry: Arc<Registry>,
+    _instance_lock: File,
+}
+
+fn prepare(opts: DaemonOptions, store_opts: StoreOptions) -> Result<Prepared, Error> {
+    let level = Level::parse(&opts.log_level).ok_or_else(|| {
+        Error::invalid(format!(
+            "--log-level {:?} is not one of error, warn, info, debug",
+            opts.log_level
+        ))
+    })?;
+    log::set_level(level);
+
+    DirBuilder::new()
+        .recursive(true)
+        .mode(0o755)
+        .create(&opts.data_dir)
+        .map_err(|e| unavailable(format!("creating {}", opts.data_dir.display()), &e))?;
+    // The name starts with a dot, which the network-name charset forbids: no clash.
+    let lock_path = opts.data_dir.join(".daemon.lock");
+    let instance_lock = OpenOptions::new()
+        .read(true)
+        .write(true)
+        .create(true)
+        .truncate(false)
+        .mode(0o600)
+        .open(&lock_path)
+        .map_err(|e| unavailable(format!("opening {}", lock_path.display()), &e))?;
+    match instance_lock.try_lock() {
+        Ok(()) => {}
+        Err(std::fs::TryLockError::WouldBlock) => {
+            return Err(Error::new(
+                ErrorKind::Unavailable,
+                format!(
+                    "another ipamd daemon already serves {} (it holds {})",
+                    opts.data_dir.display(),
+                    lock_path.display()
+                ),
+            ))
+        }
+        Err(std::fs::TryLockError::Error(e)) => {
+            return Err(unavailable(format!("locking {}", lock_path.display()), &e))
+        }
+    }
+
+    let registry = Arc::new(Registry::new(
+        opts.data_dir.clone(),
+        store_opts,
+        opts.allowed_gid,
+    ));
+    if opts.reclaim_previous_boot {
+        // Before listening: no request may be answered from leases about to be freed.
+        let freed = registry.reclaim_previous_boots()?;
+        log_at!(
+            Level::Info,
+            "reclaimed {freed} address(es) from previous boots"
+        );
+    }
+
+    let (listener, bound_path) = match systemd::listen_fd()? {
+        Some(l) => {
+            log_at!(Level::Info, "using the socket passed by systemd");
+            (l, None)
+        }
+        None => (
+            bind(&opts.socket, opts.allowed_gid)?,
+            Some(opts.socket.clone()),
+        ),
+    };
+    listener
+        .set_nonblocking(true)
+        .map_err(|e| Error::io("making the listener non-blocking", &e))?;
+    Ok(Prepared {
+        listener,
+        bound_path,
+        registry,
+        _instance_lock: instance_lock,
+    })
+}
+
+impl Prepared {
+    fn serve(self, shutdown: impl std::future::Future<Output = ()>) -> Result<(), Error> {
+        let rt = tokio::runtime::Builder::new_multi_thread()
+            .enable_all()
+            .thread_name("ipamd-worker")
+            .build()
+            .map_err(|e| Error::io("starting the tokio runtime", &e))?;
+        let res = rt.block_on(async {
+            let listener = tokio::net::UnixListener::from_std(self.listener)
+                .map_err(|e| Error::io("registering the listener", &e))?;
+            systemd::notify("READY=1");
+            log_at!(Level::Info, "ready");
+            server::serve(listener, self.registry, shutdown).await;
+            systemd::notify("STOPPING=1");
+            Ok(())
+        });
+        if let Some(p) = &self.bound_path {
+            let _ = std::fs::remove_file(p);
+        }
+        res
+    }
+}
+
+/// Bind the socket ourselves: refuse if a live daemon answers there, replace a stale file.
+fn bind(path: &Path, allowed_gid: Option<u32>) -> Result<StdListener, Error> {
+    if let Some(parent) = path.parent().filter(|p| !p.as_os_str().is_empty()) {
+        DirBuilder::new()
+            .recursive(true)
+            .mode(0o755)
+            .create(parent)
+            .map_err(|e| unavailable(format!("creating {}", parent.display()), &e))?;
+    }
+    if path.exists() {
+        if StdStream::connect(path).is_ok() {
+            return Err(Error::new(
+                ErrorKind::Unavailable,
+                format!("{} is in use by another process", path.display()),
+            ));
+        }
+        std::fs::remove_file(path)
+            .map_err(|e| unavailable(format!("removing stale {}", path.display()), &e))?;
+    }
+    let listener = StdListener::bind(path)
+        .map_err(|e| unavailable(format!("binding {}", path.display()), &e))?;
+    // No race worth closing with umask: connecting needs write permission, which the
+    // default umask already withholds from others, and every peer is checked with
+    // SO_PEERCRED anyway.
+    let mode = if allowed_gid.is_some() { 0o660 } else { 0o600 };
+    std::fs::set_permissions(path, std::fs::Permissions::from_mode(mode))
+        .map_err(|e| unavailable(format!("chmod {}", path.display()), &e))?;
+    if let Some(gid) = allowed_gid {
+        std::os::unix::fs::chown(path, None, Some(gid))
+            .map_err(|e| unavailable(format!("chown {} to group {gid}", path.display()), &e))?;
+    }
+    log_at!(Level::Info, "listening on {}", path.display());
+    Ok(listener)
+}
+
+fn unavailable(context: String, e: &std::io::Error) -> Error {
+    Error::new(ErrorKind::Unavailable, format!("{context}: {e}"))
+}

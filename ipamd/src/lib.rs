@@ -1,0 +1,27 @@
+//! `ipamd`: the journalled lease store behind cnikit's `ipamd` IPAM plugin, the daemon that
+//! serves it over a unix socket, and the client the short-lived plugin process uses.
+//!
+//! Layout (see design.md, "Lease store"):
+//! - [`config`]: the CNI `ipam` object (host-local compatible keys) and its validation.
+//! - [`api`]: request/response types shared by the daemon and the client.
+//! - [`client`]: one call per plugin invocation; talks to the daemon, or does the same work
+//!   in-process against the store when no daemon is listening.
+//! - [`daemon`]: `cnikit ipamd daemon`.
+//! - internal: `pool` (range arithmetic), `journal` (checksummed records + snapshots),
+//!   `store` (one network's state under a flock), `server` (HTTP over the unix socket).
+
+pub mod api;
+pub mod client;
+pub mod config;
+pub mod daemon;
+mod error;
+mod journal;
+pub mod log;
+mod pool;
+mod server;
+mod store;
+mod systemd;
+
+pub use error::{Error, ErrorKind};
+#[cfg(test)]
+mod testutil;

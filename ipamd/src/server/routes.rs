@@ -1,0 +1,223 @@
+//! HTTP routing: JSON in, JSON out, every error as an `ErrorBody` with a status code that
+//! matches its kind (clients rely on the body's `kind`, people on the code).
+
+use std::sync::Arc;
+use std::time::{Duration, Instant};
+
+use bytes::Bytes;
+use http_body_util::{BodyExt, Full, Limited};
+use hyper::body::Incoming;
+use hyper::header::{HeaderValue, CONTENT_TYPE};
+use hyper::{Method, Request, Response, StatusCode};
+use serde::de::DeserializeOwned;
+use serde::Serialize;
+
+use crate::api::{
+    AllocateRequest, AllocateResponse, ErrorBody, GcRequest, GcResponse, LeaseKey, LeasesResponse,
+    StatusRequest,
+};
+use crate::{Error, ErrorKind};
+
+use super::auth::Peer;
+use super::registry::Registry;
+
+/// Requests are a key and a few ranges; anything bigger is not a client of ours.
+const MAX_BODY: usize = 1 << 20;
+/// A client that sent its headers must send the body promptly.
+const BODY_TIMEOUT: Duration = Duration::from_secs(10);
+
+pub(crate) type Resp = Response<Full<Bytes>>;
+
+pub(crate) async fn handle(reg: Arc<Registry>, peer: Option<Peer>, req: Request<Incoming>) -> Resp {
+    let allowed = peer.as_ref().is_some_and(|p| p.allowed(reg.allowed_gid));
+    if !allowed {
+        let who = match &peer {
+            Some(p) => format!("uid {} gid {}", p.uid, p.gid),
+            None => "an unidentified peer".to_string(),
+        };
+        let only = match reg.allowed_gid {
+            Some(g) => format!("root or group {g}"),
+            None => "root".to_string(),
+        };
+        return json(
+            StatusCode::FORBIDDEN,
+            &ErrorBody {
+                kind: ErrorKind::Unavailable,
+                message: format!("ipamd refuses {who}: only {only} may use it"),
+            },
+        );
+    }
+    let path = req.uri().path().to_string();
+    let query = req.uri().query().unwrap_or("").to_string();
+    match (req.method().clone(), path.as_str()) {
+        (Method::GET, "/healthz") => text(StatusCode::OK, "text/plain", "ok\n".into()),
+        (Method::GET, "/metrics") => {
+            let body = reg.metrics.render(&reg.usage());
+            text(StatusCode::OK, "text/plain; version=0.0.4", body)
+        }
+        (Method::GET, "/v1/leases") => {
+            let network = query
+                .split('&')
+                .find_map(|kv| kv.strip_prefix("network="))
+                .map(str::to_string);
+            run(reg, "leases", async move { Ok(()) }, move |r, ()| {
+                if let Some(n) = &network {
+                    crate::api::validate_network_name(n)?;
+                }
+                r.leases(network.as_deref())
+                    .map(|leases| LeasesResponse { leases })
+            })
+            .await
+        }
+        (Method::POST, "/v1/allocate") => {
+            run(reg, "allocate", body::<AllocateRequest>(req), |r, b| {
+                r.allocate(&b)
+                    .map(|allocations| AllocateResponse { allocations })
+            })
+            .await
+        }
+        (Method::POST, "/v1/release") => {
+            run(reg, "release", body::<LeaseKey>(req), |r, k| {
+                r.release(&k).map(|()| serde_json::json!({}))
+            })
+            .await
+        }
+        (Method::POST, "/v1/check") => {
+            run(reg, "check", body::<LeaseKey>(req), |r, k| {
+                r.check(&k)
+                    .map(|allocations| AllocateResponse { allocations })
+            })
+            .await
+        }
+        (Method::POST, "/v1/gc") => {
+            run(reg, "gc", body::<GcRequest>(req), |r, g| {
+                crate::api::validate_network_name(&g.network)?;
+                r.gc(&g.network, &g.valid).map(|freed| GcResponse { freed })
+            })
+            .await
+        }
+        (Method::POST, "/v1/status") => {
+            run(reg, "status", body::<StatusRequest>(req), |r, s| {
+                crate::api::validate_network_name(&s.network)?;
+                r.status(&s.network, &s.range_sets)
+                    .map(|()| serde_json::json!({}))
+            })
+            .await
+        }
+        (
+            _,
+            "/healthz" | "/metrics" | "/v1/leases" | "/v1/allocate" | "/v1/release" | "/v1/check"
+            | "/v1/gc" | "/v1/status",
+        ) => error(
+            StatusCode::METHOD_NOT_ALLOWED,
+            &Error::invalid(format!("method {} not allowed on {path}", req.method())),
+        ),
+        _ => error(
+            StatusCode::NOT_FOUND,
+            &Error::new(ErrorKind::NotFound, format!("no such endpoint {path}")),
+        ),
+    }
+}
+
+/// Read the body, run `op` on a blocking thread (store I/O, flock and fsync block), record
+/// metrics, and turn the outcome into a response.
+async fn run<B, T, F>(
+    reg: Arc<Registry>,
+    verb: &'static str,
+    body: impl std::future::Future<Output = Result<B, (StatusCode, Error)>>,
+    op: F,
+) -> Resp
+where
+    B: Send + 'static,
+    T: Serialize + Send + 'static,
+    F: FnOnce(&Registry, B) -> Result<T, Error> + Send + 'static,
+{
+    let started = Instant::now();
+    let b = match body.await {
+        Ok(b) => b,
+        Err((code, e)) => {
+            reg.metrics
+                .observe(verb, e.kind().as_str(), started.elapsed());
+            return error(code, &e);
+        }
+    };
+    let r2 = Arc::clone(&reg);
+    let res = tokio::task::spawn_blocking(move || op(&r2, b))
+        .await
+        .unwrap_or_else(|e| Err(Error::internal(format!("request handler failed: {e}"))));
+    let outcome = match &res {
+        Ok(_) => "ok",
+        Err(e) => e.kind().as_str(),
+    };
+    reg.metrics.observe(verb, outcome, started.elapsed());
+    match res {
+        Ok(v) => json(StatusCode::OK, &v),
+        Err(e) => {
+            crate::log_at!(crate::log::Level::Debug, "{verb}: {e}");
+            error(status_for(e.kind()), &e)
+        }
+    }
+}
+
+async fn body<B: DeserializeOwned>(req: Request<Incoming>) -> Result<B, (StatusCode, Error)> {
+    let limited = Limited::new(req.into_body(), MAX_BODY);
+    let collected = tokio::time::timeout(BODY_TIMEOUT, limited.collect())
+        .await
+        .map_err(|_| {
+            (
+                StatusCode::REQUEST_TIMEOUT,
+                Error::invalid(format!("request body not received within {BODY_TIMEOUT:?}")),
+            )
+        })?
+        .map_err(|e| {
+            (
+                StatusCode::PAYLOAD_TOO_LARGE,
+                Error::invalid(format!(
+                    "cannot read request body (limit {MAX_BODY} bytes): {e}"
+                )),
+            )
+        })?;
+    serde_json::from_slice(&collected.to_bytes()).map_err(|e| {
+        (
+            StatusCode::BAD_REQUEST,
+            Error::invalid(format!("malformed request body: {e}")),
+        )
+    })
+}
+
+fn status_for(kind: ErrorKind) -> StatusCode {
+    match kind {
+        ErrorKind::InvalidConfig => StatusCode::BAD_REQUEST,
+        ErrorKind::Conflict | ErrorKind::Exhausted => StatusCode::CONFLICT,
+        ErrorKind::NotFound => StatusCode::NOT_FOUND,
+        ErrorKind::Unavailable => StatusCode::SERVICE_UNAVAILABLE,
+        ErrorKind::Io | ErrorKind::Internal => StatusCode::INTERNAL_SERVER_ERROR,
+    }
+}
+
+fn error(code: StatusCode, e: &Error) -> Resp {
+    json(code, &ErrorBody::from(e))
+}
+
+fn json<T: Serialize>(code: StatusCode, v: &T) -> Resp {
+    match serde_json::to_vec(v) {
+        Ok(b) => with_type(code, "application/json", b.into()),
+        Err(e) => text(
+            StatusCode::INTERNAL_SERVER_ERROR,
+            "text/plain",
+            format!("cannot encode answer: {e}\n"),
+        ),
+    }
+}
+
+fn text(code: StatusCode, ctype: &'static str, body: String) -> Resp {
+    with_type(code, ctype, body.into())
+}
+
+fn with_type(code: StatusCode, ctype: &'static str, body: Bytes) -> Resp {
+    let mut r = Response::new(Full::new(body));
+    *r.status_mut() = code;
+    r.headers_mut()
+        .insert(CONTENT_TYPE, HeaderValue::from_static(ctype));
+    r
+}

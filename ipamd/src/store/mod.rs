@@ -1,0 +1,371 @@
+//! The lease store of one network: `data_dir/<network>/{lock,journal,snapshot}`.
+//!
+//! Every operation takes an exclusive flock on `lock`, brings the in-memory state up to date
+//! with the files (another process may have appended or compacted since we last looked),
+//! decides, appends its record, and lets go of the lock. Durability is awaited after the lock
+//! is released (see `sync`), so the next writer is not held up by this one's fsync.
+
+mod ops;
+mod state;
+mod sync;
+#[cfg(test)]
+mod tests;
+
+use std::fs::{DirBuilder, File, OpenOptions};
+use std::io::Write;
+use std::os::unix::fs::{DirBuilderExt, MetadataExt, OpenOptionsExt};
+use std::path::{Path, PathBuf};
+use std::sync::Arc;
+use std::time::{Duration, Instant};
+
+use crate::api::validate_network_name;
+use crate::journal::{self, Record, HEADER_LEN};
+use crate::log::Level;
+use crate::{log_at, Error, ErrorKind};
+
+pub(crate) use ops::usage;
+pub(crate) use state::State;
+pub(crate) use sync::{GroupSync, Ticket};
+
+const BOOT_ID_PATH: &str = "/proc/sys/kernel/random/boot_id";
+
+/// Tunables of a store; injectable so tests can fake a reboot or force compaction.
+#[derive(Debug, Clone)]
+pub(crate) struct StoreOptions {
+    /// This boot's ID, recorded in every lease ("" if unknown: then nothing is reclaimed).
+    pub boot_id: String,
+    /// Compact when the journal grows past this many bytes.
+    pub compact_threshold: u64,
+    /// Give up waiting for another process's lock after this long.
+    pub lock_timeout: Duration,
+}
+
+impl Default for StoreOptions {
+    fn default() -> Self {
+        StoreOptions {
+            boot_id: current_boot_id(),
+            compact_threshold: 1 << 20,
+            lock_timeout: Duration::from_secs(10),
+        }
+    }
+}
+
+pub(crate) fn current_boot_id() -> String {
+    match std::fs::read_to_string(BOOT_ID_PATH) {
+        Ok(s) => s.trim().to_string(),
+        Err(e) => {
+            log_at!(
+                Level::Warn,
+                "cannot read {BOOT_ID_PATH}: {e}; leases get no boot ID"
+            );
+            String::new()
+        }
+    }
+}
+
+/// What we know about the journal file we have read.
+struct Loaded {
+    dev: u64,
+    ino: u64,
+    generation: u64,
+    /// Offset just past the last record we applied (== the file length when in sync).
+    len: u64,
+    file: Arc<File>,
+}
+
+pub(crate) struct Store {
+    network: String,
+    dir: PathBuf,
+    lock_file: File,
+    opts: StoreOptions,
+    state: State,
+    loaded: Option<Loaded>,
+    sync: Arc<GroupSync>,
+}
+
+impl Store {
+    /// Open (creating if needed) the store of `network` under `data_dir`. Nothing is read
+    /// until the first operation, which does it under the lock.
+    pub(crate) fn open(data_dir: &Path, network: &str, opts: StoreOptions) -> Result<Store, Error> {
+        validate_network_name(network)?;
+        create_dir(data_dir)?;
+        let dir = data_dir.join(network);
+        if !dir.is_dir() {
+            create_dir(&dir)?;
+            // The new directory entry must survive a crash together with the first record.
+            journal::fsync_dir(data_dir)?;
+        }
+        let lock_path = dir.join("lock");
+        let lock_file = OpenOptions::new()
+            .read(true)
+            .write(true)
+            .create(true)
+            .truncate(false)
+            .mode(0o600)
+            .open(&lock_path)
+            .map_err(|e| unavailable_io(format!("opening {}", lock_path.display()), &e))?;
+        Ok(Store {
+            network: network.to_string(),
+            dir,
+            lock_file,
+            opts,
+            state: State::default(),
+            loaded: None,
+            sync: Arc::new(GroupSync::default()),
+        })
+    }
+
+    pub(crate) fn boot_id(&self) -> &str {
+        &self.opts.boot_id
+    }
+
+    /// The in-memory state as of the last operation (for metrics; may lag other processes).
+    pub(crate) fn state(&self) -> &State {
+        &self.state
+    }
+
+    /// Run `f` under the exclusive lock with the state brought up to date first.
+    pub(crate) fn locked<T>(
+        &mut self,
+        f: impl FnOnce(&mut Store) -> Result<T, Error>,
+    ) -> Result<T, Error> {
+        self.acquire()?;
+        let res = self.refresh().and_then(|()| f(self));
+        if let Err(e) = self.lock_file.unlock() {
+            // Closing the file would release it too; this only happens on a broken fd.
+            log_at!(Level::Error, "cannot unlock {}: {e}", self.dir.display());
+        }
+        res
+    }
+
+    /// Take the flock, polling so that a stuck holder (e.g. a stopped process) turns into a
+    /// clear error instead of a hang.
+    fn acquire(&self) -> Result<(), Error> {
+        let deadline = Instant::now() + self.opts.lock_timeout;
+        let mut pause = Duration::from_micros(50);
+        loop {
+            match self.lock_file.try_lock() {
+                Ok(()) => return Ok(()),
+                Err(std::fs::TryLockError::WouldBlock) => {}
+                Err(std::fs::TryLockError::Error(e)) => {
+                    return Err(unavailable_io(
+                        format!("locking {}", self.dir.join("lock").display()),
+                        &e,
+                    ))
+                }
+            }
+            if Instant::now() >= deadline {
+                return Err(Error::new(
+                    ErrorKind::Unavailable,
+                    format!(
+                        "timed out after {:?} waiting for the lock on {} (another process holds it)",
+                        self.opts.lock_timeout,
+                        self.dir.join("lock").display()
+                    ),
+                ));
+            }
+            std::thread::sleep(pause);
+            pause = (pause * 2).min(Duration::from_millis(5));
+        }
+    }
+
+    fn journal_path(&self) -> PathBuf {
+        self.dir.join("journal")
+    }
+
+    /// Bring the state up to date with the files. Must hold the lock.
+    fn refresh(&mut self) -> Result<(), Error> {
+        let path = self.journal_path();
+        let meta = match std::fs::metadata(&path) {
+            Ok(m) => Some(m),
+            Err(e) if e.kind() == std::io::ErrorKind::NotFound => None,
+            Err(e) => return Err(Error::io(format!("stat {}", path.display()), &e)),
+        };
+        let (Some(meta), Some(l)) = (meta, self.loaded.as_ref()) else {
+            return self.full_load();
+        };
+        if (meta.dev(), meta.ino()) != (l.dev, l.ino) || meta.len() < l.len {
+            // Replaced by another process's compaction (or shortened by hand): start over.
+            return self.full_load();
+        }
+        if meta.len() == l.len {
+            return Ok(());
+        }
+        let start = l.len;
+        let out = journal::read_from(&l.file, &path, start)?;
+        self.drop_torn_tail(&out)?;
+        for rec in out.records {
+            self.state.apply(rec);
+        }
+        if let Some(l) = self.loaded.as_mut() {
+            l.len = out.end;
+        }
+        Ok(())
+    }
+
+    /// Load snapshot + journal from scratch.
+    fn full_load(&mut self) -> Result<(), Error> {
+        let snap_path = self.dir.join("snapshot");
+        let snap = journal::read_snapshot(&snap_path)?;
+        let snap_gen = snap.as_ref().map_or(0, |s| s.generation);
+        let path = self.journal_path();
+        if !path.exists() {
+            journal::write_atomic(&self.dir, "journal", &journal::header(snap_gen))?;
+        }
+        let mut file = open_journal(&path)?;
+        let mut generation = journal::read_header(&file, &path)?;
+        if generation < snap_gen {
+            // Crash between the snapshot's rename and the journal's: the journal's records
+            // are all in the snapshot already.
+            journal::write_atomic(&self.dir, "journal", &journal::header(snap_gen))?;
+            file = open_journal(&path)?;
+            generation = snap_gen;
+        } else if generation > snap_gen {
+            return Err(Error::internal(format!(
+                "{} is generation {generation} but the snapshot is generation {snap_gen}: the snapshot is missing or stale, refusing to guess the leases",
+                path.display()
+            )));
+        }
+        let out = journal::read_from(&file, &path, HEADER_LEN)?;
+        self.drop_torn_tail(&out)?;
+        let mut state = snap.map(State::from_snapshot).unwrap_or_default();
+        for rec in out.records {
+            state.apply(rec);
+        }
+        let meta = file
+            .metadata()
+            .map_err(|e| Error::io(format!("stat {}", path.display()), &e))?;
+        let file = Arc::new(file);
+        self.sync.set_file(Arc::clone(&file), path);
+        self.state = state;
+        self.loaded = Some(Loaded {
+            dev: meta.dev(),
+            ino: meta.ino(),
+            generation,
+            len: out.end,
+            file,
+        });
+        Ok(())
+    }
+
+    /// A torn tail is a record whose writer died mid-write, so it was never acknowledged;
+    /// cut it off so that the next record is not appended after garbage.
+    fn drop_torn_tail(&self, out: &journal::ReadOutcome) -> Result<(), Error> {
+        if out.torn_bytes == 0 {
+            return Ok(());
+        }
+        let path = self.journal_path();
+        log_at!(
+            Level::Warn,
+            "{}: dropping {} bytes of an incomplete record at offset {} (a writer crashed mid-write)",
+            path.display(),
+            out.torn_bytes,
+            out.end
+        );
+        let f = OpenOptions::new()
+            .write(true)
+            .open(&path)
+            .map_err(|e| Error::io(format!("opening {}", path.display()), &e))?;
+        f.set_len(out.end)
+            .map_err(|e| Error::io(format!("truncating {}", path.display()), &e))?;
+        journal::fsync_file(&f, &path)
+    }
+
+    /// Append a record (the commit point of a change) and apply it. Must hold the lock.
+    /// The returned ticket must be waited on before the change is acknowledged.
+    pub(crate) fn append(&mut self, rec: Record) -> Result<Ticket, Error> {
+        let bytes = journal::encode(&rec)?;
+        let path = self.journal_path();
+        let Some(l) = self.loaded.as_mut() else {
+            return Err(Error::internal("append before load"));
+        };
+        if let Err(e) = (&*l.file).write_all(&bytes) {
+            // Leave no partial record behind for the next writer to append after.
+            let _ = l.file.set_len(l.len);
+            return Err(Error::io(format!("appending to {}", path.display()), &e));
+        }
+        l.len += bytes.len() as u64;
+        let over = l.len > self.opts.compact_threshold;
+        self.state.apply(rec);
+        let ticket = self.sync.wrote();
+        if over {
+            self.compact()?;
+        }
+        Ok(ticket)
+    }
+
+    /// Rewrite the state as a snapshot of the next generation and start an empty journal.
+    /// Must hold the lock.
+    pub(crate) fn compact(&mut self) -> Result<(), Error> {
+        let Some(generation) = self.loaded.as_ref().map(|l| l.generation + 1) else {
+            return Err(Error::internal("compact before load"));
+        };
+        let snap = serde_json::to_vec(&self.state.to_snapshot(generation))
+            .map_err(|e| Error::internal(format!("cannot encode snapshot: {e}")))?;
+        journal::write_atomic(&self.dir, "snapshot", &snap)?;
+        // The snapshot now holds every record written so far, durably.
+        self.sync.mark_all_synced();
+        journal::write_atomic(&self.dir, "journal", &journal::header(generation))?;
+        let path = self.journal_path();
+        let file = open_journal(&path)?;
+        let meta = file
+            .metadata()
+            .map_err(|e| Error::io(format!("stat {}", path.display()), &e))?;
+        let file = Arc::new(file);
+        self.sync.set_file(Arc::clone(&file), path);
+        self.loaded = Some(Loaded {
+            dev: meta.dev(),
+            ino: meta.ino(),
+            generation,
+            len: HEADER_LEN,
+            file,
+        });
+        log_at!(
+            Level::Info,
+            "network {}: compacted to generation {generation}",
+            self.network
+        );
+        Ok(())
+    }
+}
+
+fn create_dir(dir: &Path) -> Result<(), Error> {
+    DirBuilder::new()
+        .recursive(true)
+        .mode(0o755)
+        .create(dir)
+        .map_err(|e| unavailable_io(format!("creating {}", dir.display()), &e))
+}
+
+fn open_journal(path: &Path) -> Result<File, Error> {
+    OpenOptions::new()
+        .read(true)
+        .append(true)
+        .open(path)
+        .map_err(|e| Error::io(format!("opening {}", path.display()), &e))
+}
+
+/// The store cannot be used at all (no permission, read-only file system...).
+fn unavailable_io(context: String, e: &std::io::Error) -> Error {
+    Error::new(ErrorKind::Unavailable, format!("{context}: {e}"))
+}
+
+/// Network names with a store under `data_dir` (directories with a valid name).
+pub(crate) fn list_networks(data_dir: &Path) -> Result<Vec<String>, Error> {
+    let rd = match std::fs::read_dir(data_dir) {
+        Ok(rd) => rd,
+        Err(e) if e.kind() == std::io::ErrorKind::NotFound => return Ok(Vec::new()),
+        Err(e) => return Err(Error::io(format!("listing {}", data_dir.display()), &e)),
+    };
+    let mut out = Vec::new();
+    for ent in rd.flatten() {
+        let Ok(name) = ent.file_name().into_string() else {
+            continue;
+        };
+        if validate_network_name(&name).is_ok() && ent.path().join("journal").is_file() {
+            out.push(name);
+        }
+    }
+    out.sort();
+    Ok(out)
+}

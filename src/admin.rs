@@ -1,0 +1,230 @@
+//! Admin commands (clap): install, version, ipamd daemon/leases. Never on the
+//! plugin path.
+
+use crate::cni::Version;
+use crate::plugins;
+use clap::{Parser, Subcommand};
+use std::ffi::OsString;
+use std::path::{Path, PathBuf};
+
+#[derive(Parser)]
+#[command(
+    name = "cnikit",
+    version,
+    about = "CNI plugins in one binary",
+    after_help = after_help()
+)]
+struct Cli {
+    #[command(subcommand)]
+    command: Option<Cmd>,
+}
+
+#[derive(Subcommand)]
+enum Cmd {
+    /// Create the plugin symlinks (bridge, macvlan, ipvlan, portmap, ipamd) in DIR.
+    Install {
+        /// The CNI bin directory, e.g. /opt/cni/bin.
+        #[arg(long)]
+        dir: PathBuf,
+        /// Replace files that are not our symlinks.
+        #[arg(long)]
+        force: bool,
+        /// Copy the binary instead of symlinking (for bin dirs on another filesystem).
+        #[arg(long)]
+        copy: bool,
+    },
+    /// Print the build version.
+    Version,
+    /// The IPAM daemon and its lease store.
+    Ipamd {
+        #[command(subcommand)]
+        command: IpamdCmd,
+    },
+}
+
+#[derive(Subcommand)]
+enum IpamdCmd {
+    /// Run the lease daemon (HTTP over a unix socket).
+    Daemon {
+        #[arg(long, default_value = "/run/cnikit/ipamd.sock")]
+        socket: PathBuf,
+        #[arg(long, default_value = "/var/lib/cni/ipamd")]
+        data_dir: PathBuf,
+        /// Free leases recorded under a previous boot ID at start.
+        #[arg(long, default_value_t = true, num_args = 0..=1, default_missing_value = "true", action = clap::ArgAction::Set)]
+        reclaim_previous_boot: bool,
+        #[arg(long, default_value = "info")]
+        log_level: String,
+        /// Also accept clients of this group id (root is always accepted).
+        #[arg(long)]
+        allowed_gid: Option<u32>,
+    },
+    /// List leases, from the daemon or, if none runs, from the store files.
+    Leases {
+        #[arg(long)]
+        network: Option<String>,
+        #[arg(long)]
+        json: bool,
+        #[arg(long, default_value = "/run/cnikit/ipamd.sock")]
+        socket: PathBuf,
+        #[arg(long, default_value = "/var/lib/cni/ipamd")]
+        data_dir: PathBuf,
+    },
+}
+
+fn after_help() -> String {
+    format!(
+        "Plugins (as symlinks to this binary, or `cnikit <plugin>` with CNI_COMMAND set): {}\n\
+         CNI protocol versions supported: {}",
+        plugins::NAMES.join(", "),
+        Version::all_joined()
+    )
+}
+
+pub fn main(args: Vec<OsString>) -> i32 {
+    let cli = match Cli::try_parse_from(args) {
+        Ok(cli) => cli,
+        Err(e) => {
+            let _ = e.print();
+            return if e.use_stderr() { 2 } else { 0 };
+        }
+    };
+    let outcome = match cli.command {
+        None => {
+            println!(
+                "cnikit {}: CNI plugins in one binary",
+                env!("CARGO_PKG_VERSION")
+            );
+            println!("{}", after_help());
+            println!("Run `cnikit --help` for the admin commands.");
+            Ok(())
+        }
+        Some(Cmd::Version) => {
+            println!("cnikit {}", env!("CARGO_PKG_VERSION"));
+            Ok(())
+        }
+        Some(Cmd::Install { dir, force, copy }) => install(&dir, force, copy),
+        Some(Cmd::Ipamd { command }) => ipamd(command),
+    };
+    match outcome {
+        Ok(()) => 0,
+        Err(msg) => {
+            eprintln!("cnikit: {msg}");
+            1
+        }
+    }
+}
+
+fn ipamd(command: IpamdCmd) -> Result<(), String> {
+    match command {
+        IpamdCmd::Daemon {
+            socket,
+            data_dir,
+            reclaim_previous_boot,
+            log_level,
+            allowed_gid,
+        } => ipamd::daemon::run(ipamd::daemon::DaemonOptions {
+            socket,
+            data_dir,
+            reclaim_previous_boot,
+            log_level,
+            allowed_gid,
+        })
+        .map_err(|e| e.to_string()),
+        IpamdCmd::Leases {
+            network,
+            json,
+            socket,
+            data_dir,
+        } => {
+            let client = ipamd::client::Client::new(&socket, &data_dir);
+            let leases = client
+                .leases(network.as_deref())
+                .map_err(|e| e.to_string())?;
+            print_leases(&leases, json)
+        }
+    }
+}
+
+fn print_leases(leases: &[ipamd::api::LeaseInfo], json: bool) -> Result<(), String> {
+    if json {
+        let text = serde_json::to_string_pretty(leases).map_err(|e| e.to_string())?;
+        println!("{text}");
+        return Ok(());
+    }
+    let now = std::time::SystemTime::now()
+        .duration_since(std::time::UNIX_EPOCH)
+        .map(|d| d.as_secs())
+        .unwrap_or(0);
+    println!(
+        "{:<20} {:<40} {:<40} {:<12} AGE",
+        "NETWORK", "ADDRESS", "CONTAINER", "IFNAME"
+    );
+    for l in leases {
+        println!(
+            "{:<20} {:<40} {:<40} {:<12} {}s",
+            l.network,
+            l.address,
+            l.container_id,
+            l.ifname,
+            now.saturating_sub(l.created_unix)
+        );
+    }
+    Ok(())
+}
+
+/// Make DIR/<plugin> → this binary for every plugin. Idempotent: a link that
+/// already points at us is left alone; anything else needs --force.
+fn install(dir: &Path, force: bool, copy: bool) -> Result<(), String> {
+    let me = std::env::current_exe()
+        .and_then(|p| p.canonicalize())
+        .map_err(|e| format!("cannot find the running binary: {e}"))?;
+    std::fs::create_dir_all(dir).map_err(|e| format!("cannot create {}: {e}", dir.display()))?;
+    for name in plugins::NAMES {
+        let target = dir.join(name);
+        install_one(&me, &target, force, copy)?;
+        println!("{} -> {}", target.display(), me.display());
+    }
+    Ok(())
+}
+
+fn install_one(me: &Path, target: &Path, force: bool, copy: bool) -> Result<(), String> {
+    if let Ok(meta) = std::fs::symlink_metadata(target) {
+        let ours = if meta.file_type().is_symlink() {
+            target.canonicalize().ok().as_deref() == Some(me)
+        } else {
+            copy && same_contents(me, target)
+        };
+        if ours {
+            return Ok(());
+        }
+        if !force {
+            return Err(format!(
+                "{} already exists and is not a cnikit link; move it away or pass --force to replace it",
+                target.display()
+            ));
+        }
+        std::fs::remove_file(target)
+            .map_err(|e| format!("cannot remove {}: {e}", target.display()))?;
+    }
+    let made = if copy {
+        copy_atomically(me, target)
+    } else {
+        std::os::unix::fs::symlink(me, target)
+    };
+    made.map_err(|e| format!("cannot create {}: {e}", target.display()))
+}
+
+fn same_contents(a: &Path, b: &Path) -> bool {
+    match (std::fs::read(a), std::fs::read(b)) {
+        (Ok(x), Ok(y)) => x == y,
+        _ => false,
+    }
+}
+
+/// Copy to a temp name and rename, so a runtime never execs a half-written file.
+fn copy_atomically(from: &Path, to: &Path) -> std::io::Result<()> {
+    let tmp = to.with_extension("cnikit-tmp");
+    std::fs::copy(from, &tmp)?;
+    std::fs::rename(&tmp, to)
+}

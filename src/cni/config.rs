@@ -1,0 +1,234 @@
+//! The network configuration read from stdin. The raw JSON is kept whole so
+//! delegation and chaining pass on every field, including ones we do not know.
+
+use super::env::validate_network_name;
+use super::error::{Code, Error};
+use super::result::CniResult;
+use super::version::Version;
+use serde::de::DeserializeOwned;
+use serde::Deserialize;
+use serde_json::{Map, Value};
+
+#[derive(Debug, Clone)]
+pub struct NetConf {
+    /// Exactly the bytes the runtime sent; delegates receive these unchanged.
+    pub bytes: Vec<u8>,
+    /// The same, parsed; plugin-specific keys are read from here.
+    pub raw: Map<String, Value>,
+    pub version: Version,
+    pub name: String,
+    /// `ipam.type`, when an `ipam` object is present.
+    pub ipam_type: Option<String>,
+    /// `prevResult` converted to the current model, whatever layout it came in.
+    pub prev_result: Option<CniResult>,
+}
+
+/// One entry of `cni.dev/valid-attachments` (GC).
+#[derive(Debug, Clone, PartialEq, Eq, Deserialize)]
+pub struct Attachment {
+    #[serde(rename = "containerID")]
+    pub container_id: String,
+    pub ifname: String,
+}
+
+impl NetConf {
+    /// Decode stdin. Syntax errors are code 6; a bad `cniVersion` is code 1;
+    /// bad values of known keys are code 7.
+    pub fn parse(bytes: Vec<u8>) -> Result<NetConf, Error> {
+        let value: Value = serde_json::from_slice(&bytes).map_err(|e| {
+            Error::new(
+                Code::Decode,
+                format!("network configuration on stdin is not valid JSON: {e}"),
+            )
+        })?;
+        let Value::Object(raw) = value else {
+            return Err(Error::new(
+                Code::Decode,
+                "network configuration on stdin must be a JSON object",
+            ));
+        };
+        let version = parse_version(raw.get("cniVersion"))?;
+        let name = optional_string(&raw, "name")?;
+        if !name.is_empty() {
+            validate_network_name(&name)
+                .map_err(|why| Error::invalid_config(format!("network name {name:?} {why}")))?;
+        }
+        optional_string(&raw, "type")?;
+        let ipam_type = match raw.get("ipam") {
+            None | Some(Value::Null) => None,
+            Some(Value::Object(ipam)) => match ipam.get("type") {
+                Some(Value::String(t)) if !t.is_empty() => Some(t.clone()),
+                other => {
+                    return Err(Error::invalid_config(format!(
+                        "ipam.type must be a non-empty string, got {}",
+                        other.map_or("nothing".to_string(), Value::to_string)
+                    )))
+                }
+            },
+            Some(other) => {
+                return Err(Error::invalid_config(format!(
+                    "ipam must be an object, got {other}"
+                )))
+            }
+        };
+        let prev_result = match raw.get("prevResult") {
+            None | Some(Value::Null) => None,
+            Some(v) => Some(CniResult::from_value(v).map_err(|e| e.context("prevResult"))?),
+        };
+        Ok(NetConf {
+            bytes,
+            raw,
+            version,
+            name,
+            ipam_type,
+            prev_result,
+        })
+    }
+
+    /// Decode the plugin's own view of the config. Errors name the key path
+    /// and the offending value, as code 7.
+    pub fn typed<T: DeserializeOwned>(&self) -> Result<T, Error> {
+        let value = Value::Object(self.raw.clone());
+        serde_path_to_error::deserialize(value).map_err(|e| {
+            let path = e.path().to_string();
+            Error::invalid_config(format!(
+                "invalid network configuration: key `{path}`: {}",
+                e.inner()
+            ))
+        })
+    }
+
+    /// `runtimeConfig.<key>`, the capability arguments the runtime injected.
+    pub fn runtime_config(&self, key: &str) -> Option<&Value> {
+        self.raw
+            .get("runtimeConfig")
+            .and_then(|rc| rc.get(key))
+            .filter(|v| !v.is_null())
+    }
+
+    /// `args.cni.<key>` (CONVENTIONS: per-attachment arguments in the config).
+    pub fn args_cni(&self, key: &str) -> Option<&Value> {
+        self.raw
+            .get("args")
+            .and_then(|a| a.get("cni"))
+            .and_then(|c| c.get(key))
+            .filter(|v| !v.is_null())
+    }
+
+    /// GC's list of attachments still in use; `None` when neither key is present.
+    pub fn valid_attachments(&self) -> Result<Option<Vec<Attachment>>, Error> {
+        let list = self
+            .raw
+            .get("cni.dev/valid-attachments")
+            .or_else(|| self.raw.get("cni.dev/attachments"));
+        match list {
+            None | Some(Value::Null) => Ok(None),
+            Some(v) => serde_json::from_value(v.clone())
+                .map(Some)
+                .map_err(|e| Error::invalid_config(format!("cni.dev/valid-attachments: {e}"))),
+        }
+    }
+}
+
+fn parse_version(v: Option<&Value>) -> Result<Version, Error> {
+    match v {
+        None | Some(Value::Null) => Ok(Version::DEFAULT),
+        Some(Value::String(s)) if s.is_empty() => Ok(Version::DEFAULT),
+        Some(Value::String(s)) => Version::parse(s).ok_or_else(|| {
+            Error::new(
+                Code::IncompatibleVersion,
+                format!(
+                    "CNI version {s:?} is not supported; supported versions are {}",
+                    Version::all_joined()
+                ),
+            )
+        }),
+        Some(other) => Err(Error::invalid_config(format!(
+            "cniVersion must be a string, got {other}"
+        ))),
+    }
+}
+
+fn optional_string(raw: &Map<String, Value>, key: &str) -> Result<String, Error> {
+    match raw.get(key) {
+        None | Some(Value::Null) => Ok(String::new()),
+        Some(Value::String(s)) => Ok(s.clone()),
+        Some(other) => Err(Error::invalid_config(format!(
+            "{key} must be a string, got {other}"
+        ))),
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn parse(s: &str) -> Result<NetConf, Error> {
+        NetConf::parse(s.as_bytes().to_vec())
+    }
+
+    #[test]
+    fn missing_version_is_0_2_0() {
+        assert_eq!(
+            parse(r#"{"name":"n","type":"bridge"}"#).unwrap().version,
+            Version::V020
+        );
+    }
+
+    #[test]
+    fn error_codes() {
+        assert_eq!(parse("{").unwrap_err().code, 6);
+        assert_eq!(parse("[]").unwrap_err().code, 6);
+        assert_eq!(parse(r#"{"cniVersion":"9.9.9"}"#).unwrap_err().code, 1);
+        assert_eq!(parse(r#"{"cniVersion":1}"#).unwrap_err().code, 7);
+        assert_eq!(
+            parse(r#"{"cniVersion":"1.0.0","name":"../x"}"#)
+                .unwrap_err()
+                .code,
+            7
+        );
+        assert_eq!(
+            parse(r#"{"cniVersion":"1.0.0","ipam":{}}"#)
+                .unwrap_err()
+                .code,
+            7
+        );
+        assert_eq!(
+            parse(r#"{"cniVersion":"1.0.0","prevResult":{"ips":3}}"#)
+                .unwrap_err()
+                .code,
+            6
+        );
+    }
+
+    #[test]
+    fn typed_errors_name_key_and_value() {
+        #[derive(Deserialize, Debug)]
+        #[allow(dead_code)]
+        struct C {
+            mtu: Option<u32>,
+        }
+        let conf = parse(r#"{"cniVersion":"1.0.0","mtu":"big"}"#).unwrap();
+        let e = conf.typed::<C>().unwrap_err();
+        assert_eq!(e.code, 7);
+        assert!(
+            e.msg.contains("`mtu`") && e.msg.contains("big"),
+            "{}",
+            e.msg
+        );
+    }
+
+    #[test]
+    fn unknown_fields_survive() {
+        let conf = parse(r#"{"cniVersion":"1.0.0","name":"n","x-vendor":{"a":1}}"#).unwrap();
+        assert_eq!(conf.raw["x-vendor"]["a"], 1);
+    }
+
+    #[test]
+    fn attachments_both_keys() {
+        let a = parse(r#"{"cni.dev/attachments":[{"containerID":"c","ifname":"eth0"}]}"#).unwrap();
+        assert_eq!(a.valid_attachments().unwrap().unwrap()[0].container_id, "c");
+        let b = parse(r#"{"cni.dev/valid-attachments":[]}"#).unwrap();
+        assert_eq!(b.valid_attachments().unwrap(), Some(vec![]));
+    }
+}

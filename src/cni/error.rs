@@ -1,0 +1,125 @@
+//! The one error type of the CNI path, and the one place where failures from
+//! the layers below (netlink, IPAM store, I/O) become CNI error codes.
+
+use serde::Serialize;
+use std::fmt;
+
+/// Well-known CNI error codes (spec "Error" section) and our plugin codes (100+).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+#[repr(u32)]
+pub enum Code {
+    IncompatibleVersion = 1,
+    UnsupportedField = 2,
+    UnknownContainer = 3,
+    InvalidEnv = 4,
+    Io = 5,
+    Decode = 6,
+    InvalidConfig = 7,
+    TryAgainLater = 11,
+    /// STATUS: the plugin cannot serve ADD now.
+    NotAvailable = 50,
+    /// STATUS: not available, and existing attachments may be degraded.
+    #[allow(dead_code)] // spec code; no plugin of ours degrades existing attachments yet
+    NotAvailableDegraded = 51,
+    /// A kernel operation failed.
+    Kernel = 100,
+    /// The kernel lacks a feature the configuration needs (e.g. ipvlan).
+    KernelUnsupported = 101,
+    /// The container interface name is already taken in the netns.
+    InterfaceExists = 102,
+    /// IPAM could not allocate (pool exhausted, requested address taken).
+    AddressUnavailable = 103,
+    /// A delegated plugin could not be run or answered garbage.
+    Delegate = 104,
+    /// Any other failure inside the plugin.
+    Internal = 999,
+}
+
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Error {
+    pub code: u32,
+    pub msg: String,
+    pub details: String,
+}
+
+impl Error {
+    pub fn new(code: Code, msg: impl Into<String>) -> Self {
+        Error {
+            code: code as u32,
+            msg: msg.into(),
+            details: String::new(),
+        }
+    }
+
+    /// An error passed through unchanged from a delegated plugin.
+    pub fn raw(code: u32, msg: String, details: String) -> Self {
+        Error { code, msg, details }
+    }
+
+    /// Prefix the message with what we were doing, keeping the code.
+    pub fn context(mut self, what: impl fmt::Display) -> Self {
+        self.msg = format!("{what}: {}", self.msg);
+        self
+    }
+
+    pub fn invalid_config(msg: impl Into<String>) -> Self {
+        Error::new(Code::InvalidConfig, msg)
+    }
+
+    /// The JSON error object printed on stdout.
+    pub fn to_json(&self, cni_version: &str) -> String {
+        #[derive(Serialize)]
+        struct Wire<'a> {
+            #[serde(rename = "cniVersion")]
+            cni_version: &'a str,
+            code: u32,
+            msg: &'a str,
+            #[serde(skip_serializing_if = "str::is_empty")]
+            details: &'a str,
+        }
+        let wire = Wire {
+            cni_version,
+            code: self.code,
+            msg: &self.msg,
+            details: &self.details,
+        };
+        serde_json::to_string(&wire).unwrap_or_else(|_| {
+            format!(r#"{{"cniVersion":"{cni_version}","code":999,"msg":"unprintable error"}}"#)
+        })
+    }
+}
+
+impl fmt::Display for Error {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        write!(f, "{} (code {})", self.msg, self.code)
+    }
+}
+
+impl std::error::Error for Error {}
+
+impl From<crate::netlink::Error> for Error {
+    fn from(e: crate::netlink::Error) -> Self {
+        use crate::netlink::ErrorKind;
+        let code = match e.kind {
+            ErrorKind::NetnsNotFound => Code::UnknownContainer,
+            ErrorKind::Unsupported => Code::KernelUnsupported,
+            ErrorKind::AlreadyExists => Code::InterfaceExists,
+            ErrorKind::NotFound | ErrorKind::Other => Code::Kernel,
+        };
+        Error::new(code, e.message)
+    }
+}
+
+impl From<ipamd::Error> for Error {
+    fn from(e: ipamd::Error) -> Self {
+        use ipamd::ErrorKind;
+        let code = match e.kind() {
+            ErrorKind::InvalidConfig => Code::InvalidConfig,
+            ErrorKind::Exhausted | ErrorKind::Conflict => Code::AddressUnavailable,
+            ErrorKind::Io => Code::Io,
+            ErrorKind::Unavailable => Code::TryAgainLater,
+            ErrorKind::NotFound | ErrorKind::Internal => Code::Internal,
+        };
+        Error::new(code, e.to_string())
+    }
+}

@@ -1,0 +1,175 @@
+//! Runs one plugin call: read stdin and the environment, check the version
+//! allows the verb, call the plugin, print the result or the error object.
+
+use super::args::CniArgs;
+use super::config::NetConf;
+use super::env::{Command, Env};
+use super::error::{Code, Error};
+use super::result::CniResult;
+use super::version::Version;
+use std::io::{Read, Write};
+
+/// One plugin call, validated.
+#[derive(Debug, Clone)]
+pub struct Request {
+    pub env: Env,
+    pub conf: NetConf,
+    pub args: CniArgs,
+}
+
+impl Request {
+    pub fn container_id(&self) -> &str {
+        &self.env.container_id
+    }
+    pub fn ifname(&self) -> &str {
+        &self.env.ifname
+    }
+    pub fn netns(&self) -> &str {
+        &self.env.netns
+    }
+    /// The same request for another verb (delegation, cleanup after a failed ADD).
+    pub fn with_command(&self, command: Command) -> Request {
+        let mut r = self.clone();
+        r.env.command = command;
+        r
+    }
+}
+
+/// A CNI plugin: each file under `plugins/` implements these five verbs.
+pub trait Plugin: Sync {
+    fn add(&self, req: &Request) -> Result<CniResult, Error>;
+    fn check(&self, req: &Request) -> Result<(), Error>;
+    fn del(&self, req: &Request) -> Result<(), Error>;
+    fn status(&self, req: &Request) -> Result<(), Error>;
+    fn gc(&self, req: &Request) -> Result<(), Error>;
+}
+
+/// Entry point for a plugin process; returns the exit code.
+pub fn main(plugin: &dyn Plugin) -> i32 {
+    install_panic_hook();
+    let (outcome, version) = run(plugin);
+    let mut stdout = std::io::stdout().lock();
+    match outcome {
+        Ok(Some(text)) => {
+            let _ = writeln!(stdout, "{text}");
+            0
+        }
+        Ok(None) => 0,
+        Err(e) => {
+            eprintln!("{e}");
+            let _ = writeln!(stdout, "{}", e.to_json(version.as_str()));
+            1
+        }
+    }
+}
+
+/// Returns what to print, and the version to label an error with.
+fn run(plugin: &dyn Plugin) -> (Result<Option<String>, Error>, Version) {
+    // The command decides how strict we are with stdin, so peek at it first.
+    let command = std::env::var("CNI_COMMAND").ok();
+    if command.as_deref() == Some("VERSION") {
+        return (
+            Ok(Some(version_answer(&read_stdin().unwrap_or_default()))),
+            Version::LATEST,
+        );
+    }
+    let bytes = match read_stdin() {
+        Ok(b) => b,
+        Err(e) => return (Err(e), Version::LATEST),
+    };
+    let conf = match NetConf::parse(bytes) {
+        Ok(c) => c,
+        Err(e) => return (Err(e), Version::LATEST),
+    };
+    let version = conf.version;
+    (dispatch(plugin, conf), version)
+}
+
+fn dispatch(plugin: &dyn Plugin, conf: NetConf) -> Result<Option<String>, Error> {
+    let env = Env::from_process()?;
+    require_version(env.command, conf.version)?;
+    let args = CniArgs::parse(&env.args)?;
+    let version = conf.version;
+    let req = Request { env, conf, args };
+    match req.env.command {
+        Command::Add => {
+            let result = plugin.add(&req)?;
+            Ok(Some(result.to_value(version).to_string()))
+        }
+        Command::Check => plugin.check(&req).map(|()| None),
+        Command::Del => plugin.del(&req).map(|()| None),
+        Command::Status => plugin.status(&req).map(|()| None),
+        Command::Gc => plugin.gc(&req).map(|()| None),
+        Command::Version => Ok(Some(version_answer(&req.conf.bytes))),
+    }
+}
+
+/// CHECK exists from 0.4.0, STATUS and GC from 1.1.0 (error 1 below that).
+fn require_version(command: Command, version: Version) -> Result<(), Error> {
+    let minimum = match command {
+        Command::Check => Version::V040,
+        Command::Status | Command::Gc => Version::V110,
+        _ => return Ok(()),
+    };
+    if version < minimum {
+        return Err(Error::new(
+            Code::IncompatibleVersion,
+            format!(
+                "{} needs cniVersion {minimum} or later, the configuration says {version}",
+                command.as_str()
+            ),
+        ));
+    }
+    Ok(())
+}
+
+/// VERSION is answered even for an empty or unreadable stdin: runtimes probe
+/// plugins with it, and the answer does not depend on the config.
+fn version_answer(stdin: &[u8]) -> String {
+    let asked = serde_json::from_slice::<serde_json::Value>(stdin)
+        .ok()
+        .and_then(|v| v.get("cniVersion")?.as_str().and_then(Version::parse))
+        .unwrap_or(Version::LATEST);
+    serde_json::json!({
+        "cniVersion": asked.as_str(),
+        "supportedVersions": Version::ALL.map(Version::as_str),
+    })
+    .to_string()
+}
+
+/// Configs are small; a runtime sending more than this is broken or hostile.
+const MAX_STDIN: u64 = 16 << 20;
+
+fn read_stdin() -> Result<Vec<u8>, Error> {
+    let mut bytes = Vec::new();
+    std::io::stdin()
+        .lock()
+        .take(MAX_STDIN + 1)
+        .read_to_end(&mut bytes)
+        .map_err(|e| {
+            Error::new(
+                Code::Io,
+                format!("cannot read the configuration from stdin: {e}"),
+            )
+        })?;
+    if bytes.len() as u64 > MAX_STDIN {
+        return Err(Error::new(
+            Code::Io,
+            format!("configuration on stdin is larger than {MAX_STDIN} bytes"),
+        ));
+    }
+    Ok(bytes)
+}
+
+/// A panic is a bug, but the runtime must still get an error object rather
+/// than an empty stdout (release builds abort right after the hook).
+fn install_panic_hook() {
+    std::panic::set_hook(Box::new(|info| {
+        let err = Error::new(
+            Code::Internal,
+            format!("internal error (bug in cnikit): {info}"),
+        );
+        eprintln!("{err}");
+        println!("{}", err.to_json(Version::LATEST.as_str()));
+    }));
+}

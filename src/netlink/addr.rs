@@ -1,0 +1,116 @@
+//! Interface addresses (RTM_NEWADDR / RTM_DELADDR / RTM_GETADDR).
+use super::{Netlink, Result};
+use ipnet::IpNet;
+use netlink_packet_core::{NlasIterator, Parseable, NLM_F_CREATE, NLM_F_DUMP, NLM_F_EXCL};
+use netlink_packet_route::address::{
+    AddressAttribute, AddressFlags, AddressHeader, AddressHeaderFlags, AddressMessage,
+};
+use netlink_packet_route::{AddressFamily, RouteNetlinkMessage};
+use std::net::IpAddr;
+
+/// sizeof(struct ifaddrmsg)
+const ADDR_HEADER_LEN: usize = 8;
+const RTM_NEWADDR: u16 = 20;
+
+fn family_of(ip: IpAddr) -> AddressFamily {
+    match ip {
+        IpAddr::V4(_) => AddressFamily::Inet,
+        IpAddr::V6(_) => AddressFamily::Inet6,
+    }
+}
+
+/// A permanent address of `index` from one RTM_NEWADDR, or None to skip it
+/// (other link, or a dynamic / SLAAC address the kernel manages itself).
+fn decode_address(payload: &[u8], index: u32) -> Option<IpNet> {
+    let header = AddressHeader::parse(payload).ok()?;
+    if header.index != index {
+        return None;
+    }
+    let attrs: Vec<AddressAttribute> = NlasIterator::new(payload.get(ADDR_HEADER_LEN..)?)
+        .filter_map(|nla| nla.ok())
+        .filter_map(|nla| AddressAttribute::parse(&nla).ok())
+        .collect();
+    if !is_permanent(&header, &attrs) {
+        return None;
+    }
+    // IFA_LOCAL is the interface's own IPv4 address (IFA_ADDRESS is the peer
+    // on point-to-point links); IPv6 only has IFA_ADDRESS.
+    let local = attrs.iter().find_map(|a| match a {
+        AddressAttribute::Local(ip) => Some(*ip),
+        _ => None,
+    });
+    let address = attrs.iter().find_map(|a| match a {
+        AddressAttribute::Address(ip) => Some(*ip),
+        _ => None,
+    });
+    IpNet::new(local.or(address)?, header.prefix_len).ok()
+}
+
+/// IFA_FLAGS (32 bit) supersedes the 8 bit header flags when present.
+fn is_permanent(header: &AddressHeader, attrs: &[AddressAttribute]) -> bool {
+    let extended = attrs.iter().find_map(|a| match a {
+        AddressAttribute::Flags(flags) => Some(flags.contains(AddressFlags::Permanent)),
+        _ => None,
+    });
+    extended.unwrap_or(header.flags.contains(AddressHeaderFlags::Permanent))
+}
+
+fn address_message(index: u32, addr: IpNet) -> AddressMessage {
+    let mut msg = AddressMessage::default();
+    msg.header.family = family_of(addr.addr());
+    msg.header.prefix_len = addr.prefix_len();
+    msg.header.index = index;
+    msg.attributes = match addr {
+        IpNet::V4(net) => {
+            let ip = IpAddr::V4(net.addr());
+            let mut attrs = vec![AddressAttribute::Local(ip), AddressAttribute::Address(ip)];
+            // Like the Go netlink library the reference plugins use: a
+            // broadcast address for every subnet that has one.
+            if net.prefix_len() < 31 {
+                attrs.push(AddressAttribute::Broadcast(net.broadcast()));
+            }
+            attrs
+        }
+        IpNet::V6(net) => vec![AddressAttribute::Address(IpAddr::V6(net.addr()))],
+    };
+    msg
+}
+
+impl Netlink {
+    /// The permanent (not kernel-managed) IPv4 and IPv6 addresses of link
+    /// `index`, including the IPv6 link-local one once the link is up.
+    pub fn addresses(&mut self, index: u32) -> Result<Vec<IpNet>> {
+        let msg = RouteNetlinkMessage::GetAddress(AddressMessage::default());
+        let replies = self.request(msg, NLM_F_DUMP).map_err(|f| {
+            let link = self.describe(index);
+            f.context(&format!("list addresses of {link}"))
+        })?;
+        Ok(replies
+            .iter()
+            .filter(|r| r.kind == RTM_NEWADDR)
+            .filter_map(|r| decode_address(&r.payload, index))
+            .collect())
+    }
+
+    /// Adds `addr` (e.g. 10.22.0.5/16) to link `index`; already present is Ok.
+    pub fn add_address(&mut self, index: u32, addr: IpNet) -> Result<()> {
+        let msg = RouteNetlinkMessage::NewAddress(address_message(index, addr));
+        match self.request(msg, NLM_F_CREATE | NLM_F_EXCL) {
+            Ok(_) => Ok(()),
+            Err(f) if f.errno() == Some(libc::EEXIST) => Ok(()),
+            Err(f) => {
+                let link = self.describe(index);
+                Err(f.context(&format!("add address {addr} to {link}")))
+            }
+        }
+    }
+
+    /// Removes `addr` from link `index`; a missing address is `ErrorKind::NotFound`.
+    pub fn del_address(&mut self, index: u32, addr: IpNet) -> Result<()> {
+        let msg = RouteNetlinkMessage::DelAddress(address_message(index, addr));
+        self.request(msg, 0).map(drop).map_err(|f| {
+            let link = self.describe(index);
+            f.context(&format!("delete address {addr} from {link}"))
+        })
+    }
+}

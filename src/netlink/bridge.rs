@@ -1,0 +1,253 @@
+//! Bridges: race-safe creation, port options (AF_BRIDGE IFLA_PROTINFO) and
+//! VLAN membership (AF_BRIDGE IFLA_AF_SPEC).
+use super::link::bridge_vlan_filtering;
+use super::linkops::{create_error, link_message, says_unknown_kind, unsupported};
+use super::socket::Failure;
+use super::{BridgePort, BridgeSpec, Error, ErrorKind, Link, Netlink, Result};
+use netlink_packet_core::DefaultNla;
+use netlink_packet_route::link::{
+    AfSpecBridge, BridgeFlag, BridgeVlanInfo, BridgeVlanInfoFlags, InfoBridge, InfoData, InfoKind,
+    LinkAttribute, LinkInfo, LinkMessage, LinkProtoInfoBridge,
+};
+use netlink_packet_route::{AddressFamily, RouteNetlinkMessage};
+
+/// Bridge port attributes (linux/if_link.h); the crate only names a few.
+const IFLA_BRPORT_MODE: u16 = 4;
+const IFLA_BRPORT_ISOLATED: u16 = 33;
+const VLAN_FEATURE: (&str, &str) = ("bridge VLAN filtering", "CONFIG_BRIDGE_VLAN_FILTERING");
+
+fn on_off(on: bool) -> &'static str {
+    if on {
+        "on"
+    } else {
+        "off"
+    }
+}
+
+/// "a veth", "an ipvlan", "a physical device" for the not-a-bridge error.
+fn kind_phrase(kind: Option<&str>) -> String {
+    match kind {
+        Some(k) if k.starts_with(['a', 'e', 'i', 'o', 'u']) => format!("an {k}"),
+        Some(k) => format!("a {k}"),
+        None => "a physical device".to_string(),
+    }
+}
+
+fn bridge_message(index: u32, attrs: Vec<LinkAttribute>) -> LinkMessage {
+    let mut msg = LinkMessage::default();
+    msg.header.interface_family = AddressFamily::Bridge;
+    msg.header.index = index;
+    msg.attributes = attrs;
+    msg
+}
+
+impl Netlink {
+    /// Creates the bridge or adopts an existing one of that name. Concurrent
+    /// first ADDs race here: the loser gets EEXIST and simply re-reads the
+    /// winner's bridge. An existing non-bridge link of that name is an
+    /// `AlreadyExists` error. The bridge is set up (and promisc if asked);
+    /// an existing bridge's MTU and VLAN filtering are left as they are.
+    pub fn ensure_bridge(&mut self, spec: BridgeSpec) -> Result<Link> {
+        match self.create_bridge(&spec) {
+            Err(e) if e.kind != ErrorKind::AlreadyExists => return Err(e),
+            _ => {}
+        }
+        let gone = || {
+            Error::new(
+                ErrorKind::NotFound,
+                format!("bridge {} disappeared while being set up", spec.name),
+            )
+        };
+        let link = self.link_by_name(&spec.name)?.ok_or_else(gone)?;
+        if !link.is_kind("bridge") {
+            return Err(Error::new(
+                ErrorKind::AlreadyExists,
+                format!(
+                    "interface {} exists but is {}, not a bridge",
+                    spec.name,
+                    kind_phrase(link.kind.as_deref())
+                ),
+            ));
+        }
+        if spec.promisc && !link.promisc {
+            self.set_promisc(link.index, true)?;
+        }
+        if !link.up {
+            self.set_up(link.index)?;
+        }
+        self.link_by_index(link.index)?.ok_or_else(gone)
+    }
+
+    fn create_bridge(&mut self, spec: &BridgeSpec) -> Result<()> {
+        let what = format!("create bridge {}", spec.name);
+        let mut attrs = vec![LinkAttribute::IfName(spec.name.clone())];
+        if let Some(mtu) = spec.mtu {
+            attrs.push(LinkAttribute::Mtu(mtu));
+        }
+        let mut info = vec![LinkInfo::Kind(InfoKind::Bridge)];
+        if spec.vlan_filtering {
+            info.push(LinkInfo::Data(InfoData::Bridge(vec![
+                InfoBridge::VlanFiltering(true),
+            ])));
+        }
+        attrs.push(LinkAttribute::LinkInfo(info));
+        let mut msg = LinkMessage::default();
+        msg.attributes = attrs;
+        self.new_link(msg).map_err(|f| {
+            // A missing bridge kind says "Unknown device type"; a bare
+            // EOPNOTSUPP comes from the VLAN filtering toggle, which kernels
+            // without CONFIG_BRIDGE_VLAN_FILTERING refuse after registering the
+            // bridge (and then delete it again).
+            if spec.vlan_filtering && f.errno() == Some(libc::EOPNOTSUPP) && !says_unknown_kind(&f)
+            {
+                return unsupported_feature(&what, VLAN_FEATURE, f.errno());
+            }
+            create_error(f, "bridge", &what)
+        })
+    }
+
+    /// Sets hairpin (IFLA_BRPORT_MODE) and isolation on an enslaved port.
+    pub fn set_bridge_port(&mut self, index: u32, port: BridgePort) -> Result<()> {
+        let protinfo = vec![
+            LinkProtoInfoBridge::Other(DefaultNla::new(
+                IFLA_BRPORT_MODE,
+                vec![port.hairpin.into()],
+            )),
+            LinkProtoInfoBridge::Other(DefaultNla::new(
+                IFLA_BRPORT_ISOLATED,
+                vec![port.isolated.into()],
+            )),
+        ];
+        let msg = bridge_message(index, vec![LinkAttribute::ProtoInfoBridge(protinfo)]);
+        let what = |link: &str| {
+            format!(
+                "set bridge port {link} hairpin {} isolated {}",
+                on_off(port.hairpin),
+                on_off(port.isolated)
+            )
+        };
+        let msg = RouteNetlinkMessage::SetLink(msg);
+        self.bridge_request(index, msg, &what, false, None)
+    }
+
+    /// Adds VLAN `vid` to a bridge port, or to the bridge device itself when
+    /// `on_bridge_self` (BRIDGE_FLAGS_SELF). Needs CONFIG_BRIDGE_VLAN_FILTERING;
+    /// without it the error is `ErrorKind::Unsupported`.
+    pub fn bridge_vlan_add(
+        &mut self,
+        index: u32,
+        vid: u16,
+        pvid: bool,
+        untagged: bool,
+        on_bridge_self: bool,
+    ) -> Result<()> {
+        let mut flags = BridgeVlanInfoFlags::empty();
+        if pvid {
+            flags |= BridgeVlanInfoFlags::Pvid;
+        }
+        if untagged {
+            flags |= BridgeVlanInfoFlags::Untagged;
+        }
+        let mut spec = Vec::new();
+        if on_bridge_self {
+            spec.push(AfSpecBridge::Flags(BridgeFlag::LowerDev));
+        }
+        spec.push(AfSpecBridge::VlanInfo(BridgeVlanInfo { flags, vid }));
+        let msg = bridge_message(index, vec![LinkAttribute::AfSpecBridge(spec)]);
+        let what = |link: &str| {
+            format!(
+                "add bridge vlan {vid} (pvid {}, untagged {}) to {link}",
+                on_off(pvid),
+                on_off(untagged)
+            )
+        };
+        let msg = RouteNetlinkMessage::SetLink(msg);
+        self.bridge_request(index, msg, &what, on_bridge_self, Some(VLAN_FEATURE))
+    }
+
+    /// Removes VLAN `vid` from a bridge port (e.g. the default VLAN 1 when
+    /// `preserveDefaultVlan` is false). A VLAN the port does not have is Ok.
+    pub fn bridge_vlan_del(&mut self, index: u32, vid: u16) -> Result<()> {
+        let info = BridgeVlanInfo {
+            flags: BridgeVlanInfoFlags::empty(),
+            vid,
+        };
+        let spec = vec![AfSpecBridge::VlanInfo(info)];
+        let msg = RouteNetlinkMessage::DelLink(bridge_message(
+            index,
+            vec![LinkAttribute::AfSpecBridge(spec)],
+        ));
+        let what = |link: &str| format!("delete bridge vlan {vid} from {link}");
+        match self.bridge_request(index, msg, &what, false, Some(VLAN_FEATURE)) {
+            Err(e) if e.errno == Some(libc::ENOENT) => Ok(()),
+            other => other,
+        }
+    }
+
+    /// Whether the bridge has VLAN filtering on (false on kernels without it).
+    pub fn bridge_vlan_filtering(&mut self, index: u32) -> Result<bool> {
+        let what = format!("read bridge index {index}");
+        let raw = self
+            .get_link(link_message(index, vec![]))
+            .map_err(|f| f.context(&what))?;
+        let (header, attrs) = raw.ok_or_else(|| Error::from_errno(libc::ENODEV, &what))?;
+        let link = Link::from_message(&header, &attrs);
+        if !link.is_kind("bridge") {
+            return Err(Error::new(
+                ErrorKind::Other,
+                format!("{what}: {} is not a bridge", link.name),
+            ));
+        }
+        Ok(bridge_vlan_filtering(&attrs))
+    }
+
+    /// RTM_SETLINK or RTM_DELLINK with AF_BRIDGE. Without SELF the kernel
+    /// hands the request to the port's master and answers EOPNOTSUPP when
+    /// there is none, so that case gets a "not enslaved" message instead of a
+    /// misleading feature error.
+    fn bridge_request(
+        &mut self,
+        index: u32,
+        msg: RouteNetlinkMessage,
+        what: &dyn Fn(&str) -> String,
+        on_self: bool,
+        feature: Option<(&str, &str)>,
+    ) -> Result<()> {
+        let failure = match self.request(msg, 0) {
+            Ok(_) => return Ok(()),
+            Err(f) => f,
+        };
+        let label = self.describe(index);
+        let what = what(&label);
+        if failure.errno() != Some(libc::EOPNOTSUPP) {
+            return Err(failure.context(&what));
+        }
+        self.port_unsupported(index, failure, &what, on_self, feature)
+    }
+
+    fn port_unsupported(
+        &mut self,
+        index: u32,
+        failure: Failure,
+        what: &str,
+        on_self: bool,
+        feature: Option<(&str, &str)>,
+    ) -> Result<()> {
+        let enslaved = matches!(self.link_by_index(index), Ok(Some(l)) if l.master.is_some());
+        if !on_self && !enslaved {
+            // Not a missing kernel feature: the caller forgot set_master.
+            let mut e = failure.context(what);
+            e.kind = ErrorKind::Other;
+            e.message = format!("{what}: the link is not enslaved to a bridge");
+            return Err(e);
+        }
+        match feature {
+            Some(feature) => Err(unsupported_feature(what, feature, failure.errno())),
+            None => Err(failure.context(what)),
+        }
+    }
+}
+
+fn unsupported_feature(what: &str, (feature, config): (&str, &str), errno: Option<i32>) -> Error {
+    unsupported(what, feature, config, errno)
+}

@@ -1,0 +1,255 @@
+//! Links: read-back (for CHECK) and creation of bridge, veth, macvlan, ipvlan.
+use super::{Error, ErrorKind, NetNs, Result};
+use netlink_packet_route::link::{
+    InfoBridge, InfoData, InfoIpVlan, InfoMacVlan, IpVlanMode, LinkAttribute, LinkFlags,
+    LinkHeader, LinkInfo, MacVlanMode,
+};
+
+/// A link as read back from the kernel.
+#[derive(Debug, Clone, PartialEq)]
+pub struct Link {
+    pub index: u32,
+    pub name: String,
+    /// `IFLA_INFO_KIND` ("bridge", "veth", "macvlan", "ipvlan", ...), None for physical/loopback.
+    pub kind: Option<String>,
+    /// Lower-case colon separated MAC ("0a:58:0a:16:00:05"), None when the link has none.
+    pub mac: Option<String>,
+    pub mtu: u32,
+    /// Index of the master (bridge) if enslaved.
+    pub master: Option<u32>,
+    /// IFF_UP administratively set.
+    pub up: bool,
+    pub promisc: bool,
+    /// For veth: the peer's ifindex (IFLA_LINK), valid in the peer's netns.
+    pub link: Option<u32>,
+    /// macvlan mode when kind == macvlan.
+    pub macvlan_mode: Option<MacvlanMode>,
+    /// ipvlan mode when kind == ipvlan.
+    pub ipvlan_mode: Option<IpvlanMode>,
+}
+
+#[derive(Debug, Clone, Default)]
+pub struct BridgeSpec {
+    pub name: String,
+    pub mtu: Option<u32>,
+    pub vlan_filtering: bool,
+    pub promisc: bool,
+}
+
+#[derive(Debug)]
+pub struct VethSpec<'a> {
+    /// Name of the host-side end (in the socket's netns).
+    pub host_name: String,
+    /// Name of the container-side end, created directly in `peer_netns`.
+    pub peer_name: String,
+    pub peer_netns: &'a NetNs,
+    pub mtu: Option<u32>,
+    /// MAC for the container end, "aa:bb:cc:dd:ee:ff".
+    pub peer_mac: Option<String>,
+}
+
+/// Indexes of a freshly created veth pair (host index in the socket's netns,
+/// peer index in the peer netns).
+#[derive(Debug, Clone, Copy)]
+pub struct VethPair {
+    pub host_index: u32,
+    pub peer_index: u32,
+}
+
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum MacvlanMode {
+    Private,
+    Vepa,
+    Bridge,
+    Passthru,
+}
+
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum IpvlanMode {
+    L2,
+    L3,
+    L3s,
+}
+
+#[derive(Debug)]
+pub struct MacvlanSpec<'a> {
+    pub name: String,
+    /// Index of the master in the socket's netns.
+    pub master_index: u32,
+    pub mode: MacvlanMode,
+    pub mtu: Option<u32>,
+    pub mac: Option<String>,
+    pub txqueuelen: Option<u32>,
+    /// Move into this netns as part of the create (IFLA_NET_NS_FD); None = stay.
+    pub netns: Option<&'a NetNs>,
+}
+
+#[derive(Debug)]
+pub struct IpvlanSpec<'a> {
+    pub name: String,
+    pub master_index: u32,
+    pub mode: IpvlanMode,
+    pub mtu: Option<u32>,
+    pub netns: Option<&'a NetNs>,
+}
+
+/// Bridge port settings written with RTM_SETLINK / AF_BRIDGE / IFLA_PROTINFO.
+#[derive(Debug, Clone, Copy, Default)]
+pub struct BridgePort {
+    pub hairpin: bool,
+    pub isolated: bool,
+}
+
+impl Link {
+    /// True when `IFLA_INFO_KIND` equals `kind` ("bridge", "veth", ...).
+    pub fn is_kind(&self, kind: &str) -> bool {
+        self.kind.as_deref() == Some(kind)
+    }
+
+    /// Builds a `Link` from a parsed RTM_NEWLINK reply.
+    pub(crate) fn from_message(header: &LinkHeader, attrs: &[LinkAttribute]) -> Link {
+        let mut link = Link {
+            index: header.index,
+            name: String::new(),
+            kind: None,
+            mac: None,
+            mtu: 0,
+            master: None,
+            // The header flags carry the user-set IFF_PROMISC (dev->gflags), not
+            // the promiscuity a bridge imposes on its ports.
+            up: header.flags.contains(LinkFlags::Up),
+            promisc: header.flags.contains(LinkFlags::Promisc),
+            link: None,
+            macvlan_mode: None,
+            ipvlan_mode: None,
+        };
+        for attr in attrs {
+            link.apply(attr);
+        }
+        // The kernel omits IFLA_LINK when it equals the link's own index, which
+        // happens for a veth whose peer got the same index in its netns.
+        if link.link.is_none() && link.is_kind("veth") {
+            link.link = Some(link.index);
+        }
+        link
+    }
+
+    fn apply(&mut self, attr: &LinkAttribute) {
+        match attr {
+            LinkAttribute::IfName(name) => self.name = name.clone(),
+            LinkAttribute::Address(bytes) if bytes.len() == 6 => self.mac = Some(format_mac(bytes)),
+            LinkAttribute::Mtu(mtu) => self.mtu = *mtu,
+            LinkAttribute::Controller(master) if *master != 0 => self.master = Some(*master),
+            LinkAttribute::Link(peer) if *peer != 0 => self.link = Some(*peer),
+            LinkAttribute::LinkInfo(infos) => infos.iter().for_each(|info| self.apply_info(info)),
+            _ => {}
+        }
+    }
+
+    fn apply_info(&mut self, info: &LinkInfo) {
+        match info {
+            LinkInfo::Kind(kind) => self.kind = Some(kind.to_string()),
+            LinkInfo::Data(InfoData::MacVlan(data)) => {
+                self.macvlan_mode = data.iter().find_map(|d| match d {
+                    InfoMacVlan::Mode(mode) => MacvlanMode::from_kernel(*mode),
+                    _ => None,
+                });
+            }
+            LinkInfo::Data(InfoData::IpVlan(data)) => {
+                self.ipvlan_mode = data.iter().find_map(|d| match d {
+                    InfoIpVlan::Mode(mode) => IpvlanMode::from_kernel(*mode),
+                    _ => None,
+                });
+            }
+            _ => {}
+        }
+    }
+}
+
+/// `IFLA_BR_VLAN_FILTERING` from a bridge's link info; absent (kernels without
+/// CONFIG_BRIDGE_VLAN_FILTERING never send it) means off.
+pub(crate) fn bridge_vlan_filtering(attrs: &[LinkAttribute]) -> bool {
+    attrs
+        .iter()
+        .filter_map(|a| match a {
+            LinkAttribute::LinkInfo(infos) => Some(infos),
+            _ => None,
+        })
+        .flatten()
+        .filter_map(|info| match info {
+            LinkInfo::Data(InfoData::Bridge(data)) => Some(data),
+            _ => None,
+        })
+        .flatten()
+        .any(|d| matches!(d, InfoBridge::VlanFiltering(true)))
+}
+
+impl MacvlanMode {
+    pub(crate) fn to_kernel(self) -> MacVlanMode {
+        match self {
+            MacvlanMode::Private => MacVlanMode::Private,
+            MacvlanMode::Vepa => MacVlanMode::Vepa,
+            MacvlanMode::Bridge => MacVlanMode::Bridge,
+            MacvlanMode::Passthru => MacVlanMode::Passthrough,
+        }
+    }
+
+    fn from_kernel(mode: MacVlanMode) -> Option<Self> {
+        match mode {
+            MacVlanMode::Private => Some(MacvlanMode::Private),
+            MacVlanMode::Vepa => Some(MacvlanMode::Vepa),
+            MacVlanMode::Bridge => Some(MacvlanMode::Bridge),
+            MacVlanMode::Passthrough => Some(MacvlanMode::Passthru),
+            _ => None,
+        }
+    }
+}
+
+impl IpvlanMode {
+    pub(crate) fn to_kernel(self) -> IpVlanMode {
+        match self {
+            IpvlanMode::L2 => IpVlanMode::L2,
+            IpvlanMode::L3 => IpVlanMode::L3,
+            IpvlanMode::L3s => IpVlanMode::L3S,
+        }
+    }
+
+    fn from_kernel(mode: IpVlanMode) -> Option<Self> {
+        match mode {
+            IpVlanMode::L2 => Some(IpvlanMode::L2),
+            IpVlanMode::L3 => Some(IpvlanMode::L3),
+            IpVlanMode::L3S => Some(IpvlanMode::L3s),
+            _ => None,
+        }
+    }
+}
+
+/// "0a:58:0a:16:00:05" style, as `ip` and the CNI result use.
+pub(crate) fn format_mac(bytes: &[u8]) -> String {
+    bytes
+        .iter()
+        .map(|b| format!("{b:02x}"))
+        .collect::<Vec<_>>()
+        .join(":")
+}
+
+/// Parses "aa:bb:cc:dd:ee:ff" (also '-' separated) into 6 bytes.
+pub(crate) fn parse_mac(text: &str) -> Result<Vec<u8>> {
+    let invalid = || {
+        Error::new(
+            ErrorKind::Other,
+            format!("invalid MAC address {text:?} (want aa:bb:cc:dd:ee:ff)"),
+        )
+    };
+    let bytes = text
+        .split([':', '-'])
+        .map(|part| match part.len() {
+            1 | 2 => u8::from_str_radix(part, 16).map_err(|_| invalid()),
+            _ => Err(invalid()),
+        })
+        .collect::<Result<Vec<u8>>>()?;
+    if bytes.len() != 6 {
+        return Err(invalid());
+    }
+    Ok(bytes)
+}

@@ -1,0 +1,356 @@
+//! Link operations: read-back, veth / macvlan / ipvlan creation, and RTM_SETLINK
+//! setters.
+use super::link::parse_mac;
+use super::socket::{Failure, Reply};
+use super::{
+    Error, ErrorKind, IpvlanSpec, Link, MacvlanSpec, NetNs, Netlink, Result, VethPair, VethSpec,
+};
+use netlink_packet_core::ParseableParametrized;
+use netlink_packet_core::{NlasIterator, NLM_F_CREATE, NLM_F_DUMP, NLM_F_EXCL};
+use netlink_packet_route::link::{
+    InfoData, InfoIpVlan, InfoKind, InfoMacVlan, InfoVeth, LinkAttribute, LinkFlags, LinkHeader,
+    LinkInfo, LinkMessage,
+};
+use netlink_packet_route::RouteNetlinkMessage;
+
+/// sizeof(struct ifinfomsg)
+const LINK_HEADER_LEN: usize = 16;
+const RTM_NEWLINK: u16 = 16;
+/// IFNAMSIZ - 1: longer names cannot exist, the kernel rejects them with EINVAL.
+const MAX_IFNAME: usize = 15;
+
+/// A decoded RTM_NEWLINK: header plus every attribute this crate version could
+/// parse (attributes it cannot parse, e.g. from a newer kernel, are skipped
+/// rather than failing the whole read).
+pub(crate) type RawLink = (LinkHeader, Vec<LinkAttribute>);
+
+pub(crate) fn decode_link(payload: &[u8]) -> Option<RawLink> {
+    let header = LinkHeader::parse(payload).ok()?;
+    let attrs = payload.get(LINK_HEADER_LEN..)?;
+    let attrs = NlasIterator::new(attrs)
+        .filter_map(|nla| nla.ok())
+        .filter_map(|nla| LinkAttribute::parse_with_param(&nla, header.interface_family).ok())
+        .collect();
+    Some((header, attrs))
+}
+
+fn decode_links(replies: Vec<Reply>) -> Vec<Link> {
+    replies
+        .iter()
+        .filter(|r| r.kind == RTM_NEWLINK)
+        .filter_map(|r| decode_link(&r.payload))
+        .map(|(header, attrs)| Link::from_message(&header, &attrs))
+        .collect()
+}
+
+pub(crate) fn link_message(index: u32, attributes: Vec<LinkAttribute>) -> LinkMessage {
+    let mut msg = LinkMessage::default();
+    msg.header.index = index;
+    msg.attributes = attributes;
+    msg
+}
+
+/// Unsupported error for a missing link kind or feature.
+pub(crate) fn unsupported(what: &str, feature: &str, config: &str, errno: Option<i32>) -> Error {
+    let mut e = Error::new(
+        ErrorKind::Unsupported,
+        format!("{what}: this kernel has no {feature} support ({config})"),
+    );
+    e.errno = errno;
+    e
+}
+
+/// Creating an unknown kind fails with EOPNOTSUPP and the extack text
+/// "Unknown device type" (kernels without module support never try a
+/// modprobe); older kernels may say EINVAL with the same text.
+pub(crate) fn is_unknown_kind(f: &Failure) -> bool {
+    match f.extack() {
+        Some(_) => says_unknown_kind(f),
+        None => f.errno() == Some(libc::EOPNOTSUPP),
+    }
+}
+
+/// The kernel's own words for a missing link kind (ext-ack text).
+pub(crate) fn says_unknown_kind(f: &Failure) -> bool {
+    f.extack()
+        .is_some_and(|text| text.contains("Unknown device type"))
+}
+
+/// Error for a failed RTM_NEWLINK create of `kind`.
+pub(crate) fn create_error(f: Failure, kind: &str, what: &str) -> Error {
+    if is_unknown_kind(&f) {
+        let config = format!("CONFIG_{}", kind.to_uppercase());
+        return unsupported(what, kind, &config, f.errno());
+    }
+    f.context(what)
+}
+
+impl Netlink {
+    /// The link called `name` in this socket's netns, None when there is none.
+    pub fn link_by_name(&mut self, name: &str) -> Result<Option<Link>> {
+        if name.is_empty() || name.len() > MAX_IFNAME {
+            return Ok(None);
+        }
+        let msg = link_message(0, vec![LinkAttribute::IfName(name.to_string())]);
+        let raw = self
+            .get_link(msg)
+            .map_err(|f| f.context(&format!("read link {name}")))?;
+        Ok(raw.map(|(h, a)| Link::from_message(&h, &a)))
+    }
+
+    pub fn link_by_index(&mut self, index: u32) -> Result<Option<Link>> {
+        let raw = self
+            .get_link(link_message(index, vec![]))
+            .map_err(|f| f.context(&format!("read link index {index}")))?;
+        Ok(raw.map(|(h, a)| Link::from_message(&h, &a)))
+    }
+
+    /// Every link of this socket's netns.
+    pub fn links(&mut self) -> Result<Vec<Link>> {
+        let msg = RouteNetlinkMessage::GetLink(LinkMessage::default());
+        let replies = self
+            .request(msg, NLM_F_DUMP)
+            .map_err(|f| f.context("list links"))?;
+        Ok(decode_links(replies))
+    }
+
+    /// RTM_GETLINK by index or IFLA_IFNAME; "no such device" is `None`.
+    pub(crate) fn get_link(
+        &mut self,
+        msg: LinkMessage,
+    ) -> std::result::Result<Option<RawLink>, Failure> {
+        match self.request(RouteNetlinkMessage::GetLink(msg), 0) {
+            Ok(replies) => Ok(replies
+                .iter()
+                .filter(|r| r.kind == RTM_NEWLINK)
+                .find_map(|r| decode_link(&r.payload))),
+            Err(f) if matches!(f.errno(), Some(libc::ENODEV) | Some(libc::ENOENT)) => Ok(None),
+            Err(f) => Err(f),
+        }
+    }
+
+    /// "eth0 (index 5)" for messages, or "index 5" when the name is unknown.
+    /// Only called on error paths, so the extra lookup costs nothing normally.
+    pub(crate) fn describe(&mut self, index: u32) -> String {
+        match self.link_by_index(index) {
+            Ok(Some(link)) => format!("{} (index {index})", link.name),
+            _ => format!("index {index}"),
+        }
+    }
+
+    /// RTM_NEWLINK with CREATE|EXCL.
+    pub(crate) fn new_link(&mut self, msg: LinkMessage) -> std::result::Result<(), Failure> {
+        self.request(RouteNetlinkMessage::NewLink(msg), NLM_F_CREATE | NLM_F_EXCL)
+            .map(drop)
+    }
+
+    /// Creates a veth pair in one request: the host end in this socket's netns,
+    /// the peer directly inside `spec.peer_netns` (so it never appears on the
+    /// host). The peer is left down: the kernel refuses IFF_UP for the peer
+    /// inside the create request, so bring it up from inside its netns.
+    pub fn create_veth(&mut self, spec: VethSpec) -> Result<VethPair> {
+        let what = format!(
+            "create veth {} (peer {} in netns {})",
+            spec.host_name,
+            spec.peer_name,
+            spec.peer_netns.path().display()
+        );
+        let mut peer = vec![
+            LinkAttribute::IfName(spec.peer_name.clone()),
+            LinkAttribute::NetNsFd(spec.peer_netns.as_raw_fd()),
+        ];
+        if let Some(mac) = &spec.peer_mac {
+            peer.push(LinkAttribute::Address(parse_mac(mac)?));
+        }
+        let mut host = vec![LinkAttribute::IfName(spec.host_name.clone())];
+        if let Some(mtu) = spec.mtu {
+            peer.push(LinkAttribute::Mtu(mtu));
+            host.push(LinkAttribute::Mtu(mtu));
+        }
+        host.push(LinkAttribute::LinkInfo(vec![
+            LinkInfo::Kind(InfoKind::Veth),
+            LinkInfo::Data(InfoData::Veth(InfoVeth::Peer(link_message(0, peer)))),
+        ]));
+        self.new_link(link_message(0, host))
+            .map_err(|f| create_error(f, "veth", &what))?;
+        self.veth_pair(&spec.host_name, &what)
+    }
+
+    /// Reads the fresh host end back; its IFLA_LINK is the peer's index.
+    fn veth_pair(&mut self, host_name: &str, what: &str) -> Result<VethPair> {
+        let host = self.link_by_name(host_name)?.ok_or_else(|| {
+            Error::new(
+                ErrorKind::NotFound,
+                format!("{what}: created but {host_name} vanished"),
+            )
+        })?;
+        let peer_index = host.link.ok_or_else(|| {
+            Error::new(
+                ErrorKind::Other,
+                format!("{what}: kernel did not report the peer index"),
+            )
+        })?;
+        Ok(VethPair {
+            host_index: host.index,
+            peer_index,
+        })
+    }
+
+    /// Creates a macvlan on `spec.master_index` (in this socket's netns) and,
+    /// in the same request, places it in `spec.netns`. Returns the link as seen
+    /// from its final netns.
+    pub fn create_macvlan(&mut self, spec: MacvlanSpec) -> Result<Link> {
+        let what = self.child_what("macvlan", &spec.name, spec.master_index, spec.netns);
+        let mut attrs = child_attrs(&spec.name, spec.master_index, spec.mtu, spec.netns);
+        if let Some(mac) = &spec.mac {
+            attrs.push(LinkAttribute::Address(parse_mac(mac)?));
+        }
+        if let Some(qlen) = spec.txqueuelen {
+            attrs.push(LinkAttribute::TxQueueLen(qlen));
+        }
+        attrs.push(LinkAttribute::LinkInfo(vec![
+            LinkInfo::Kind(InfoKind::MacVlan),
+            LinkInfo::Data(InfoData::MacVlan(vec![InfoMacVlan::Mode(
+                spec.mode.to_kernel(),
+            )])),
+        ]));
+        self.new_link(link_message(0, attrs))
+            .map_err(|f| create_error(f, "macvlan", &what))?;
+        self.read_created(&spec.name, spec.netns, &what)
+    }
+
+    /// Like `create_macvlan`, for ipvlan (no MAC: ipvlan slaves share the master's).
+    pub fn create_ipvlan(&mut self, spec: IpvlanSpec) -> Result<Link> {
+        let what = self.child_what("ipvlan", &spec.name, spec.master_index, spec.netns);
+        let mut attrs = child_attrs(&spec.name, spec.master_index, spec.mtu, spec.netns);
+        attrs.push(LinkAttribute::LinkInfo(vec![
+            LinkInfo::Kind(InfoKind::IpVlan),
+            LinkInfo::Data(InfoData::IpVlan(vec![InfoIpVlan::Mode(
+                spec.mode.to_kernel(),
+            )])),
+        ]));
+        self.new_link(link_message(0, attrs))
+            .map_err(|f| create_error(f, "ipvlan", &what))?;
+        self.read_created(&spec.name, spec.netns, &what)
+    }
+
+    fn child_what(&mut self, kind: &str, name: &str, master: u32, ns: Option<&NetNs>) -> String {
+        let master = self.describe(master);
+        match ns {
+            Some(ns) => format!(
+                "create {kind} {name} on {master} in netns {}",
+                ns.path().display()
+            ),
+            None => format!("create {kind} {name} on {master}"),
+        }
+    }
+
+    /// A link created into another netns is only visible through a socket there.
+    fn read_created(&mut self, name: &str, ns: Option<&NetNs>, what: &str) -> Result<Link> {
+        let link = match ns {
+            Some(ns) => Netlink::open_in(ns)?.link_by_name(name)?,
+            None => self.link_by_name(name)?,
+        };
+        link.ok_or_else(|| {
+            Error::new(
+                ErrorKind::NotFound,
+                format!("{what}: created but {name} vanished"),
+            )
+        })
+    }
+
+    pub fn set_up(&mut self, index: u32) -> Result<()> {
+        self.set_flag(index, LinkFlags::Up, true, "up")
+    }
+
+    pub fn set_down(&mut self, index: u32) -> Result<()> {
+        self.set_flag(index, LinkFlags::Up, false, "down")
+    }
+
+    /// Sets or clears the user promiscuous flag (like `ip link set promisc on`).
+    pub fn set_promisc(&mut self, index: u32, on: bool) -> Result<()> {
+        let word = if on { "promisc on" } else { "promisc off" };
+        self.set_flag(index, LinkFlags::Promisc, on, word)
+    }
+
+    /// Enslaves the link to `master_index` (a bridge).
+    pub fn set_master(&mut self, index: u32, master_index: u32) -> Result<()> {
+        let attrs = vec![LinkAttribute::Controller(master_index)];
+        let master = self.describe(master_index);
+        self.set_link(index, attrs, &format!("master {master}"))
+    }
+
+    /// Releases the link from its master.
+    pub fn set_nomaster(&mut self, index: u32) -> Result<()> {
+        self.set_link(index, vec![LinkAttribute::Controller(0)], "nomaster")
+    }
+
+    pub fn set_mtu(&mut self, index: u32, mtu: u32) -> Result<()> {
+        self.set_link(index, vec![LinkAttribute::Mtu(mtu)], &format!("mtu {mtu}"))
+    }
+
+    /// `mac` as "aa:bb:cc:dd:ee:ff".
+    pub fn set_mac(&mut self, index: u32, mac: &str) -> Result<()> {
+        let attrs = vec![LinkAttribute::Address(parse_mac(mac)?)];
+        self.set_link(index, attrs, &format!("address {mac}"))
+    }
+
+    /// Renames the link (kernels before 6.2 refuse with EBUSY while it is up).
+    pub fn rename(&mut self, index: u32, new_name: &str) -> Result<()> {
+        let attrs = vec![LinkAttribute::IfName(new_name.to_string())];
+        self.set_link(index, attrs, &format!("name {new_name}"))
+    }
+
+    /// Deletes the link (for a veth, both ends). ENODEV is `ErrorKind::NotFound`.
+    pub fn delete_link(&mut self, index: u32) -> Result<()> {
+        let msg = RouteNetlinkMessage::DelLink(link_message(index, vec![]));
+        self.request(msg, 0).map(drop).map_err(|f| {
+            let link = self.describe(index);
+            f.context(&format!("delete link {link}"))
+        })
+    }
+
+    /// Changes one IFF_* flag; `change_mask` limits the kernel to that flag.
+    fn set_flag(&mut self, index: u32, flag: LinkFlags, on: bool, word: &str) -> Result<()> {
+        let mut msg = link_message(index, vec![]);
+        msg.header.change_mask = flag;
+        if on {
+            msg.header.flags = flag;
+        }
+        self.send_setlink(index, msg, word)
+    }
+
+    fn set_link(&mut self, index: u32, attrs: Vec<LinkAttribute>, word: &str) -> Result<()> {
+        self.send_setlink(index, link_message(index, attrs), word)
+    }
+
+    /// RTM_SETLINK; the error names the link: "set link eth0 (index 5) up: ...".
+    pub(crate) fn send_setlink(&mut self, index: u32, msg: LinkMessage, word: &str) -> Result<()> {
+        self.request(RouteNetlinkMessage::SetLink(msg), 0)
+            .map(drop)
+            .map_err(|f| {
+                let link = self.describe(index);
+                f.context(&format!("set link {link} {word}"))
+            })
+    }
+}
+
+/// Attributes shared by macvlan and ipvlan creation.
+fn child_attrs(
+    name: &str,
+    master: u32,
+    mtu: Option<u32>,
+    ns: Option<&NetNs>,
+) -> Vec<LinkAttribute> {
+    let mut attrs = vec![
+        LinkAttribute::IfName(name.to_string()),
+        LinkAttribute::Link(master),
+    ];
+    if let Some(mtu) = mtu {
+        attrs.push(LinkAttribute::Mtu(mtu));
+    }
+    if let Some(ns) = ns {
+        attrs.push(LinkAttribute::NetNsFd(ns.as_raw_fd()));
+    }
+    attrs
+}

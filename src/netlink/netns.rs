@@ -1,0 +1,161 @@
+//! Network namespace handles and "run this closure inside that netns".
+//!
+//! Network namespaces are per *thread* in Linux: `setns(CLONE_NEWNET)` only moves
+//! the calling thread. cnikit plugins are single threaded, so switching the one
+//! thread and switching it back is safe; a multi-threaded caller must make sure
+//! nothing else runs on the thread meanwhile (which `run` guarantees since it
+//! is synchronous). The original namespace is remembered through
+//! `/proc/thread-self/ns/net` (not `/proc/self`, which names the main thread).
+use super::{Error, ErrorKind, Result};
+use std::fs::File;
+use std::io;
+use std::os::fd::{AsFd, AsRawFd, BorrowedFd, OwnedFd, RawFd};
+use std::os::unix::fs::MetadataExt;
+use std::path::{Path, PathBuf};
+
+const THREAD_NETNS: &str = "/proc/thread-self/ns/net";
+
+/// An open network namespace (an nsfs file descriptor) and the path it came from.
+#[derive(Debug)]
+pub struct NetNs {
+    fd: OwnedFd,
+    path: PathBuf,
+}
+
+impl NetNs {
+    /// Opens a netns path such as `/run/netns/x` or `/proc/<pid>/ns/net`.
+    /// A missing path, or a file that is not a network namespace (e.g. a
+    /// `/run/netns` entry whose bind mount is gone), is `ErrorKind::NetnsNotFound`.
+    pub fn open(path: impl AsRef<Path>) -> Result<NetNs> {
+        let path = path.as_ref();
+        let file = File::open(path).map_err(|e| open_error(path, &e))?;
+        let ns = NetNs {
+            fd: OwnedFd::from(file),
+            path: path.to_path_buf(),
+        };
+        ns.check_is_netns()?;
+        Ok(ns)
+    }
+
+    /// The namespace the calling thread is in right now.
+    pub fn current() -> Result<NetNs> {
+        NetNs::open(THREAD_NETNS)
+    }
+
+    pub fn path(&self) -> &Path {
+        &self.path
+    }
+
+    pub fn as_raw_fd(&self) -> RawFd {
+        self.fd.as_raw_fd()
+    }
+
+    /// True when both handles refer to the same namespace (same nsfs inode).
+    pub fn is_same(&self, other: &NetNs) -> Result<bool> {
+        Ok(self.identity()? == other.identity()?)
+    }
+
+    /// Runs `f` with the calling thread inside this namespace and always switches
+    /// back afterwards (also when `f` panics, via a drop guard). The outer
+    /// `Result` only reports entering / leaving the namespace; `f`'s own result
+    /// is returned untouched. Sockets and `/proc/sys/net` files opened inside `f`
+    /// stay bound to this namespace after `run` returns.
+    pub fn run<T>(&self, f: impl FnOnce() -> T) -> Result<T> {
+        let origin = NetNs::current()?;
+        setns(self.as_raw_fd())
+            .map_err(|e| Error::io(&format!("enter network namespace {}", self.display()), &e))?;
+        let guard = Restore {
+            origin: &origin,
+            armed: true,
+        };
+        let out = f();
+        guard.finish()?;
+        Ok(out)
+    }
+
+    fn display(&self) -> String {
+        self.path.display().to_string()
+    }
+
+    /// NS_GET_NSTYPE (Linux 4.11+) answers CLONE_NEWNET only for a netns; any
+    /// other file fails with ENOTTY or answers another type.
+    fn check_is_netns(&self) -> Result<()> {
+        // SAFETY: ioctl on an fd we own; NS_GET_NSTYPE takes no argument.
+        let kind = unsafe { libc::ioctl(self.as_raw_fd(), libc::NS_GET_NSTYPE) };
+        if kind == libc::CLONE_NEWNET {
+            return Ok(());
+        }
+        Err(Error::new(
+            ErrorKind::NetnsNotFound,
+            format!("{} is not a network namespace", self.display()),
+        ))
+    }
+
+    fn identity(&self) -> Result<(u64, u64)> {
+        let file = File::from(
+            self.fd
+                .try_clone()
+                .map_err(|e| Error::io(&format!("duplicate netns fd {}", self.display()), &e))?,
+        );
+        let meta = file
+            .metadata()
+            .map_err(|e| Error::io(&format!("stat {}", self.display()), &e))?;
+        Ok((meta.dev(), meta.ino()))
+    }
+}
+
+impl AsRawFd for NetNs {
+    fn as_raw_fd(&self) -> RawFd {
+        self.fd.as_raw_fd()
+    }
+}
+
+impl AsFd for NetNs {
+    fn as_fd(&self) -> BorrowedFd<'_> {
+        self.fd.as_fd()
+    }
+}
+
+fn open_error(path: &Path, err: &io::Error) -> Error {
+    if err.kind() == io::ErrorKind::NotFound {
+        let mut e = Error::new(
+            ErrorKind::NetnsNotFound,
+            format!("network namespace {} does not exist", path.display()),
+        );
+        e.errno = err.raw_os_error();
+        return e;
+    }
+    Error::io(&format!("open network namespace {}", path.display()), err)
+}
+
+fn setns(fd: RawFd) -> io::Result<()> {
+    // SAFETY: plain syscall on a valid nsfs fd; only affects this thread.
+    if unsafe { libc::setns(fd, libc::CLONE_NEWNET) } != 0 {
+        return Err(io::Error::last_os_error());
+    }
+    Ok(())
+}
+
+/// Switches the thread back to `origin`; armed until `finish` reports the result.
+struct Restore<'a> {
+    origin: &'a NetNs,
+    armed: bool,
+}
+
+impl Restore<'_> {
+    fn finish(mut self) -> Result<()> {
+        self.armed = false;
+        setns(self.origin.as_raw_fd())
+            .map_err(|e| Error::io("return to the original network namespace", &e))
+    }
+}
+
+impl Drop for Restore<'_> {
+    fn drop(&mut self) {
+        // Only reached when `f` unwound: nothing to report to, but the thread
+        // must not stay in the container's namespace.
+        if self.armed {
+            let _ = setns(self.origin.as_raw_fd());
+        }
+    }
+}

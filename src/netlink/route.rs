@@ -1,0 +1,252 @@
+//! Routes of the main table (RTM_NEWROUTE / RTM_DELROUTE / RTM_GETROUTE).
+use super::{Link, Netlink, Result};
+use ipnet::IpNet;
+use netlink_packet_core::{
+    NlasIterator, ParseableParametrized, NLM_F_CREATE, NLM_F_DUMP, NLM_F_EXCL,
+};
+use netlink_packet_route::route::{
+    RouteAddress, RouteAttribute, RouteHeader, RouteLwEnCapType, RouteMessage, RouteMetric,
+    RouteProtocol, RouteScope, RouteType,
+};
+use netlink_packet_route::{AddressFamily, RouteNetlinkMessage};
+use std::fmt;
+use std::net::{IpAddr, Ipv4Addr, Ipv6Addr};
+
+/// A route in the main table.
+#[derive(Debug, Clone, PartialEq)]
+pub struct Route {
+    pub dst: IpNet,
+    pub gateway: Option<IpAddr>,
+    /// Output interface index.
+    pub oif: Option<u32>,
+    pub mtu: Option<u32>,
+    pub advmss: Option<u32>,
+    pub priority: Option<u32>,
+    /// None = main table.
+    pub table: Option<u32>,
+    /// RT_SCOPE_* (0 universe, 253 link, 254 host); None = kernel default for the route.
+    pub scope: Option<u8>,
+}
+
+/// sizeof(struct rtmsg)
+const ROUTE_HEADER_LEN: usize = 12;
+const RTM_NEWROUTE: u16 = 24;
+const RT_TABLE_MAIN: u32 = 254;
+
+impl Route {
+    /// A plain route to `dst`, everything else unset.
+    pub fn new(dst: IpNet) -> Route {
+        Route {
+            dst,
+            gateway: None,
+            oif: None,
+            mtu: None,
+            advmss: None,
+            priority: None,
+            table: None,
+            scope: None,
+        }
+    }
+
+    /// True for 0.0.0.0/0 and ::/0.
+    pub fn is_default(&self) -> bool {
+        self.dst.prefix_len() == 0
+    }
+
+    fn family(&self) -> AddressFamily {
+        match self.dst {
+            IpNet::V4(_) => AddressFamily::Inet,
+            IpNet::V6(_) => AddressFamily::Inet6,
+        }
+    }
+
+    /// The header and attributes shared by add and delete.
+    fn message(&self) -> RouteMessage {
+        let table = self.table.unwrap_or(RT_TABLE_MAIN);
+        let mut msg = RouteMessage::default();
+        msg.header.address_family = self.family();
+        msg.header.destination_prefix_length = self.dst.prefix_len();
+        // rtm_table is 8 bits; bigger ids travel only in RTA_TABLE.
+        msg.header.table = u8::try_from(table).unwrap_or(RouteHeader::RT_TABLE_UNSPEC);
+        msg.attributes.push(RouteAttribute::Table(table));
+        if self.dst.prefix_len() > 0 {
+            // trunc(): the kernel rejects host bits ("10.0.0.5/24") with EINVAL.
+            let dst = self.dst.trunc().addr();
+            msg.attributes
+                .push(RouteAttribute::Destination(RouteAddress::from(dst)));
+        }
+        if let Some(gw) = self.gateway {
+            msg.attributes
+                .push(RouteAttribute::Gateway(RouteAddress::from(gw)));
+        }
+        if let Some(oif) = self.oif {
+            msg.attributes.push(RouteAttribute::Oif(oif));
+        }
+        if let Some(priority) = self.priority {
+            msg.attributes.push(RouteAttribute::Priority(priority));
+        }
+        msg
+    }
+
+    fn metrics(&self) -> Vec<RouteMetric> {
+        let mtu = self.mtu.map(RouteMetric::Mtu);
+        let advmss = self.advmss.map(RouteMetric::Advmss);
+        mtu.into_iter().chain(advmss).collect()
+    }
+
+    /// Route from one RTM_NEWROUTE; None for other tables and non-unicast
+    /// entries (local, broadcast, unreachable ...).
+    fn decode(payload: &[u8]) -> Option<Route> {
+        let header = RouteHeader::parse(payload).ok()?;
+        if header.kind != RouteType::Unicast {
+            return None;
+        }
+        let param = (header.address_family, header.kind, RouteLwEnCapType::None);
+        let attrs: Vec<RouteAttribute> = NlasIterator::new(payload.get(ROUTE_HEADER_LEN..)?)
+            .filter_map(|nla| nla.ok())
+            .filter_map(|nla| RouteAttribute::parse_with_param(&nla, param).ok())
+            .collect();
+        let mut route = Route::new(unspecified(
+            header.address_family,
+            header.destination_prefix_length,
+        )?);
+        route.scope = Some(u8::from(header.scope));
+        let mut table = u32::from(header.table);
+        for attr in &attrs {
+            route.apply(attr, &mut table);
+        }
+        // The public struct says None for the main table; callers filter on it.
+        route.table = (table != RT_TABLE_MAIN).then_some(table);
+        Some(route)
+    }
+
+    fn apply(&mut self, attr: &RouteAttribute, table: &mut u32) {
+        match attr {
+            RouteAttribute::Destination(addr) => {
+                if let Some(ip) = to_ip(addr) {
+                    self.dst = IpNet::new(ip, self.dst.prefix_len()).unwrap_or(self.dst);
+                }
+            }
+            RouteAttribute::Gateway(addr) => self.gateway = to_ip(addr),
+            RouteAttribute::Oif(oif) => self.oif = Some(*oif),
+            RouteAttribute::Priority(p) => self.priority = Some(*p),
+            RouteAttribute::Table(t) => *table = *t,
+            RouteAttribute::Metrics(metrics) => {
+                for metric in metrics {
+                    match metric {
+                        RouteMetric::Mtu(v) => self.mtu = Some(*v),
+                        RouteMetric::Advmss(v) => self.advmss = Some(*v),
+                        _ => {}
+                    }
+                }
+            }
+            _ => {}
+        }
+    }
+}
+
+impl fmt::Display for Route {
+    /// `ip route` style, used in error messages.
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        write!(f, "{}", self.dst)?;
+        if let Some(gw) = self.gateway {
+            write!(f, " via {gw}")?;
+        }
+        if let Some(oif) = self.oif {
+            write!(f, " dev index {oif}")?;
+        }
+        if let Some(p) = self.priority {
+            write!(f, " metric {p}")?;
+        }
+        if let Some(t) = self.table {
+            write!(f, " table {t}")?;
+        }
+        Ok(())
+    }
+}
+
+/// The all-zero network of `family` with `prefix` bits (RTA_DST is absent for
+/// default routes).
+fn unspecified(family: AddressFamily, prefix: u8) -> Option<IpNet> {
+    let ip = match family {
+        AddressFamily::Inet => IpAddr::V4(Ipv4Addr::UNSPECIFIED),
+        AddressFamily::Inet6 => IpAddr::V6(Ipv6Addr::UNSPECIFIED),
+        _ => return None,
+    };
+    IpNet::new(ip, prefix).ok()
+}
+
+fn to_ip(addr: &RouteAddress) -> Option<IpAddr> {
+    match addr {
+        RouteAddress::Inet(ip) => Some(IpAddr::V4(*ip)),
+        RouteAddress::Inet6(ip) => Some(IpAddr::V6(*ip)),
+        _ => None,
+    }
+}
+
+impl Netlink {
+    /// Unicast routes of the main table, IPv4 and IPv6.
+    pub fn routes(&mut self) -> Result<Vec<Route>> {
+        let msg = RouteNetlinkMessage::GetRoute(RouteMessage::default());
+        let replies = self
+            .request(msg, NLM_F_DUMP)
+            .map_err(|f| f.context("list routes"))?;
+        Ok(replies
+            .iter()
+            .filter(|r| r.kind == RTM_NEWROUTE)
+            .filter_map(|r| Route::decode(&r.payload))
+            .filter(|r| r.table.is_none())
+            .collect())
+    }
+
+    /// Adds the route (protocol boot; scope link without a gateway, universe
+    /// with one, unless `route.scope` says otherwise). An identical existing
+    /// route is Ok.
+    pub fn add_route(&mut self, route: &Route) -> Result<()> {
+        let mut msg = route.message();
+        msg.header.protocol = RouteProtocol::Boot;
+        msg.header.kind = RouteType::Unicast;
+        msg.header.scope = match (route.scope, route.gateway) {
+            (Some(scope), _) => RouteScope::from(scope),
+            (None, None) => RouteScope::Link,
+            (None, Some(_)) => RouteScope::Universe,
+        };
+        let metrics = route.metrics();
+        if !metrics.is_empty() {
+            msg.attributes.push(RouteAttribute::Metrics(metrics));
+        }
+        match self.request(
+            RouteNetlinkMessage::NewRoute(msg),
+            NLM_F_CREATE | NLM_F_EXCL,
+        ) {
+            Ok(_) => Ok(()),
+            Err(f) if f.errno() == Some(libc::EEXIST) => Ok(()),
+            Err(f) => Err(f.context(&format!("add route {route}"))),
+        }
+    }
+
+    /// Deletes the route matching dst/gateway/oif/priority/table (scope
+    /// "nowhere" matches any scope unless given). Missing is `ErrorKind::NotFound`.
+    pub fn del_route(&mut self, route: &Route) -> Result<()> {
+        let mut msg = route.message();
+        msg.header.scope = route.scope.map_or(RouteScope::NoWhere, RouteScope::from);
+        self.request(RouteNetlinkMessage::DelRoute(msg), 0)
+            .map(drop)
+            .map_err(|f| f.context(&format!("delete route {route}")))
+    }
+
+    /// The link of the first IPv4 default route, else of the first IPv6 one.
+    pub fn default_route_link(&mut self) -> Result<Option<Link>> {
+        let routes = self.routes()?;
+        let oif = [true, false].iter().find_map(|&v4| {
+            routes
+                .iter()
+                .filter(|r| r.is_default() && r.dst.addr().is_ipv4() == v4)
+                .find_map(|r| r.oif)
+        });
+        match oif {
+            Some(index) => self.link_by_index(index),
+            None => Ok(None),
+        }
+    }
+}

@@ -1,0 +1,324 @@
+//! Pure unit tests always run; the kernel tests create links and namespaces
+//! and therefore only run with CNIKIT_ISOLATED=1 (root, in a throw-away
+//! network namespace set up by the isolated test runner). Every kernel test
+//! works inside its own `ip netns` namespaces, removed again on drop.
+use super::link::{format_mac, parse_mac};
+use super::*;
+use std::process::Command;
+
+fn isolated(test: &str) -> bool {
+    if std::env::var("CNIKIT_ISOLATED").as_deref() == Ok("1") {
+        return true;
+    }
+    eprintln!("skipping {test}: needs an isolated root namespace (set CNIKIT_ISOLATED=1)");
+    false
+}
+
+/// A named netns (`ip netns add`), deleted on drop.
+struct TestNs {
+    name: String,
+    ns: NetNs,
+}
+
+impl TestNs {
+    fn new(tag: &str) -> TestNs {
+        let name = format!("cnikit-{}-{tag}", std::process::id());
+        ip(&["netns", "add", &name]);
+        let ns = NetNs::open(format!("/run/netns/{name}")).expect("open test netns");
+        TestNs { name, ns }
+    }
+
+    fn netlink(&self) -> Netlink {
+        Netlink::open_in(&self.ns).expect("netlink socket in test netns")
+    }
+}
+
+impl Drop for TestNs {
+    fn drop(&mut self) {
+        let _ = Command::new("ip")
+            .args(["netns", "del", &self.name])
+            .status();
+    }
+}
+
+fn ip(args: &[&str]) -> String {
+    let out = Command::new("ip").args(args).output().expect("run ip");
+    assert!(
+        out.status.success(),
+        "ip {args:?}: {}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    String::from_utf8_lossy(&out.stdout).into_owned()
+}
+
+fn veth<'a>(host: &str, peer: &str, ns: &'a NetNs) -> VethSpec<'a> {
+    VethSpec {
+        host_name: host.into(),
+        peer_name: peer.into(),
+        peer_netns: ns,
+        mtu: Some(1400),
+        peer_mac: Some("0a:58:0a:16:00:05".into()),
+    }
+}
+
+#[test]
+fn mac_round_trip() {
+    let mac = parse_mac("0A:58:0a:16:00:05").expect("valid mac");
+    assert_eq!(format_mac(&mac), "0a:58:0a:16:00:05");
+    assert!(parse_mac("0a:58:0a:16:00").is_err());
+    assert!(parse_mac("0a:58:0a:16:00:zz").is_err());
+}
+
+#[test]
+fn errno_mapping() {
+    let e = Error::from_errno(libc::EEXIST, "create veth a");
+    assert_eq!(e.kind, ErrorKind::AlreadyExists);
+    assert_eq!(e.message, "create veth a: File exists");
+    assert_eq!(
+        Error::from_errno(libc::ESRCH, "x").kind,
+        ErrorKind::NotFound
+    );
+    assert_eq!(
+        Error::from_errno(libc::EOPNOTSUPP, "x").kind,
+        ErrorKind::Unsupported
+    );
+}
+
+#[test]
+fn missing_netns_is_netns_not_found() {
+    let err = NetNs::open("/run/netns/cnikit-definitely-missing").expect_err("must fail");
+    assert_eq!(err.kind, ErrorKind::NetnsNotFound);
+    assert_eq!(
+        err.message,
+        "network namespace /run/netns/cnikit-definitely-missing does not exist"
+    );
+    let err = NetNs::open("/proc/self/ns/uts").expect_err("uts is not a netns");
+    assert_eq!(err.kind, ErrorKind::NetnsNotFound);
+}
+
+#[test]
+fn bridge_veth_hairpin() {
+    if !isolated("bridge_veth_hairpin") {
+        return;
+    }
+    let host = TestNs::new("bvh-h");
+    let cont = TestNs::new("bvh-c");
+    // Two concurrent first ADDs: both must get the same bridge.
+    let spec = BridgeSpec {
+        name: "cni0".into(),
+        mtu: Some(1450),
+        ..Default::default()
+    };
+    let results: Vec<Link> = std::thread::scope(|s| {
+        let handles: Vec<_> = (0..4)
+            .map(|_| s.spawn(|| host.netlink().ensure_bridge(spec.clone())))
+            .collect();
+        handles
+            .into_iter()
+            .map(|h| h.join().expect("thread").expect("ensure_bridge"))
+            .collect()
+    });
+    assert!(results.iter().all(|l| l.index == results[0].index && l.up));
+
+    let mut nl = host.netlink();
+    let br = results[0].clone();
+    let pair = nl
+        .create_veth(veth("veth1234abcd", "eth0", &cont.ns))
+        .expect("veth");
+    let again = nl
+        .create_veth(veth("veth1234abcd", "eth0", &cont.ns))
+        .expect_err("dup");
+    assert_eq!(again.kind, ErrorKind::AlreadyExists);
+    assert!(again
+        .message
+        .starts_with("create veth veth1234abcd (peer eth0 in netns"));
+
+    nl.set_master(pair.host_index, br.index).expect("master");
+    nl.set_up(pair.host_index).expect("up");
+    let port = BridgePort {
+        hairpin: true,
+        isolated: false,
+    };
+    nl.set_bridge_port(pair.host_index, port).expect("hairpin");
+    let shown = ip(&["-j", "-d", "-n", &host.name, "link", "show", "veth1234abcd"]);
+    assert!(shown.contains("\"hairpin\":true"), "{shown}");
+
+    let peer = cont
+        .netlink()
+        .link_by_name("eth0")
+        .expect("read")
+        .expect("peer");
+    assert_eq!(peer.index, pair.peer_index);
+    assert_eq!(peer.mac.as_deref(), Some("0a:58:0a:16:00:05"));
+    assert_eq!(peer.mtu, 1400);
+    let host_end = nl
+        .link_by_index(pair.host_index)
+        .expect("read")
+        .expect("host");
+    assert_eq!(host_end.master, Some(br.index));
+    assert_eq!(host_end.link, Some(pair.peer_index));
+
+    let not_bridge = nl.ensure_bridge(BridgeSpec {
+        name: "veth1234abcd".into(),
+        ..Default::default()
+    });
+    let err = not_bridge.expect_err("veth is no bridge");
+    assert_eq!(
+        err.message,
+        "interface veth1234abcd exists but is a veth, not a bridge"
+    );
+
+    nl.delete_link(pair.host_index).expect("delete");
+    let gone = nl.delete_link(pair.host_index).expect_err("deleted twice");
+    assert_eq!(gone.kind, ErrorKind::NotFound);
+    assert!(cont.netlink().link_by_name("eth0").expect("read").is_none());
+}
+
+#[test]
+fn veth_peer_with_same_index() {
+    if !isolated("veth_peer_with_same_index") {
+        return;
+    }
+    // Fresh namespaces: both ends get ifindex 2, and the kernel then omits
+    // IFLA_LINK; the pair must still be reported correctly.
+    let host = TestNs::new("same-h");
+    let cont = TestNs::new("same-c");
+    let pair = host
+        .netlink()
+        .create_veth(veth("vethsame", "eth0", &cont.ns))
+        .expect("veth");
+    let peer = cont
+        .netlink()
+        .link_by_name("eth0")
+        .expect("read")
+        .expect("peer");
+    assert_eq!(peer.index, pair.peer_index);
+}
+
+#[test]
+fn addresses_and_routes() {
+    if !isolated("addresses_and_routes") {
+        return;
+    }
+    let host = TestNs::new("ar-h");
+    let cont = TestNs::new("ar-c");
+    host.netlink()
+        .create_veth(veth("vethar", "eth0", &cont.ns))
+        .expect("veth");
+    let mut nl = cont.netlink();
+    let eth0 = nl.link_by_name("eth0").expect("read").expect("eth0");
+    nl.set_up(eth0.index).expect("up");
+    let v4: ipnet::IpNet = "10.22.0.5/16".parse().expect("net");
+    let v6: ipnet::IpNet = "fd00::5/64".parse().expect("net");
+    for addr in [v4, v4, v6] {
+        nl.add_address(eth0.index, addr)
+            .expect("add address (EEXIST is ok)");
+    }
+    let addrs = nl.addresses(eth0.index).expect("list");
+    assert!(addrs.contains(&v4) && addrs.contains(&v6), "{addrs:?}");
+
+    let mut default = Route::new("0.0.0.0/0".parse().expect("net"));
+    default.gateway = Some("10.22.0.1".parse().expect("ip"));
+    nl.add_route(&default).expect("add default");
+    nl.add_route(&default).expect("EEXIST is ok");
+    let mut link_route = Route::new("192.168.7.0/24".parse().expect("net"));
+    link_route.oif = Some(eth0.index);
+    link_route.mtu = Some(1300);
+    nl.add_route(&link_route).expect("add link route");
+    let routes = nl.routes().expect("routes");
+    let found = routes
+        .iter()
+        .find(|r| r.dst == link_route.dst)
+        .expect("link route listed");
+    assert_eq!(
+        (found.mtu, found.scope, found.oif),
+        (Some(1300), Some(253), Some(eth0.index))
+    );
+    let def = nl
+        .default_route_link()
+        .expect("default link")
+        .expect("some");
+    assert_eq!(def.index, eth0.index);
+
+    nl.del_route(&link_route).expect("del route");
+    assert_eq!(
+        nl.del_route(&link_route).expect_err("twice").kind,
+        ErrorKind::NotFound
+    );
+    nl.del_address(eth0.index, v6).expect("del address");
+    let err = nl.del_address(eth0.index, v6).expect_err("twice");
+    assert_eq!(err.kind, ErrorKind::NotFound);
+
+    let accept_dad = cont.ns.run(|| {
+        sysctl::set("net/ipv6/conf/eth0/accept_dad", "0")?;
+        sysctl::get("net/ipv6/conf/eth0/accept_dad")
+    });
+    assert_eq!(accept_dad.expect("run").expect("sysctl"), "0");
+}
+
+#[test]
+fn macvlan_and_ipvlan() {
+    if !isolated("macvlan_and_ipvlan") {
+        return;
+    }
+    let host = TestNs::new("mv-h");
+    let cont = TestNs::new("mv-c");
+    let mut nl = host.netlink();
+    let master = nl
+        .create_veth(veth("mvmaster", "mvpeer", &cont.ns))
+        .expect("veth master");
+    let mv = nl
+        .create_macvlan(MacvlanSpec {
+            name: "mv0".into(),
+            master_index: master.host_index,
+            mode: MacvlanMode::Bridge,
+            mtu: Some(1300),
+            mac: Some("02:11:22:33:44:55".into()),
+            txqueuelen: None,
+            netns: Some(&cont.ns),
+        })
+        .expect("macvlan");
+    assert_eq!(mv.macvlan_mode, Some(MacvlanMode::Bridge));
+    assert_eq!(mv.mac.as_deref(), Some("02:11:22:33:44:55"));
+    assert!(cont.netlink().link_by_name("mv0").expect("read").is_some());
+    assert!(nl.link_by_name("mv0").expect("read").is_none());
+
+    let iv = nl.create_ipvlan(IpvlanSpec {
+        name: "ipv0".into(),
+        master_index: master.host_index,
+        mode: IpvlanMode::L2,
+        mtu: None,
+        netns: Some(&cont.ns),
+    });
+    match iv {
+        Ok(link) => assert_eq!(link.ipvlan_mode, Some(IpvlanMode::L2)),
+        Err(e) => {
+            assert_eq!(e.kind, ErrorKind::Unsupported, "{}", e.message);
+            assert!(e
+                .message
+                .ends_with("this kernel has no ipvlan support (CONFIG_IPVLAN)"));
+        }
+    }
+}
+
+#[test]
+fn large_link_dump() {
+    if !isolated("large_link_dump") {
+        return;
+    }
+    // Several hundred links need more than one 32 KiB dump datagram.
+    let host = TestNs::new("dump-h");
+    let mut nl = host.netlink();
+    let me = NetNs::open(host.ns.path()).expect("reopen");
+    for i in 0..150 {
+        let spec = VethSpec {
+            host_name: format!("vd{i}a"),
+            peer_name: format!("vd{i}b"),
+            peer_netns: &me,
+            mtu: None,
+            peer_mac: None,
+        };
+        nl.create_veth(spec).expect("veth");
+    }
+    assert_eq!(nl.links().expect("dump").len(), 301);
+}

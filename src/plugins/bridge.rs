@@ -1,0 +1,497 @@
+//! bridge: a veth pair from a host bridge into the container, addressed by IPAM.
+//! Keys and behaviour follow the reference plugin; see README "bridge".
+
+use super::common::{
+    check_iface_state, configure_iface, container_iface_pos, delete_container_link,
+    ensure_ifname_free, ipam_rollback_on_error, open_netns, random_veth_name, requested_mac,
+};
+use crate::cni::delegate;
+use crate::cni::{CniResult, Code, Command, Error, Interface, Plugin, Request, Route};
+use crate::netlink::{sysctl, BridgePort, BridgeSpec, Link, NetNs, Netlink, VethSpec};
+use ipnet::IpNet;
+use serde::Deserialize;
+use std::net::IpAddr;
+
+pub struct Bridge;
+
+#[derive(Debug, Deserialize)]
+#[serde(rename_all = "camelCase")]
+struct Conf {
+    #[serde(default = "default_bridge")]
+    bridge: String,
+    #[serde(default)]
+    is_gateway: bool,
+    #[serde(default)]
+    is_default_gateway: bool,
+    #[serde(default)]
+    force_address: bool,
+    /// Accepted now; the nftables rules arrive with the firewall work.
+    #[serde(default)]
+    #[allow(dead_code)]
+    ip_masq: bool,
+    #[serde(default)]
+    mtu: Option<u32>,
+    #[serde(default)]
+    hairpin_mode: bool,
+    #[serde(default)]
+    promisc_mode: bool,
+    #[serde(default)]
+    vlan: Option<u16>,
+    #[serde(default)]
+    vlan_trunk: Vec<Trunk>,
+    #[serde(default)]
+    preserve_default_vlan: Option<bool>,
+    #[serde(default)]
+    enabledad: bool,
+    /// Accepted now; the bridge-family filter arrives with the firewall work.
+    #[serde(default)]
+    #[allow(dead_code)]
+    macspoofchk: bool,
+    #[serde(default)]
+    disable_container_interface: bool,
+    #[serde(default)]
+    port_isolation: bool,
+}
+
+#[derive(Debug, Deserialize)]
+#[serde(rename_all = "camelCase")]
+struct Trunk {
+    #[serde(default)]
+    id: Option<u16>,
+    #[serde(default)]
+    min_id: Option<u16>,
+    #[serde(default)]
+    max_id: Option<u16>,
+}
+
+fn default_bridge() -> String {
+    "cni0".into()
+}
+
+impl Conf {
+    fn load(req: &Request) -> Result<Conf, Error> {
+        let mut c: Conf = req.conf.typed()?;
+        if c.is_default_gateway {
+            c.is_gateway = true;
+        }
+        if c.hairpin_mode && c.promisc_mode {
+            return Err(Error::invalid_config(
+                "cannot set hairpinMode and promiscMode at the same time",
+            ));
+        }
+        crate::cni::env::validate_ifname(&c.bridge)
+            .map_err(|why| Error::invalid_config(format!("bridge {:?} {why}", c.bridge)))?;
+        if let Some(v) = c.vlan {
+            check_vid(v, "vlan")?;
+        }
+        Ok(c)
+    }
+
+    /// VLAN ids the container port carries: `vlan` untagged PVID, trunk tagged.
+    fn trunk_ids(&self) -> Result<Vec<u16>, Error> {
+        let mut ids = Vec::new();
+        for t in &self.vlan_trunk {
+            match (t.id, t.min_id, t.max_id) {
+                (Some(id), None, None) => ids.push(check_vid(id, "vlanTrunk.id")?),
+                (None, Some(lo), Some(hi)) if lo <= hi => {
+                    check_vid(lo, "vlanTrunk.minID")?;
+                    check_vid(hi, "vlanTrunk.maxID")?;
+                    ids.extend(lo..=hi);
+                }
+                _ => {
+                    return Err(Error::invalid_config(
+                        "vlanTrunk entries need either id, or minID <= maxID",
+                    ))
+                }
+            }
+        }
+        Ok(ids)
+    }
+
+    fn uses_vlans(&self) -> bool {
+        self.vlan.is_some() || !self.vlan_trunk.is_empty()
+    }
+}
+
+fn check_vid(v: u16, key: &str) -> Result<u16, Error> {
+    if (1..=4094).contains(&v) {
+        Ok(v)
+    } else {
+        Err(Error::invalid_config(format!(
+            "{key} {v} must be between 1 and 4094"
+        )))
+    }
+}
+
+impl Plugin for Bridge {
+    // ---------------------------------------------------------------- ADD
+    fn add(&self, req: &Request) -> Result<CniResult, Error> {
+        let conf = Conf::load(req)?;
+        let trunk = conf.trunk_ids()?;
+        let mac = requested_mac(req)?;
+        let ns = open_netns(req.netns())?;
+        let mut host = Netlink::open()?;
+        let mut cont = Netlink::open_in(&ns)?;
+        ensure_ifname_free(&mut cont, req.ifname(), req.netns())?;
+
+        let bridge = host.ensure_bridge(BridgeSpec {
+            name: conf.bridge.clone(),
+            mtu: conf.mtu,
+            vlan_filtering: conf.uses_vlans(),
+            promisc: conf.promisc_mode,
+        })?;
+        let host_name = random_veth_name();
+        let pair = host.create_veth(VethSpec {
+            host_name: host_name.clone(),
+            peer_name: req.ifname().to_string(),
+            peer_netns: &ns,
+            mtu: conf.mtu,
+            peer_mac: mac,
+        })?;
+        // From here on a failure must remove the veth (deleting one end removes both).
+        let attached = attach_port(&mut host, &conf, &trunk, pair.host_index, bridge.index)
+            .and_then(|()| {
+                self.address(
+                    req,
+                    &conf,
+                    &ns,
+                    &mut host,
+                    &mut cont,
+                    &bridge,
+                    pair.peer_index,
+                )
+            });
+        let mut result = match attached {
+            Ok(r) => r,
+            Err(e) => {
+                if let Err(ce) = host.delete_link(pair.host_index) {
+                    eprintln!("cleanup after failed ADD: {ce}");
+                }
+                return Err(e);
+            }
+        };
+        result.interfaces = interfaces(&mut host, &mut cont, &conf, req, pair)?;
+        Ok(result)
+    }
+
+    // ---------------------------------------------------------------- CHECK
+    fn check(&self, req: &Request) -> Result<(), Error> {
+        let conf = Conf::load(req)?;
+        let Some(prev) = req.conf.prev_result.clone() else {
+            return Err(Error::invalid_config("CHECK needs prevResult"));
+        };
+        if req.conf.ipam_type.is_some() {
+            delegate::ipam(req, Command::Check)?;
+        }
+        let mut host = Netlink::open()?;
+        let bridge = host.link_by_name(&conf.bridge)?.ok_or_else(|| {
+            Error::new(
+                Code::Kernel,
+                format!("CHECK: bridge {} does not exist", conf.bridge),
+            )
+        })?;
+        expect_kind(&bridge, "bridge")?;
+
+        let pos = container_iface_pos(&prev, req.ifname(), req.netns()).ok_or_else(|| {
+            Error::invalid_config(format!(
+                "CHECK: prevResult has no interface {} in {}",
+                req.ifname(),
+                req.netns()
+            ))
+        })?;
+        let ns = open_netns(req.netns())?;
+        let mut cont = Netlink::open_in(&ns)?;
+        let link = cont.link_by_name(req.ifname())?.ok_or_else(|| {
+            Error::new(
+                Code::Kernel,
+                format!(
+                    "CHECK: interface {} is missing in {}",
+                    req.ifname(),
+                    req.netns()
+                ),
+            )
+        })?;
+        expect_kind(&link, "veth")?;
+        expect_mac(&link, &prev.interfaces[pos].mac)?;
+        check_peer_on_bridge(&mut host, &link, &bridge)?;
+        check_iface_state(&mut cont, link.index, req.ifname(), pos, &prev)
+    }
+
+    // ---------------------------------------------------------------- DEL
+    fn del(&self, req: &Request) -> Result<(), Error> {
+        // Parse to reject garbage, but never fail DEL on kernel state that is gone.
+        let _conf = Conf::load(req)?;
+        if req.conf.ipam_type.is_some() {
+            delegate::ipam(req, Command::Del)?;
+        }
+        delete_container_link(req.netns(), req.ifname())
+    }
+
+    // ---------------------------------------------------------------- STATUS
+    fn status(&self, req: &Request) -> Result<(), Error> {
+        Conf::load(req)?;
+        if req.conf.ipam_type.is_some() {
+            delegate::ipam(req, Command::Status)?;
+        }
+        Ok(())
+    }
+
+    // ---------------------------------------------------------------- GC
+    fn gc(&self, req: &Request) -> Result<(), Error> {
+        Conf::load(req)?;
+        if req.conf.ipam_type.is_some() {
+            delegate::ipam(req, Command::Gc)?;
+        }
+        Ok(())
+    }
+}
+
+impl Bridge {
+    /// IPAM ADD, gateway bookkeeping, and the container side. Undoes the IPAM
+    /// reservation if anything after it fails.
+    #[allow(clippy::too_many_arguments)]
+    fn address(
+        &self,
+        req: &Request,
+        conf: &Conf,
+        ns: &NetNs,
+        host: &mut Netlink,
+        cont: &mut Netlink,
+        bridge: &Link,
+        peer_index: u32,
+    ) -> Result<CniResult, Error> {
+        if req.conf.ipam_type.is_none() {
+            // L2 only: bring the container end up unless asked not to.
+            if !conf.disable_container_interface {
+                cont.set_up(peer_index)?;
+            }
+            return Ok(CniResult::default());
+        }
+        let mut result = delegate::ipam(req, Command::Add)?.unwrap_or_default();
+        ipam_rollback_on_error(req, || {
+            if result.ips.is_empty() {
+                return Err(Error::new(
+                    Code::Delegate,
+                    "IPAM plugin returned no IP addresses",
+                ));
+            }
+            apply_gateways(conf, &mut result);
+            for ip in &mut result.ips {
+                ip.interface = Some(2);
+            }
+            configure_iface(ns, cont, peer_index, req.ifname(), &result, conf.enabledad)?;
+            if conf.disable_container_interface {
+                cont.set_down(peer_index)?;
+            }
+            if conf.is_gateway {
+                gateway_on_bridge(host, conf, bridge, &result)?;
+            }
+            Ok(result)
+        })
+    }
+}
+
+/// Enslave the host end, set port flags and VLANs, bring it up.
+fn attach_port(
+    host: &mut Netlink,
+    conf: &Conf,
+    trunk: &[u16],
+    index: u32,
+    bridge: u32,
+) -> Result<(), Error> {
+    host.set_master(index, bridge)?;
+    if conf.hairpin_mode || conf.port_isolation {
+        host.set_bridge_port(
+            index,
+            BridgePort {
+                hairpin: conf.hairpin_mode,
+                isolated: conf.port_isolation,
+            },
+        )?;
+    }
+    if let Some(vid) = conf.vlan {
+        host.bridge_vlan_add(index, vid, true, true, false)?;
+        // The bridge itself must carry the VLAN to route for it.
+        host.bridge_vlan_add(bridge, vid, false, false, true)?;
+    }
+    for &vid in trunk {
+        host.bridge_vlan_add(index, vid, false, false, false)?;
+    }
+    if conf.uses_vlans() && conf.preserve_default_vlan == Some(false) {
+        host.bridge_vlan_del(index, 1)?;
+    }
+    host.set_up(index)?;
+    Ok(())
+}
+
+/// isGateway: gateway-less IPs get the subnet's first address as gateway;
+/// isDefaultGateway: add a default route per family via that gateway.
+fn apply_gateways(conf: &Conf, result: &mut CniResult) {
+    if !conf.is_gateway {
+        return;
+    }
+    for ip in &mut result.ips {
+        if ip.gateway.is_none() {
+            ip.gateway = first_host(ip.address);
+        }
+    }
+    if !conf.is_default_gateway {
+        return;
+    }
+    let gateways: Vec<IpAddr> = result.ips.iter().filter_map(|ip| ip.gateway).collect();
+    for gw in gateways {
+        let default: IpNet = if gw.is_ipv4() {
+            IpNet::new(IpAddr::from([0u8; 4]), 0)
+        } else {
+            IpNet::new(IpAddr::from([0u16; 8]), 0)
+        }
+        .unwrap_or_default();
+        let exists = result.routes.iter().any(|r| r.dst == default);
+        if !exists {
+            result.routes.push(Route::new(default, Some(gw)));
+        }
+    }
+}
+
+fn first_host(net: IpNet) -> Option<IpAddr> {
+    net.hosts().next()
+}
+
+/// Put each family's gateway on the bridge (idempotent; safe when ADDs race)
+/// and enable forwarding. With forceAddress, an older gateway in the same
+/// family is replaced; without it, a conflicting one is an error.
+fn gateway_on_bridge(
+    host: &mut Netlink,
+    conf: &Conf,
+    bridge: &Link,
+    result: &CniResult,
+) -> Result<(), Error> {
+    for ip in &result.ips {
+        let Some(gw) = ip.gateway else { continue };
+        let want = IpNet::new(gw, ip.address.prefix_len())
+            .map_err(|e| Error::new(Code::Internal, e.to_string()))?;
+        let present = host.addresses(bridge.index)?;
+        if present.contains(&want) {
+            continue;
+        }
+        for other in present
+            .iter()
+            .filter(|a| a.addr().is_ipv4() == gw.is_ipv4() && a.contains(&gw))
+        {
+            if !conf.force_address {
+                return Err(Error::new(
+                    Code::Kernel,
+                    format!(
+                        "bridge {} already has address {other}, not the gateway {want}; set forceAddress to replace it",
+                        conf.bridge
+                    ),
+                ));
+            }
+            host.del_address(bridge.index, *other)?;
+        }
+        if gw.is_ipv6() {
+            // A tentative gateway would black-hole the first second of traffic.
+            sysctl::set(&format!("net/ipv6/conf/{}/accept_dad", conf.bridge), "0")?;
+        }
+        host.add_address(bridge.index, want)?;
+        enable_forwarding(gw)?;
+    }
+    Ok(())
+}
+
+fn enable_forwarding(gw: IpAddr) -> Result<(), Error> {
+    let key = if gw.is_ipv4() {
+        "net/ipv4/ip_forward"
+    } else {
+        "net/ipv6/conf/all/forwarding"
+    };
+    if sysctl::get(key).ok().as_deref() != Some("1") {
+        sysctl::set(key, "1")?;
+    }
+    Ok(())
+}
+
+/// Result interfaces in the reference order: bridge, host veth, container.
+fn interfaces(
+    host: &mut Netlink,
+    cont: &mut Netlink,
+    conf: &Conf,
+    req: &Request,
+    pair: crate::netlink::VethPair,
+) -> Result<Vec<Interface>, Error> {
+    let mac_of = |l: Option<Link>| l.and_then(|l| l.mac).unwrap_or_default();
+    let bridge_mac = mac_of(host.link_by_name(&conf.bridge)?);
+    let host_link = host.link_by_index(pair.host_index)?;
+    let host_name = host_link
+        .as_ref()
+        .map(|l| l.name.clone())
+        .unwrap_or_default();
+    Ok(vec![
+        Interface {
+            name: conf.bridge.clone(),
+            mac: bridge_mac,
+            ..Default::default()
+        },
+        Interface {
+            name: host_name,
+            mac: mac_of(host_link),
+            ..Default::default()
+        },
+        Interface {
+            name: req.ifname().to_string(),
+            mac: mac_of(cont.link_by_index(pair.peer_index)?),
+            sandbox: req.netns().to_string(),
+            ..Default::default()
+        },
+    ])
+}
+
+fn expect_kind(link: &Link, kind: &str) -> Result<(), Error> {
+    if link.kind.as_deref() != Some(kind) {
+        return Err(Error::new(
+            Code::Kernel,
+            format!(
+                "CHECK: {} is a {}, expected a {kind}",
+                link.name,
+                link.kind.as_deref().unwrap_or("device without kind")
+            ),
+        ));
+    }
+    Ok(())
+}
+
+fn expect_mac(link: &Link, want: &str) -> Result<(), Error> {
+    if !want.is_empty() && link.mac.as_deref() != Some(&want.to_ascii_lowercase()) {
+        return Err(Error::new(
+            Code::Kernel,
+            format!(
+                "CHECK: {} has MAC {}, prevResult says {want}",
+                link.name,
+                link.mac.as_deref().unwrap_or("none")
+            ),
+        ));
+    }
+    Ok(())
+}
+
+/// The container veth's peer (IFLA_LINK, a host ifindex) must be a port of the bridge.
+fn check_peer_on_bridge(host: &mut Netlink, cont_link: &Link, bridge: &Link) -> Result<(), Error> {
+    let peer = match cont_link.link {
+        Some(i) => host.link_by_index(i)?,
+        None => None,
+    };
+    match peer {
+        Some(p) if p.master == Some(bridge.index) => Ok(()),
+        Some(p) => Err(Error::new(
+            Code::Kernel,
+            format!(
+                "CHECK: host end {} is not a port of bridge {}",
+                p.name, bridge.name
+            ),
+        )),
+        None => Err(Error::new(
+            Code::Kernel,
+            format!("CHECK: the host end of {} is missing", cont_link.name),
+        )),
+    }
+}

@@ -1,0 +1,208 @@
+//! ipamd: the IPAM plugin. A thin client of the lease daemon (or, with no
+//! daemon running, of the same store in-process); see the `ipamd` crate.
+//! Configuration keys are host-local's, so migrating is a change of `type`.
+
+use crate::cni::{CniResult, Code, Error, IpConfig, Plugin, Request, Route};
+use ipamd::api::{AllocateRequest, LeaseKey};
+use ipamd::client::Client;
+use ipamd::config::{IpamConfig, RangeSet};
+use std::net::IpAddr;
+
+pub struct Ipamd;
+
+/// Everything one call needs: the parsed `ipam` object and the client.
+struct Call {
+    conf: IpamConfig,
+    client: Client,
+    network: String,
+}
+
+impl Call {
+    fn new(req: &Request) -> Result<Call, Error> {
+        let ipam = req
+            .conf
+            .raw
+            .get("ipam")
+            .ok_or_else(|| Error::invalid_config("missing \"ipam\" section"))?;
+        let mut conf = IpamConfig::from_json(ipam)?;
+        // Capability ipRanges replaces the configured range sets (CONVENTIONS).
+        if let Some(ranges) = req.conf.runtime_config("ipRanges") {
+            if ranges.as_array().is_some_and(|a| !a.is_empty()) {
+                conf.range_sets = IpamConfig::ranges_from_json(ranges)?;
+            }
+        }
+        if req.conf.name.is_empty() {
+            return Err(Error::invalid_config(
+                "the network configuration needs a \"name\"",
+            ));
+        }
+        let client = Client::new(&conf.socket, &conf.data_dir);
+        Ok(Call {
+            conf,
+            client,
+            network: req.conf.name.clone(),
+        })
+    }
+
+    fn key(&self, req: &Request) -> LeaseKey {
+        LeaseKey {
+            network: self.network.clone(),
+            container_id: req.container_id().to_string(),
+            ifname: req.ifname().to_string(),
+        }
+    }
+}
+
+impl Plugin for Ipamd {
+    // ---------------------------------------------------------------- ADD
+    fn add(&self, req: &Request) -> Result<CniResult, Error> {
+        let call = Call::new(req)?;
+        let allocations = call.client.allocate(&AllocateRequest {
+            key: call.key(req),
+            range_sets: call.conf.range_sets.clone(),
+            requested: requested_ips(req)?,
+        })?;
+        let dns = match &call.conf.resolv_conf {
+            Some(path) => ipamd::config::parse_resolv_conf(path)?,
+            None => Default::default(),
+        };
+        Ok(CniResult {
+            interfaces: Vec::new(),
+            ips: allocations
+                .into_iter()
+                .map(|a| IpConfig {
+                    address: a.address,
+                    gateway: a.gateway,
+                    interface: None,
+                })
+                .collect(),
+            routes: call
+                .conf
+                .routes
+                .iter()
+                .map(|r| Route::new(r.dst, r.gw))
+                .collect(),
+            dns: crate::cni::Dns {
+                nameservers: dns.nameservers,
+                domain: dns.domain.unwrap_or_default(),
+                search: dns.search,
+                options: dns.options,
+            },
+        })
+    }
+
+    // ---------------------------------------------------------------- CHECK
+    fn check(&self, req: &Request) -> Result<(), Error> {
+        let call = Call::new(req)?;
+        let held = call.client.check(&call.key(req))?;
+        if held.is_empty() {
+            return Err(Error::new(
+                Code::AddressUnavailable,
+                format!(
+                    "CHECK: no lease for container {} interface {} in network {}",
+                    req.container_id(),
+                    req.ifname(),
+                    call.network
+                ),
+            ));
+        }
+        let Some(prev) = &req.conf.prev_result else {
+            return Ok(());
+        };
+        for lease in &held {
+            if !prev
+                .ips
+                .iter()
+                .any(|ip| ip.address.addr() == lease.address.addr())
+            {
+                return Err(Error::new(
+                    Code::AddressUnavailable,
+                    format!(
+                        "CHECK: lease {} is not among prevResult's addresses",
+                        lease.address
+                    ),
+                ));
+            }
+        }
+        Ok(())
+    }
+
+    // ---------------------------------------------------------------- DEL
+    fn del(&self, req: &Request) -> Result<(), Error> {
+        let call = Call::new(req)?;
+        call.client.release(&call.key(req))?;
+        Ok(())
+    }
+
+    // ---------------------------------------------------------------- STATUS
+    /// Any failure means "cannot serve ADD now": code 50, with the reason.
+    fn status(&self, req: &Request) -> Result<(), Error> {
+        let call = Call::new(req)?;
+        let sets: &[RangeSet] = &call.conf.range_sets;
+        call.client
+            .status(&call.network, sets)
+            .map_err(|e| Error::new(Code::NotAvailable, e.to_string()))
+    }
+
+    // ---------------------------------------------------------------- GC
+    fn gc(&self, req: &Request) -> Result<(), Error> {
+        let call = Call::new(req)?;
+        let Some(valid) = req.conf.valid_attachments()? else {
+            return Err(Error::invalid_config(
+                "GC needs cni.dev/valid-attachments (or cni.dev/attachments)",
+            ));
+        };
+        let valid: Vec<(String, String)> = valid
+            .into_iter()
+            .map(|a| (a.container_id, a.ifname))
+            .collect();
+        let freed = call.client.gc(&call.network, &valid)?;
+        if freed > 0 {
+            eprintln!(
+                "ipamd: GC freed {freed} lease(s) in network {}",
+                call.network
+            );
+        }
+        Ok(())
+    }
+}
+
+/// Explicitly requested addresses: `CNI_ARGS IP=a,b`, `args.cni.ips`,
+/// `runtimeConfig.ips` (capability `ips`), in that order, without duplicates.
+fn requested_ips(req: &Request) -> Result<Vec<IpAddr>, Error> {
+    let mut out: Vec<IpAddr> = Vec::new();
+    let mut push = |raw: &str, key: &str| -> Result<(), Error> {
+        // Accept "10.0.0.5" and "10.0.0.5/24" (CONVENTIONS uses both).
+        let addr = raw.split('/').next().unwrap_or(raw).trim();
+        let ip: IpAddr = addr
+            .parse()
+            .map_err(|_| Error::invalid_config(format!("{key}: {raw:?} is not an IP address")))?;
+        if !out.contains(&ip) {
+            out.push(ip);
+        }
+        Ok(())
+    };
+    if let Some(list) = req.args.get("IP") {
+        for raw in list.split(',').filter(|s| !s.is_empty()) {
+            push(raw, "CNI_ARGS IP")?;
+        }
+    }
+    for (key, value) in [
+        ("args.cni.ips", req.conf.args_cni("ips")),
+        ("runtimeConfig.ips", req.conf.runtime_config("ips")),
+    ] {
+        let Some(value) = value else { continue };
+        let Some(list) = value.as_array() else {
+            return Err(Error::invalid_config(format!(
+                "{key} must be a list of addresses"
+            )));
+        };
+        for item in list {
+            let raw = item
+                .as_str()
+                .ok_or_else(|| Error::invalid_config(format!("{key}: {item} is not a string")))?;
+            push(raw, key)?;
+        }
+    }
+    Ok(out)
+}

@@ -1,0 +1,182 @@
+//! macvlan: a MAC-VLAN child of a host (or in-container) master, moved into
+//! the container. IPAM is optional: without it the link is L2 only.
+
+use super::common::{
+    address_single_iface, check_mtu_against_master, check_single_iface, del_single_iface,
+    ensure_ifname_free, ipam_rollback_on_error, open_netns, requested_mac, resolve_master,
+};
+use crate::cni::delegate;
+use crate::cni::{CniResult, Code, Command, Error, Interface, Plugin, Request};
+use crate::netlink::{MacvlanMode, MacvlanSpec, Netlink};
+use serde::Deserialize;
+
+pub struct Macvlan;
+
+#[derive(Debug, Deserialize)]
+#[serde(rename_all = "camelCase")]
+struct Conf {
+    #[serde(default)]
+    master: Option<String>,
+    #[serde(default)]
+    mode: Option<String>,
+    #[serde(default)]
+    mtu: Option<u32>,
+    #[serde(default)]
+    mac: Option<String>,
+    #[serde(default)]
+    link_in_container: bool,
+    #[serde(default)]
+    bcqueuelen: Option<u32>,
+}
+
+impl Conf {
+    fn load(req: &Request) -> Result<(Conf, MacvlanMode), Error> {
+        let c: Conf = req.conf.typed()?;
+        let mode = match c.mode.as_deref().unwrap_or("bridge") {
+            "bridge" | "" => MacvlanMode::Bridge,
+            "private" => MacvlanMode::Private,
+            "vepa" => MacvlanMode::Vepa,
+            "passthru" => MacvlanMode::Passthru,
+            other => {
+                return Err(Error::invalid_config(format!(
+                    "mode {other:?} is not one of bridge, private, vepa, passthru"
+                )))
+            }
+        };
+        Ok((c, mode))
+    }
+}
+
+impl Plugin for Macvlan {
+    // ---------------------------------------------------------------- ADD
+    fn add(&self, req: &Request) -> Result<CniResult, Error> {
+        let (conf, mode) = Conf::load(req)?;
+        let mac = match requested_mac(req)? {
+            Some(m) => Some(m),
+            None => conf
+                .mac
+                .as_deref()
+                .map(|m| super::common::validate_mac(m, "mac"))
+                .transpose()?,
+        };
+        let ns = open_netns(req.netns())?;
+        let mut cont = Netlink::open_in(&ns)?;
+        ensure_ifname_free(&mut cont, req.ifname(), req.netns())?;
+
+        // The master lives on the host, or in the container with linkInContainer.
+        let mut host = if conf.link_in_container {
+            None
+        } else {
+            Some(Netlink::open()?)
+        };
+        let (master_nl, where_) = match host.as_mut() {
+            Some(h) => (h, "the host".to_string()),
+            None => (&mut cont, format!("netns {}", req.netns())),
+        };
+        let master = resolve_master(master_nl, conf.master.as_deref(), &where_)?;
+        check_mtu_against_master(conf.mtu, &master)?;
+        let index = master_nl
+            .create_macvlan(MacvlanSpec {
+                name: req.ifname().to_string(),
+                master_index: master.index,
+                mode,
+                mtu: conf.mtu,
+                mac,
+                txqueuelen: conf.bcqueuelen,
+                netns: if conf.link_in_container {
+                    None
+                } else {
+                    Some(&ns)
+                },
+            })?
+            .index;
+
+        let outcome = address_or_l2(req, &ns, &mut cont, index);
+        outcome.inspect_err(|_| {
+            if let Err(e) = cont.delete_link(index) {
+                eprintln!("cleanup after failed ADD: {e}");
+            }
+        })
+    }
+
+    // ---------------------------------------------------------------- CHECK
+    fn check(&self, req: &Request) -> Result<(), Error> {
+        let (_, mode) = Conf::load(req)?;
+        let (link, _) = check_single_iface(req, "macvlan")?;
+        if link.macvlan_mode.is_some_and(|m| m != mode) {
+            return Err(Error::new(
+                Code::Kernel,
+                format!(
+                    "CHECK: {} has macvlan mode {:?}, config says {mode:?}",
+                    link.name, link.macvlan_mode
+                ),
+            ));
+        }
+        Ok(())
+    }
+
+    // ---------------------------------------------------------------- DEL
+    fn del(&self, req: &Request) -> Result<(), Error> {
+        Conf::load(req)?;
+        del_single_iface(req)
+    }
+
+    // ---------------------------------------------------------------- STATUS
+    fn status(&self, req: &Request) -> Result<(), Error> {
+        Conf::load(req)?;
+        if req.conf.ipam_type.is_some() {
+            delegate::ipam(req, Command::Status)?;
+        }
+        Ok(())
+    }
+
+    // ---------------------------------------------------------------- GC
+    fn gc(&self, req: &Request) -> Result<(), Error> {
+        Conf::load(req)?;
+        if req.conf.ipam_type.is_some() {
+            delegate::ipam(req, Command::Gc)?;
+        }
+        Ok(())
+    }
+}
+
+/// With IPAM, address the link (releasing the lease if that fails); without,
+/// just bring it up.
+fn address_or_l2(
+    req: &Request,
+    ns: &crate::netlink::NetNs,
+    cont: &mut Netlink,
+    index: u32,
+) -> Result<CniResult, Error> {
+    if req.conf.ipam_type.is_none() {
+        return l2_only(cont, req, index);
+    }
+    let ipam = delegate::ipam(req, Command::Add)?.unwrap_or_default();
+    ipam_rollback_on_error(req, || {
+        if ipam.ips.is_empty() {
+            return Err(Error::new(
+                Code::Delegate,
+                "IPAM plugin returned no IP addresses",
+            ));
+        }
+        address_single_iface(ns, cont, req, index, ipam)
+    })
+}
+
+/// No IPAM: the link is up and reported, with no addresses.
+fn l2_only(cont: &mut Netlink, req: &Request, index: u32) -> Result<CniResult, Error> {
+    cont.set_up(index)?;
+    let mac = cont
+        .link_by_index(index)?
+        .and_then(|l| l.mac)
+        .unwrap_or_default();
+    Ok(CniResult {
+        interfaces: vec![Interface {
+            name: req.ifname().to_string(),
+            mac,
+            sandbox: req.netns().to_string(),
+            ..Default::default()
+        }],
+        ..Default::default()
+    })
+}

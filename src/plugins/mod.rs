@@ -1,0 +1,25 @@
+//! The plugins. Each file reads top to bottom as ADD / CHECK / DEL / STATUS / GC.
+
+pub mod bridge;
+pub mod ipam;
+pub mod ipvlan;
+pub mod macvlan;
+pub mod portmap;
+
+mod common;
+
+use crate::cni::Plugin;
+
+/// Names a symlink (argv[0]) or `cnikit <name>` may use.
+pub const NAMES: [&str; 5] = ["bridge", "macvlan", "ipvlan", "portmap", "ipamd"];
+
+pub fn by_name(name: &str) -> Option<&'static dyn Plugin> {
+    Some(match name {
+        "bridge" => &bridge::Bridge,
+        "macvlan" => &macvlan::Macvlan,
+        "ipvlan" => &ipvlan::Ipvlan,
+        "portmap" => &portmap::Portmap,
+        "ipamd" => &ipam::Ipamd,
+        _ => return None,
+    })
+}

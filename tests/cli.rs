@@ -1,0 +1,302 @@
+//! The multicall binary and its admin commands: `cnikit install`, dispatch on
+//! argv[0] and on `cnikit <plugin>`, VERSION, help, `cnikit version`.
+
+mod common;
+
+use common::*;
+use serde_json::{json, Value};
+use std::os::unix::fs::PermissionsExt;
+use std::path::Path;
+use std::process::Command;
+
+fn install(dir: &Path, extra: &[&str]) -> std::process::Output {
+    Command::new(cnikit_exe())
+        .args(["install", "--dir"])
+        .arg(dir)
+        .args(extra)
+        .env_clear()
+        .output()
+        .expect("run cnikit install")
+}
+
+fn canonical_exe() -> std::path::PathBuf {
+    cnikit_exe().canonicalize().expect("canonicalize cnikit")
+}
+
+/// Every plugin name in `dir` is a symlink resolving to the cnikit binary.
+fn assert_links(dir: &Path) {
+    for name in PLUGINS {
+        let p = dir.join(name);
+        let meta = std::fs::symlink_metadata(&p).unwrap_or_else(|e| panic!("{}: {e}", p.display()));
+        assert!(
+            meta.file_type().is_symlink(),
+            "{} is not a symlink",
+            p.display()
+        );
+        assert_eq!(
+            p.canonicalize().unwrap(),
+            canonical_exe(),
+            "{} points elsewhere",
+            p.display()
+        );
+    }
+}
+
+fn version_answer(o: &Outcome) -> Value {
+    let v = o.result();
+    assert_eq!(
+        v["supportedVersions"],
+        json!(ALL_VERSIONS),
+        "VERSION must list the seven versions:\n{}",
+        o.stdout
+    );
+    v
+}
+
+/// Proves: `install --dir` creates exactly the five plugin symlinks, pointing at the binary.
+#[test]
+fn install_makes_the_five_links() {
+    let env = TestEnv::new("install_makes_the_five_links");
+    let dir = env.dir("cni-bin");
+    let out = install(&dir, &[]);
+    assert!(
+        out.status.success(),
+        "{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    assert_links(&dir);
+    let mut names: Vec<String> = std::fs::read_dir(&dir)
+        .unwrap()
+        .map(|e| e.unwrap().file_name().into_string().unwrap())
+        .collect();
+    names.sort();
+    let mut want: Vec<String> = PLUGINS.iter().map(|s| s.to_string()).collect();
+    want.sort();
+    assert_eq!(
+        names, want,
+        "install must create exactly the five links (no temp files left)"
+    );
+}
+
+/// Proves: a second install into the same dir succeeds and changes nothing.
+#[test]
+fn install_is_idempotent() {
+    let env = TestEnv::new("install_is_idempotent");
+    let dir = env.dir("cni-bin");
+    for _ in 0..3 {
+        let out = install(&dir, &[]);
+        assert!(
+            out.status.success(),
+            "{}",
+            String::from_utf8_lossy(&out.stderr)
+        );
+        assert_links(&dir);
+    }
+    // Creating a missing directory is part of install.
+    let nested = env.tmp.join("a/b/c");
+    let out = install(&nested, &[]);
+    assert!(
+        out.status.success(),
+        "{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    assert_links(&nested);
+}
+
+/// Proves: a foreign file (regular file, or a symlink to another binary) is
+/// not replaced without --force, the message says what and how; --force replaces it.
+#[test]
+fn install_refuses_foreign_files_without_force() {
+    let env = TestEnv::new("install_refuses_foreign_files_without_force");
+    let dir = env.dir("cni-bin");
+    let foreign = dir.join("bridge");
+    std::fs::write(&foreign, "#!/bin/sh\necho foreign\n").unwrap();
+    std::os::unix::fs::symlink(Path::new(REF_DIR).join("macvlan"), dir.join("macvlan")).unwrap();
+
+    let out = install(&dir, &[]);
+    assert!(
+        !out.status.success(),
+        "install must refuse to overwrite a foreign file"
+    );
+    let stderr = String::from_utf8_lossy(&out.stderr);
+    assert!(
+        stderr.contains(&foreign.display().to_string()) && stderr.contains("--force"),
+        "the message must name the file and mention --force: {stderr}"
+    );
+    assert!(!stderr.contains("panicked"), "{stderr}");
+    assert_eq!(
+        std::fs::read_to_string(&foreign).unwrap(),
+        "#!/bin/sh\necho foreign\n",
+        "the foreign file must be left untouched"
+    );
+    assert_eq!(
+        std::fs::read_link(dir.join("macvlan")).unwrap(),
+        Path::new(REF_DIR).join("macvlan"),
+        "a foreign symlink must be left untouched"
+    );
+
+    let out = install(&dir, &["--force"]);
+    assert!(
+        out.status.success(),
+        "{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    assert_links(&dir);
+}
+
+/// Proves: --copy installs five regular executable copies of the binary,
+/// idempotently, and the copies work as plugins (VERSION).
+#[test]
+fn install_copy_copies() {
+    let env = TestEnv::new("install_copy_copies");
+    let dir = env.dir("cni-bin-copy");
+    for _ in 0..2 {
+        let out = install(&dir, &["--copy"]);
+        assert!(
+            out.status.success(),
+            "{}",
+            String::from_utf8_lossy(&out.stderr)
+        );
+    }
+    let me = std::fs::read(canonical_exe()).unwrap();
+    for name in PLUGINS {
+        let p = dir.join(name);
+        let meta = std::fs::symlink_metadata(&p).unwrap();
+        assert!(
+            meta.file_type().is_file(),
+            "{} should be a regular file",
+            p.display()
+        );
+        assert!(
+            meta.permissions().mode() & 0o111 != 0,
+            "{} is not executable",
+            p.display()
+        );
+        assert!(
+            std::fs::read(&p).unwrap() == me,
+            "{} differs from the binary",
+            p.display()
+        );
+        version_answer(&Call::new(p).command("VERSION").run());
+    }
+    let leftovers: Vec<_> = std::fs::read_dir(&dir)
+        .unwrap()
+        .map(|e| e.unwrap().file_name())
+        .filter(|n| !PLUGINS.contains(&n.to_str().unwrap_or("")))
+        .collect();
+    assert!(
+        leftovers.is_empty(),
+        "temporary files left behind: {leftovers:?}"
+    );
+}
+
+/// Proves: every link answers VERSION with the seven versions, with or
+/// without a config on stdin, echoing the requested cniVersion.
+#[test]
+fn each_link_answers_version() {
+    let env = TestEnv::new("each_link_answers_version");
+    for name in PLUGINS {
+        let v = version_answer(&env.plugin(name).command("VERSION").run());
+        assert!(v["cniVersion"].is_string(), "{v}");
+        for asked in ["0.3.1", "0.4.0", "1.0.0", "1.1.0"] {
+            let v = version_answer(
+                &env.plugin(name)
+                    .command("VERSION")
+                    .conf(&json!({"cniVersion": asked}))
+                    .run(),
+            );
+            assert_eq!(
+                v["cniVersion"], asked,
+                "{name} VERSION should answer in {asked}"
+            );
+        }
+    }
+}
+
+/// Proves: `cnikit bridge` with CNI_COMMAND behaves like the `bridge` link
+/// (same VERSION answer, same validation errors).
+#[test]
+fn cnikit_subcommand_runs_the_plugin() {
+    let env = TestEnv::new("cnikit_subcommand_runs_the_plugin");
+    for name in PLUGINS {
+        let via_link = env.plugin(name).command("VERSION").run();
+        let via_sub = Call::cnikit(&[name]).command("VERSION").run();
+        assert_eq!(via_link.result(), via_sub.result(), "{name}");
+    }
+    let conf = json!({"cniVersion": "1.0.0", "name": "n", "type": "bridge"});
+    let e_link = env
+        .plugin("bridge")
+        .command("ADD")
+        .conf(&conf)
+        .run()
+        .expect_err(4, &["CNI_CONTAINERID"]);
+    let e_sub = Call::cnikit(&["bridge"])
+        .command("ADD")
+        .conf(&conf)
+        .run()
+        .expect_err(4, &["CNI_CONTAINERID"]);
+    assert_eq!(e_link.msg, e_sub.msg);
+}
+
+/// Proves: a plugin run by hand (no CNI_COMMAND) prints a help naming itself
+/// and the spec versions, exit 0; so does `cnikit` alone, naming all plugins.
+#[test]
+fn no_cni_command_prints_help() {
+    let env = TestEnv::new("no_cni_command_prints_help");
+    for name in PLUGINS {
+        let o = env.plugin(name).run();
+        o.ok();
+        assert!(
+            o.stdout.contains(name),
+            "{name} help should name the plugin: {}",
+            o.stdout
+        );
+        for v in ALL_VERSIONS {
+            assert!(
+                o.stdout.contains(v),
+                "{name} help should list {v}: {}",
+                o.stdout
+            );
+        }
+    }
+    let o = Call::cnikit(&[]).run();
+    o.ok();
+    for name in PLUGINS {
+        assert!(
+            o.stdout.contains(name),
+            "cnikit help should name {name}: {}",
+            o.stdout
+        );
+    }
+    for v in ALL_VERSIONS {
+        assert!(
+            o.stdout.contains(v),
+            "cnikit help should list {v}: {}",
+            o.stdout
+        );
+    }
+    // Any other argv[0] prints the help too.
+    let other = env.tmp.join("not-a-plugin");
+    std::os::unix::fs::symlink(cnikit_exe(), &other).unwrap();
+    let o = Call::new(other).run();
+    o.ok();
+    assert!(
+        o.stdout.contains("bridge") && o.stdout.contains("1.1.0"),
+        "{}",
+        o.stdout
+    );
+}
+
+/// Proves: `cnikit version` prints the build version.
+#[test]
+fn cnikit_version() {
+    let _env = TestEnv::new("cnikit_version");
+    let o = Call::cnikit(&["version"]).run();
+    o.ok();
+    assert!(
+        o.stdout.contains(env!("CARGO_PKG_VERSION")),
+        "expected {} in {:?}",
+        env!("CARGO_PKG_VERSION"),
+        o.stdout
+    );
+}
