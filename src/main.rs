@@ -6,6 +6,7 @@ mod admin;
 mod cni;
 mod netlink;
 mod plugins;
+mod runtime;
 
 use std::ffi::OsStr;
 use std::path::Path;

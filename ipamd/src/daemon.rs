@@ -216,13 +216,15 @@ impl Prepared {
                 .map_err(|e| Error::io("registering the listener", &e))?;
             systemd::notify("READY=1");
             log_at!(Level::Info, "ready");
-            server::serve(listener, self.registry, shutdown).await;
+            server::serve(listener, Arc::clone(&self.registry), shutdown).await;
             systemd::notify("STOPPING=1");
             Ok(())
         });
         if let Some(p) = &self.bound_path {
             let _ = std::fs::remove_file(p);
         }
+        // In-flight requests are answered; let the writers finish their queues.
+        self.registry.shutdown();
         res
     }
 }
@@ -236,7 +238,14 @@ fn bind(path: &Path, allowed_gid: Option<u32>) -> Result<StdListener, Error> {
             .create(parent)
             .map_err(|e| unavailable(format!("creating {}", parent.display()), &e))?;
     }
-    if path.exists() {
+    if let Ok(meta) = std::fs::symlink_metadata(path) {
+        use std::os::unix::fs::FileTypeExt;
+        if !meta.file_type().is_socket() {
+            return Err(Error::invalid(format!(
+                "{} exists and is not a socket; refusing to replace it",
+                path.display()
+            )));
+        }
         if StdStream::connect(path).is_ok() {
             return Err(Error::new(
                 ErrorKind::Unavailable,

@@ -202,10 +202,11 @@ pub(crate) fn header(generation: u64) -> Vec<u8> {
     h
 }
 
-pub(crate) fn read_snapshot(path: &Path) -> Result<Option<Snapshot>, Error> {
+/// The snapshot, if any, and its size in bytes.
+pub(crate) fn read_snapshot(path: &Path) -> Result<(Option<Snapshot>, u64), Error> {
     let bytes = match std::fs::read(path) {
         Ok(b) => b,
-        Err(e) if e.kind() == std::io::ErrorKind::NotFound => return Ok(None),
+        Err(e) if e.kind() == std::io::ErrorKind::NotFound => return Ok((None, 0)),
         Err(e) => return Err(Error::io(format!("reading {}", path.display()), &e)),
     };
     let snap: Snapshot = serde_json::from_slice(&bytes)
@@ -217,7 +218,7 @@ pub(crate) fn read_snapshot(path: &Path) -> Result<Option<Snapshot>, Error> {
             snap.version
         )));
     }
-    Ok(Some(snap))
+    Ok((Some(snap), bytes.len() as u64))
 }
 
 #[cfg(test)]

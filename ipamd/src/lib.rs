@@ -24,4 +24,6 @@ mod systemd;
 
 pub use error::{Error, ErrorKind};
 #[cfg(test)]
+mod tests;
+#[cfg(test)]
 mod testutil;

@@ -54,20 +54,47 @@ pub(crate) fn listen_fd() -> Result<Option<UnixListener>, Error> {
 
 /// Send a state line to the service manager; no-op when not run by systemd.
 pub(crate) fn notify(state: &str) {
-    let Some(path) = std::env::var_os("NOTIFY_SOCKET") else {
-        return;
-    };
-    let res = UnixDatagram::unbound().and_then(|sock| {
-        let bytes = path.as_encoded_bytes();
-        if let Some(name) = bytes.strip_prefix(b"@") {
-            use std::os::linux::net::SocketAddrExt;
-            let addr = std::os::unix::net::SocketAddr::from_abstract_name(name)?;
-            sock.send_to_addr(state.as_bytes(), &addr)
-        } else {
-            sock.send_to(state.as_bytes(), &path)
+    if let Some(path) = std::env::var_os("NOTIFY_SOCKET") {
+        if let Err(e) = notify_to(&path, state) {
+            crate::log_at!(crate::log::Level::Warn, "sd_notify {state:?}: {e}");
         }
-    });
-    if let Err(e) = res {
-        crate::log_at!(crate::log::Level::Warn, "sd_notify {state:?}: {e}");
+    }
+}
+
+/// `sd_notify` by hand: one datagram to a path, or to an abstract socket for `@name`.
+fn notify_to(path: &std::ffi::OsStr, state: &str) -> std::io::Result<()> {
+    let sock = UnixDatagram::unbound()?;
+    let bytes = path.as_encoded_bytes();
+    if let Some(name) = bytes.strip_prefix(b"@") {
+        use std::os::linux::net::SocketAddrExt;
+        let addr = std::os::unix::net::SocketAddr::from_abstract_name(name)?;
+        sock.send_to_addr(state.as_bytes(), &addr)?;
+    } else {
+        sock.send_to(state.as_bytes(), path)?;
+    }
+    Ok(())
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn notify_sends_one_datagram() {
+        let d = crate::testutil::TempDir::new("notify");
+        let p = d.path().join("notify.sock");
+        let rx = UnixDatagram::bind(&p).unwrap();
+        notify_to(p.as_os_str(), "READY=1").unwrap();
+        let mut buf = [0u8; 64];
+        let n = rx.recv(&mut buf).unwrap();
+        assert_eq!(&buf[..n], b"READY=1");
+
+        let name = format!("ipamd-test-{}", std::process::id());
+        use std::os::linux::net::SocketAddrExt;
+        let addr = std::os::unix::net::SocketAddr::from_abstract_name(name.as_bytes()).unwrap();
+        let rx = UnixDatagram::bind_addr(&addr).unwrap();
+        notify_to(std::ffi::OsStr::new(&format!("@{name}")), "STOPPING=1").unwrap();
+        let n = rx.recv(&mut buf).unwrap();
+        assert_eq!(&buf[..n], b"STOPPING=1");
     }
 }

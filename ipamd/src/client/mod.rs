@@ -3,7 +3,7 @@
 //! in-process against the store, under the same lock and journal, so IPAM works with no
 //! daemon at all and never ends up with two holders for one address.
 
-mod http;
+pub(crate) mod http;
 
 use std::path::{Path, PathBuf};
 use std::time::Duration;
@@ -22,6 +22,7 @@ use crate::{log_at, Error, ErrorKind};
 
 use http::Transport;
 
+#[derive(Debug, Clone)]
 pub struct Client {
     socket: PathBuf,
     data_dir: PathBuf,
@@ -55,14 +56,7 @@ impl Client {
             "/v1/allocate",
             Some(req),
             |r: AllocateResponse| r.allocations,
-            || {
-                let mut store = self.store(&req.key.network)?;
-                let (allocs, ticket) = store.allocate(req)?;
-                if let Some(t) = ticket {
-                    t.wait()?;
-                }
-                Ok(allocs)
-            },
+            || self.store(&req.key.network)?.allocate(req),
         )
     }
 
@@ -75,11 +69,8 @@ impl Client {
             Some(key),
             |_: serde_json::Value| (),
             || {
-                let mut store = self.store(&key.network)?;
-                if let Some(t) = store.release(&key.container_id, &key.ifname)? {
-                    t.wait()?;
-                }
-                Ok(())
+                self.store(&key.network)?
+                    .release(&key.container_id, &key.ifname)
             },
         )
     }
@@ -134,13 +125,7 @@ impl Client {
             "/v1/gc",
             Some(&req),
             |r: GcResponse| r.freed,
-            || {
-                let (freed, ticket) = self.store(network)?.gc(&req.valid)?;
-                if let Some(t) = ticket {
-                    t.wait()?;
-                }
-                Ok(freed)
-            },
+            || self.store(network)?.gc(&req.valid),
         )
     }
 

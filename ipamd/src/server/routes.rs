@@ -16,6 +16,7 @@ use crate::api::{
     AllocateRequest, AllocateResponse, ErrorBody, GcRequest, GcResponse, LeaseKey, LeasesResponse,
     StatusRequest,
 };
+use crate::store::{unexpected, Op, Reply};
 use crate::{Error, ErrorKind};
 
 use super::auth::Peer;
@@ -60,48 +61,93 @@ pub(crate) async fn handle(reg: Arc<Registry>, peer: Option<Peer>, req: Request<
                 .split('&')
                 .find_map(|kv| kv.strip_prefix("network="))
                 .map(str::to_string);
-            run(reg, "leases", async move { Ok(()) }, move |r, ()| {
-                if let Some(n) = &network {
-                    crate::api::validate_network_name(n)?;
-                }
-                r.leases(network.as_deref())
-                    .map(|leases| LeasesResponse { leases })
-            })
+            run(
+                reg,
+                "leases",
+                async move { Ok(network) },
+                |r, network| async move {
+                    let names = match network {
+                        Some(n) => {
+                            crate::api::validate_network_name(&n)?;
+                            vec![n]
+                        }
+                        None => r.networks()?,
+                    };
+                    let mut leases = Vec::new();
+                    for n in names {
+                        match r.call(&n, Op::Leases).await? {
+                            Reply::Leases(l) => leases.extend(l),
+                            other => return Err(unexpected(&other)),
+                        }
+                    }
+                    Ok(LeasesResponse { leases })
+                },
+            )
             .await
         }
         (Method::POST, "/v1/allocate") => {
-            run(reg, "allocate", body::<AllocateRequest>(req), |r, b| {
-                r.allocate(&b)
-                    .map(|allocations| AllocateResponse { allocations })
-            })
+            run(
+                reg,
+                "allocate",
+                body::<AllocateRequest>(req),
+                |r, b| async move {
+                    b.key.validate()?;
+                    let network = b.key.network.clone();
+                    match r.call(&network, Op::Allocate(b)).await? {
+                        Reply::Allocations(allocations) => Ok(AllocateResponse { allocations }),
+                        other => Err(unexpected(&other)),
+                    }
+                },
+            )
             .await
         }
         (Method::POST, "/v1/release") => {
-            run(reg, "release", body::<LeaseKey>(req), |r, k| {
-                r.release(&k).map(|()| serde_json::json!({}))
+            run(reg, "release", body::<LeaseKey>(req), |r, k| async move {
+                k.validate()?;
+                let op = Op::Release {
+                    cid: k.container_id,
+                    ifname: k.ifname,
+                };
+                r.call(&k.network, op).await.map(|_| serde_json::json!({}))
             })
             .await
         }
         (Method::POST, "/v1/check") => {
-            run(reg, "check", body::<LeaseKey>(req), |r, k| {
-                r.check(&k)
-                    .map(|allocations| AllocateResponse { allocations })
+            run(reg, "check", body::<LeaseKey>(req), |r, k| async move {
+                k.validate()?;
+                let op = Op::Check {
+                    cid: k.container_id,
+                    ifname: k.ifname,
+                };
+                match r.call(&k.network, op).await? {
+                    Reply::Allocations(allocations) => Ok(AllocateResponse { allocations }),
+                    other => Err(unexpected(&other)),
+                }
             })
             .await
         }
         (Method::POST, "/v1/gc") => {
-            run(reg, "gc", body::<GcRequest>(req), |r, g| {
+            run(reg, "gc", body::<GcRequest>(req), |r, g| async move {
                 crate::api::validate_network_name(&g.network)?;
-                r.gc(&g.network, &g.valid).map(|freed| GcResponse { freed })
+                match r.call(&g.network, Op::Gc(g.valid)).await? {
+                    Reply::Freed(freed) => Ok(GcResponse { freed }),
+                    other => Err(unexpected(&other)),
+                }
             })
             .await
         }
         (Method::POST, "/v1/status") => {
-            run(reg, "status", body::<StatusRequest>(req), |r, s| {
-                crate::api::validate_network_name(&s.network)?;
-                r.status(&s.network, &s.range_sets)
-                    .map(|()| serde_json::json!({}))
-            })
+            run(
+                reg,
+                "status",
+                body::<StatusRequest>(req),
+                |r, s| async move {
+                    crate::api::validate_network_name(&s.network)?;
+                    r.call(&s.network, Op::Status(s.range_sets))
+                        .await
+                        .map(|_| serde_json::json!({}))
+                },
+            )
             .await
         }
         (
@@ -119,18 +165,18 @@ pub(crate) async fn handle(reg: Arc<Registry>, peer: Option<Peer>, req: Request<
     }
 }
 
-/// Read the body, run `op` on a blocking thread (store I/O, flock and fsync block), record
-/// metrics, and turn the outcome into a response.
-async fn run<B, T, F>(
+/// Read the body, run `op` (which queues work to a network's writer), record metrics, and
+/// turn the outcome into a response.
+async fn run<B, T, F, Fut>(
     reg: Arc<Registry>,
     verb: &'static str,
     body: impl std::future::Future<Output = Result<B, (StatusCode, Error)>>,
     op: F,
 ) -> Resp
 where
-    B: Send + 'static,
-    T: Serialize + Send + 'static,
-    F: FnOnce(&Registry, B) -> Result<T, Error> + Send + 'static,
+    T: Serialize,
+    F: FnOnce(Arc<Registry>, B) -> Fut,
+    Fut: std::future::Future<Output = Result<T, Error>>,
 {
     let started = Instant::now();
     let b = match body.await {
@@ -141,10 +187,7 @@ where
             return error(code, &e);
         }
     };
-    let r2 = Arc::clone(&reg);
-    let res = tokio::task::spawn_blocking(move || op(&r2, b))
-        .await
-        .unwrap_or_else(|e| Err(Error::internal(format!("request handler failed: {e}"))));
+    let res = op(Arc::clone(&reg), b).await;
     let outcome = match &res {
         Ok(_) => "ok",
         Err(e) => e.kind().as_str(),

@@ -1,13 +1,13 @@
 //! The lease store of one network: `data_dir/<network>/{lock,journal,snapshot}`.
 //!
-//! Every operation takes an exclusive flock on `lock`, brings the in-memory state up to date
-//! with the files (another process may have appended or compacted since we last looked),
-//! decides, appends its record, and lets go of the lock. Durability is awaited after the lock
-//! is released (see `sync`), so the next writer is not held up by this one's fsync.
+//! Every operation (or batch of operations, in the daemon) takes an exclusive flock on
+//! `lock`, brings the in-memory state up to date with the files (another process may have
+//! appended or compacted since we last looked), decides, appends its records, and lets go of
+//! the lock. The fsync is done after the lock is released (see [`Ticket`]), so other writers
+//! are not held up by it; nothing is acknowledged before it.
 
 mod ops;
 mod state;
-mod sync;
 #[cfg(test)]
 mod tests;
 
@@ -24,8 +24,8 @@ use crate::log::Level;
 use crate::{log_at, Error, ErrorKind};
 
 pub(crate) use ops::usage;
+pub(crate) use ops::{unexpected, Op, Reply};
 pub(crate) use state::State;
-pub(crate) use sync::{GroupSync, Ticket};
 
 const BOOT_ID_PATH: &str = "/proc/sys/kernel/random/boot_id";
 
@@ -34,7 +34,9 @@ const BOOT_ID_PATH: &str = "/proc/sys/kernel/random/boot_id";
 pub(crate) struct StoreOptions {
     /// This boot's ID, recorded in every lease ("" if unknown: then nothing is reclaimed).
     pub boot_id: String,
-    /// Compact when the journal grows past this many bytes.
+    /// Compact when the journal grows past this many bytes, or past the snapshot's size if
+    /// that is larger: replay at load then costs at most about as much as reading the
+    /// snapshot, and compaction work stays proportional to the records it folds in.
     pub compact_threshold: u64,
     /// Give up waiting for another process's lock after this long.
     pub lock_timeout: Duration,
@@ -44,7 +46,7 @@ impl Default for StoreOptions {
     fn default() -> Self {
         StoreOptions {
             boot_id: current_boot_id(),
-            compact_threshold: 1 << 20,
+            compact_threshold: 64 << 10,
             lock_timeout: Duration::from_secs(10),
         }
     }
@@ -70,6 +72,8 @@ struct Loaded {
     generation: u64,
     /// Offset just past the last record we applied (== the file length when in sync).
     len: u64,
+    /// Size of the snapshot the journal continues.
+    snapshot_len: u64,
     file: Arc<File>,
 }
 
@@ -80,7 +84,21 @@ pub(crate) struct Store {
     opts: StoreOptions,
     state: State,
     loaded: Option<Loaded>,
-    sync: Arc<GroupSync>,
+}
+
+/// Proof of appended records that must be made durable before their answers go out.
+#[must_use = "a change is not durable until its ticket is waited on"]
+pub(crate) struct Ticket {
+    file: Arc<File>,
+    path: PathBuf,
+}
+
+impl Ticket {
+    /// fsync the journal. One call covers every record appended before it, whoever wrote
+    /// them: that is what lets the daemon acknowledge a whole batch with one fsync.
+    pub(crate) fn wait(self) -> Result<(), Error> {
+        journal::fsync_file(&self.file, &self.path)
+    }
 }
 
 impl Store {
@@ -111,7 +129,6 @@ impl Store {
             opts,
             state: State::default(),
             loaded: None,
-            sync: Arc::new(GroupSync::default()),
         })
     }
 
@@ -142,7 +159,9 @@ impl Store {
     /// clear error instead of a hang.
     fn acquire(&self) -> Result<(), Error> {
         let deadline = Instant::now() + self.opts.lock_timeout;
-        let mut pause = Duration::from_micros(50);
+        // Holders keep the lock for microseconds (the fsync happens after unlocking), so
+        // poll finely at first.
+        let mut pause = Duration::from_micros(20);
         loop {
             match self.lock_file.try_lock() {
                 Ok(()) => return Ok(()),
@@ -165,7 +184,7 @@ impl Store {
                 ));
             }
             std::thread::sleep(pause);
-            pause = (pause * 2).min(Duration::from_millis(5));
+            pause = (pause * 2).min(Duration::from_millis(1));
         }
     }
 
@@ -206,7 +225,7 @@ impl Store {
     /// Load snapshot + journal from scratch.
     fn full_load(&mut self) -> Result<(), Error> {
         let snap_path = self.dir.join("snapshot");
-        let snap = journal::read_snapshot(&snap_path)?;
+        let (snap, snapshot_len) = journal::read_snapshot(&snap_path)?;
         let snap_gen = snap.as_ref().map_or(0, |s| s.generation);
         let path = self.journal_path();
         if !path.exists() {
@@ -235,15 +254,14 @@ impl Store {
         let meta = file
             .metadata()
             .map_err(|e| Error::io(format!("stat {}", path.display()), &e))?;
-        let file = Arc::new(file);
-        self.sync.set_file(Arc::clone(&file), path);
         self.state = state;
         self.loaded = Some(Loaded {
             dev: meta.dev(),
             ino: meta.ino(),
             generation,
             len: out.end,
-            file,
+            snapshot_len,
+            file: Arc::new(file),
         });
         Ok(())
     }
@@ -271,9 +289,9 @@ impl Store {
         journal::fsync_file(&f, &path)
     }
 
-    /// Append a record (the commit point of a change) and apply it. Must hold the lock.
-    /// The returned ticket must be waited on before the change is acknowledged.
-    pub(crate) fn append(&mut self, rec: Record) -> Result<Ticket, Error> {
+    /// Append a record (the commit point of a change) and apply it. Must hold the lock;
+    /// the change is durable only once a [`Ticket`] taken afterwards has been waited on.
+    pub(crate) fn append(&mut self, rec: Record) -> Result<(), Error> {
         let bytes = journal::encode(&rec)?;
         let path = self.journal_path();
         let Some(l) = self.loaded.as_mut() else {
@@ -285,13 +303,20 @@ impl Store {
             return Err(Error::io(format!("appending to {}", path.display()), &e));
         }
         l.len += bytes.len() as u64;
-        let over = l.len > self.opts.compact_threshold;
+        let over = l.len > self.opts.compact_threshold.max(l.snapshot_len);
         self.state.apply(rec);
-        let ticket = self.sync.wrote();
         if over {
             self.compact()?;
         }
-        Ok(ticket)
+        Ok(())
+    }
+
+    /// A ticket for everything in the journal so far.
+    pub(crate) fn ticket(&self) -> Option<Ticket> {
+        self.loaded.as_ref().map(|l| Ticket {
+            file: Arc::clone(&l.file),
+            path: self.journal_path(),
+        })
     }
 
     /// Rewrite the state as a snapshot of the next generation and start an empty journal.
@@ -303,22 +328,19 @@ impl Store {
         let snap = serde_json::to_vec(&self.state.to_snapshot(generation))
             .map_err(|e| Error::internal(format!("cannot encode snapshot: {e}")))?;
         journal::write_atomic(&self.dir, "snapshot", &snap)?;
-        // The snapshot now holds every record written so far, durably.
-        self.sync.mark_all_synced();
         journal::write_atomic(&self.dir, "journal", &journal::header(generation))?;
         let path = self.journal_path();
         let file = open_journal(&path)?;
         let meta = file
             .metadata()
             .map_err(|e| Error::io(format!("stat {}", path.display()), &e))?;
-        let file = Arc::new(file);
-        self.sync.set_file(Arc::clone(&file), path);
         self.loaded = Some(Loaded {
             dev: meta.dev(),
             ino: meta.ino(),
             generation,
             len: HEADER_LEN,
-            file,
+            snapshot_len: snap.len() as u64,
+            file: Arc::new(file),
         });
         log_at!(
             Level::Info,

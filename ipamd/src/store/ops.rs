@@ -1,5 +1,6 @@
-//! The lease operations, identical for the daemon and the in-process fallback: both call
-//! these on a `Store`, under its lock, and wait on the returned ticket before answering.
+//! The lease operations, identical for the daemon and the in-process fallback. The daemon runs
+//! queued operations as one batch under one lock and one fsync (group commit); the
+//! in-process path runs a batch of one.
 
 use std::collections::HashSet;
 use std::net::IpAddr;
@@ -16,133 +17,266 @@ use crate::pool::{describe, Pool};
 use crate::store::State;
 use crate::{Error, ErrorKind};
 
-impl Store {
-    /// Give `req.key` one address per range set, or return what it already holds.
-    pub(crate) fn allocate(
-        &mut self,
-        req: &AllocateRequest,
-    ) -> Result<(Vec<Allocation>, Option<Ticket>), Error> {
-        req.key.validate()?;
-        self.check_network(&req.key.network)?;
-        let sets = canonicalize_range_sets(&req.range_sets)?;
-        let key: Key = (req.key.container_id.clone(), req.key.ifname.clone());
-        self.locked(|st| {
-            if let Some(h) = st.state.holders.get(&key) {
-                // The lease may come from a writer that died before its fsync (a daemon
-                // killed mid-request): make it durable before acknowledging it again.
-                let allocs = existing(h, &req.requested)?;
-                return Ok((allocs, Some(st.sync.barrier())));
+/// One operation on a network's store.
+#[derive(Debug, Clone)]
+pub(crate) enum Op {
+    Allocate(AllocateRequest),
+    Release { cid: String, ifname: String },
+    Check { cid: String, ifname: String },
+    Gc(Vec<Attachment>),
+    Status(Vec<RangeSet>),
+    Leases,
+    Reclaim,
+}
+
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub(crate) enum Reply {
+    Allocations(Vec<Allocation>),
+    Done,
+    Freed(usize),
+    Leases(Vec<LeaseInfo>),
+}
+
+/// Results of a batch run under one lock; answers are valid only after [`Batch::finish`].
+pub(crate) struct Batch {
+    results: Vec<Result<Reply, Error>>,
+    /// Whether each answer rests on journal records that must be durable first.
+    durable: Vec<bool>,
+    ticket: Option<Ticket>,
+}
+
+impl Batch {
+    /// fsync once for the whole batch, then hand out the answers. If the fsync fails, every
+    /// answer that needed it becomes that error.
+    pub(crate) fn finish(self) -> Vec<Result<Reply, Error>> {
+        let Batch {
+            mut results,
+            durable,
+            ticket,
+        } = self;
+        let synced = match ticket {
+            Some(t) => t.wait(),
+            None => Ok(()),
+        };
+        if let Err(e) = synced {
+            for (r, d) in results.iter_mut().zip(&durable) {
+                if *d && r.is_ok() {
+                    *r = Err(e.clone());
+                }
             }
-            let chosen = choose(&st.state, st.boot_id(), &key, &sets, &req.requested)?;
-            let holder = Holder {
-                cid: key.0.clone(),
-                ifname: key.1.clone(),
-                boot: st.boot_id().to_string(),
-                ts: now_unix(),
-                leases: chosen,
-            };
-            let allocations = holder.leases.iter().map(to_allocation).collect();
-            let ticket = st.append(Record::Alloc(holder))?;
-            Ok((allocations, Some(ticket)))
-        })
-    }
-
-    /// Free everything `(cid, ifname)` holds; nothing to do is not an error.
-    pub(crate) fn release(&mut self, cid: &str, ifname: &str) -> Result<Option<Ticket>, Error> {
-        let key: Key = (cid.to_string(), ifname.to_string());
-        self.locked(|st| {
-            if !st.state.holders.contains_key(&key) {
-                // As in allocate: the release we observe may not be durable yet.
-                return Ok(Some(st.sync.barrier()));
-            }
-            st.append(Record::Release { keys: vec![key] }).map(Some)
-        })
-    }
-
-    /// The leases `(cid, ifname)` holds, in range-set order (empty if none).
-    pub(crate) fn check(&mut self, cid: &str, ifname: &str) -> Result<Vec<Allocation>, Error> {
-        let key: Key = (cid.to_string(), ifname.to_string());
-        self.locked(|st| {
-            Ok(st
-                .state
-                .holders
-                .get(&key)
-                .map(|h| existing(h, &[]).unwrap_or_default())
-                .unwrap_or_default())
-        })
-    }
-
-    /// Free the leases of every attachment not in `valid`; returns the number of addresses.
-    pub(crate) fn gc(&mut self, valid: &[Attachment]) -> Result<(usize, Option<Ticket>), Error> {
-        let valid: HashSet<Key> = valid
-            .iter()
-            .map(|a| (a.container_id.clone(), a.ifname.clone()))
-            .collect();
-        self.release_where(|key, _| !valid.contains(key))
-    }
-
-    /// Free leases made during another boot: their containers cannot exist any more.
-    pub(crate) fn reclaim_previous_boots(&mut self) -> Result<(usize, Option<Ticket>), Error> {
-        let boot = self.boot_id().to_string();
-        if boot.is_empty() {
-            return Err(Error::new(
-                ErrorKind::Unavailable,
-                "the current boot ID is unknown; not reclaiming anything",
-            ));
         }
-        self.release_where(|_, h| h.boot != boot)
+        results
+    }
+}
+
+impl Store {
+    /// Run `ops` in order under one lock. Each op succeeds or fails on its own.
+    pub(crate) fn execute_batch(&mut self, ops: &[Op]) -> Batch {
+        let mut durable = vec![false; ops.len()];
+        let res = self.locked(|st| {
+            Ok(ops
+                .iter()
+                .zip(durable.iter_mut())
+                .map(|(op, d)| {
+                    st.apply_op(op).map(|(reply, needs_sync)| {
+                        *d = needs_sync;
+                        reply
+                    })
+                })
+                .collect::<Vec<_>>())
+        });
+        match res {
+            Ok(results) => {
+                let ticket = if durable.iter().any(|d| *d) {
+                    self.ticket()
+                } else {
+                    None
+                };
+                Batch {
+                    results,
+                    durable,
+                    ticket,
+                }
+            }
+            Err(e) => Batch {
+                results: ops.iter().map(|_| Err(e.clone())).collect(),
+                durable,
+                ticket: None,
+            },
+        }
+    }
+
+    /// Run one op and wait for it to be durable.
+    pub(crate) fn execute(&mut self, op: Op) -> Result<Reply, Error> {
+        self.execute_batch(std::slice::from_ref(&op))
+            .finish()
+            .pop()
+            .unwrap_or_else(|| Err(Error::internal("empty batch result")))
+    }
+
+    /// Must hold the lock. Returns the answer and whether it must be made durable first.
+    fn apply_op(&mut self, op: &Op) -> Result<(Reply, bool), Error> {
+        match op {
+            Op::Allocate(req) => self
+                .allocate_locked(req)
+                .map(|a| (Reply::Allocations(a), true)),
+            Op::Release { cid, ifname } => {
+                let key: Key = (cid.clone(), ifname.clone());
+                if self.state.holders.contains_key(&key) {
+                    self.append(Record::Release { keys: vec![key] })?;
+                }
+                // Even with nothing to release, what we observed may come from a writer that
+                // died before its fsync: make it durable before acknowledging.
+                Ok((Reply::Done, true))
+            }
+            Op::Check { cid, ifname } => {
+                let key: Key = (cid.clone(), ifname.clone());
+                let held = match self.state.holders.get(&key) {
+                    Some(h) => existing(h, &[])?,
+                    None => Vec::new(),
+                };
+                Ok((Reply::Allocations(held), false))
+            }
+            Op::Gc(valid) => {
+                let valid: HashSet<Key> = valid
+                    .iter()
+                    .map(|a| (a.container_id.clone(), a.ifname.clone()))
+                    .collect();
+                self.release_where(|key, _| !valid.contains(key))
+            }
+            Op::Status(range_sets) => {
+                let sets = canonicalize_range_sets(range_sets)?;
+                for set in &sets {
+                    let pool = Pool::new(set);
+                    let used = in_use(&self.state, &pool);
+                    if used >= pool.capacity() {
+                        return Err(exhausted(&self.state, self.boot_id(), set, &pool, used));
+                    }
+                }
+                Ok((Reply::Done, false))
+            }
+            Op::Leases => Ok((
+                Reply::Leases(lease_infos(&self.network, &self.state)),
+                false,
+            )),
+            Op::Reclaim => {
+                let boot = self.boot_id().to_string();
+                if boot.is_empty() {
+                    return Err(Error::new(
+                        ErrorKind::Unavailable,
+                        "the current boot ID is unknown; not reclaiming anything",
+                    ));
+                }
+                self.release_where(|_, h| h.boot != boot)
+            }
+        }
+    }
+
+    /// Give `req.key` one address per range set, or return what it already holds.
+    fn allocate_locked(&mut self, req: &AllocateRequest) -> Result<Vec<Allocation>, Error> {
+        req.key.validate()?;
+        if req.key.network != self.network {
+            return Err(Error::internal(format!(
+                "request for network {} sent to the store of {}",
+                req.key.network, self.network
+            )));
+        }
+        let key: Key = (req.key.container_id.clone(), req.key.ifname.clone());
+        if let Some(h) = self.state.holders.get(&key) {
+            // Idempotent ADD. The lease may come from a writer that died before its fsync:
+            // the caller makes it durable before acknowledging it again.
+            return existing(h, &req.requested);
+        }
+        let sets = canonicalize_range_sets(&req.range_sets)?;
+        let chosen = choose(&self.state, self.boot_id(), &key, &sets, &req.requested)?;
+        let holder = Holder {
+            cid: key.0,
+            ifname: key.1,
+            boot: self.boot_id().to_string(),
+            ts: now_unix(),
+            leases: chosen,
+        };
+        let allocations = holder.leases.iter().map(to_allocation).collect();
+        self.append(Record::Alloc(holder))?;
+        Ok(allocations)
     }
 
     fn release_where(
         &mut self,
         pred: impl Fn(&Key, &Holder) -> bool,
-    ) -> Result<(usize, Option<Ticket>), Error> {
-        self.locked(|st| {
-            let mut keys = Vec::new();
-            let mut freed = 0;
-            for (k, h) in &st.state.holders {
-                if pred(k, h) {
-                    keys.push(k.clone());
-                    freed += h.leases.len();
-                }
+    ) -> Result<(Reply, bool), Error> {
+        let mut keys = Vec::new();
+        let mut freed = 0;
+        for (k, h) in &self.state.holders {
+            if pred(k, h) {
+                keys.push(k.clone());
+                freed += h.leases.len();
             }
-            if keys.is_empty() {
-                return Ok((0, None));
-            }
-            let ticket = st.append(Record::Release { keys })?;
-            Ok((freed, Some(ticket)))
-        })
+        }
+        if keys.is_empty() {
+            return Ok((Reply::Freed(0), false));
+        }
+        self.append(Record::Release { keys })?;
+        Ok((Reply::Freed(freed), true))
     }
 
-    /// Ok when an allocation could succeed now in every range set.
-    pub(crate) fn status(&mut self, range_sets: &[RangeSet]) -> Result<(), Error> {
-        let sets = canonicalize_range_sets(range_sets)?;
-        self.locked(|st| {
-            for set in &sets {
-                let pool = Pool::new(set);
-                let used = in_use(&st.state, &pool);
-                if used >= pool.capacity() {
-                    return Err(exhausted(&st.state, st.boot_id(), set, &pool, used));
-                }
-            }
-            Ok(())
+    // Typed single-operation helpers for the in-process path and tests.
+
+    pub(crate) fn allocate(&mut self, req: &AllocateRequest) -> Result<Vec<Allocation>, Error> {
+        match self.execute(Op::Allocate(req.clone()))? {
+            Reply::Allocations(a) => Ok(a),
+            other => Err(unexpected(&other)),
+        }
+    }
+
+    pub(crate) fn release(&mut self, cid: &str, ifname: &str) -> Result<(), Error> {
+        self.execute(Op::Release {
+            cid: cid.into(),
+            ifname: ifname.into(),
         })
+        .map(|_| ())
+    }
+
+    pub(crate) fn check(&mut self, cid: &str, ifname: &str) -> Result<Vec<Allocation>, Error> {
+        match self.execute(Op::Check {
+            cid: cid.into(),
+            ifname: ifname.into(),
+        })? {
+            Reply::Allocations(a) => Ok(a),
+            other => Err(unexpected(&other)),
+        }
+    }
+
+    pub(crate) fn gc(&mut self, valid: &[Attachment]) -> Result<usize, Error> {
+        freed(self.execute(Op::Gc(valid.to_vec()))?)
+    }
+
+    #[cfg(test)]
+    pub(crate) fn reclaim_previous_boots(&mut self) -> Result<usize, Error> {
+        freed(self.execute(Op::Reclaim)?)
+    }
+
+    pub(crate) fn status(&mut self, range_sets: &[RangeSet]) -> Result<(), Error> {
+        self.execute(Op::Status(range_sets.to_vec())).map(|_| ())
     }
 
     pub(crate) fn leases(&mut self) -> Result<Vec<LeaseInfo>, Error> {
-        self.locked(|st| Ok(lease_infos(&st.network, &st.state)))
-    }
-
-    fn check_network(&self, network: &str) -> Result<(), Error> {
-        if network == self.network {
-            Ok(())
-        } else {
-            Err(Error::internal(format!(
-                "request for network {network} sent to the store of {}",
-                self.network
-            )))
+        match self.execute(Op::Leases)? {
+            Reply::Leases(l) => Ok(l),
+            other => Err(unexpected(&other)),
         }
     }
+}
+
+fn freed(r: Reply) -> Result<usize, Error> {
+    match r {
+        Reply::Freed(n) => Ok(n),
+        other => Err(unexpected(&other)),
+    }
+}
+
+pub(crate) fn unexpected(r: &Reply) -> Error {
+    Error::internal(format!("unexpected store reply {r:?}"))
 }
 
 pub(crate) fn lease_infos(network: &str, state: &State) -> Vec<LeaseInfo> {
@@ -222,7 +356,7 @@ fn choose(
     let mut wanted: Vec<Option<IpAddr>> = vec![None; sets.len()];
     for &ip in requested {
         let Some(i) = pools.iter().position(|p| p.in_bounds(ip)) else {
-            let all: Vec<String> = sets.iter().map(|s| describe(s)).collect();
+            let all: Vec<String> = sets.iter().map(describe).collect();
             return Err(conflict(format!(
                 "requested address {ip} is not in any range set ({})",
                 all.join("; ")

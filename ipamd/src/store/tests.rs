@@ -26,11 +26,7 @@ fn alloc(s: &mut Store, cid: &str, rs: &[RangeSet]) -> Result<Vec<Allocation>, E
 }
 
 fn alloc_req(s: &mut Store, r: &AllocateRequest) -> Result<Vec<Allocation>, Error> {
-    let (a, t) = s.allocate(r)?;
-    if let Some(t) = t {
-        t.wait()?;
-    }
-    Ok(a)
+    s.allocate(r)
 }
 
 fn ip(s: &str) -> IpAddr {
@@ -100,7 +96,7 @@ fn exhaustion_is_clear_and_allocates_nothing() {
     );
     assert!(s.check("c6", "eth0").unwrap().is_empty());
     // Freeing one makes STATUS ok again.
-    s.release("c0", "eth0").unwrap().unwrap().wait().unwrap();
+    s.release("c0", "eth0").unwrap();
     s.status(&rs).unwrap();
 }
 
@@ -109,11 +105,9 @@ fn release_of_unknown_key_is_ok_and_round_robin_does_not_reuse_at_once() {
     let d = TempDir::new("rel");
     let rs = sets("10.22.0.0/24");
     let mut s = open(d.path());
-    if let Some(t) = s.release("nobody", "eth0").unwrap() {
-        t.wait().unwrap();
-    }
+    s.release("nobody", "eth0").unwrap();
     let a = alloc(&mut s, "c1", &rs).unwrap();
-    s.release("c1", "eth0").unwrap().unwrap().wait().unwrap();
+    s.release("c1", "eth0").unwrap();
     let b = alloc(&mut s, "c2", &rs).unwrap();
     assert_ne!(
         a[0].address, b[0].address,
@@ -198,8 +192,7 @@ fn gc_frees_everything_not_in_the_valid_list() {
             ifname: "eth1".into(),
         },
     ];
-    let (freed, t) = s.gc(&valid).unwrap();
-    t.unwrap().wait().unwrap();
+    let freed = s.gc(&valid).unwrap();
     assert_eq!(freed, 2);
     let left: Vec<String> = open(d.path())
         .leases()
@@ -208,9 +201,7 @@ fn gc_frees_everything_not_in_the_valid_list() {
         .map(|l| l.container_id)
         .collect();
     assert_eq!(left, vec!["a", "c"]);
-    let (freed, t) = s.gc(&valid).unwrap();
-    assert_eq!(freed, 0);
-    assert!(t.is_none());
+    assert_eq!(s.gc(&valid).unwrap(), 0);
 }
 
 #[test]
@@ -247,7 +238,7 @@ fn torn_tail_at_every_offset_of_the_last_record() {
         for c in ["a", "b", "c"] {
             alloc(&mut s, c, &rs).unwrap();
         }
-        s.release("a", "eth0").unwrap().unwrap().wait().unwrap();
+        s.release("a", "eth0").unwrap();
         alloc(&mut s, "last", &rs).unwrap();
     }
     let (bytes, last_start) = journal_with_last_record_offset(d.path());
@@ -286,15 +277,14 @@ fn compaction_reload_gives_the_same_state() {
     for i in 0..40 {
         alloc(&mut s, &format!("c{i}"), &rs).unwrap();
         if i % 3 == 0 {
-            s.release(&format!("c{}", i / 2), "eth0")
-                .unwrap()
-                .map(|t| t.wait().unwrap());
+            s.release(&format!("c{}", i / 2), "eth0").unwrap();
         }
     }
     let gen = s.loaded.as_ref().unwrap().generation;
     assert!(gen > 3, "compaction never ran (generation {gen})");
     let snap = journal::read_snapshot(&d.path().join("net1/snapshot"))
         .unwrap()
+        .0
         .unwrap();
     assert_eq!(snap.generation, gen);
     let mut fresh = open(d.path());
@@ -310,7 +300,7 @@ fn compaction_reload_gives_the_same_state() {
     let d2 = TempDir::new("compact-crash");
     let mut s2 = open(d2.path());
     alloc(&mut s2, "x", &rs).unwrap();
-    s2.release("x", "eth0").unwrap().unwrap().wait().unwrap();
+    s2.release("x", "eth0").unwrap();
     alloc(&mut s2, "y", &rs).unwrap();
     let old_journal = std::fs::read(d2.path().join("net1/journal")).unwrap();
     s2.locked(|st| st.compact()).unwrap();
@@ -337,7 +327,7 @@ fn another_handle_sees_appends_and_compactions() {
         alloc(&mut b, "c3", &rs).unwrap()[0].address.to_string(),
         "10.22.0.4/24"
     );
-    b.release("c1", "eth0").unwrap().unwrap().wait().unwrap();
+    b.release("c1", "eth0").unwrap();
     assert_eq!(addrs(&mut a), vec![ip("10.22.0.3"), ip("10.22.0.4")]);
     assert_eq!(a.state, b.state);
 }
@@ -357,11 +347,10 @@ fn previous_boot_leases_reclaimed() {
             .contains("5 of them were leased before the last reboot"),
         "{e}"
     );
-    let (freed, t) = new.reclaim_previous_boots().unwrap();
-    t.unwrap().wait().unwrap();
+    let freed = new.reclaim_previous_boots().unwrap();
     assert_eq!(freed, 5);
     let a = alloc(&mut new, "fresh", &rs).unwrap();
-    let (freed, _) = new.reclaim_previous_boots().unwrap();
+    let freed = new.reclaim_previous_boots().unwrap();
     assert_eq!(freed, 0, "this boot's lease must survive");
     assert_eq!(new.check("fresh", "eth0").unwrap(), a);
     let info = new.leases().unwrap();
