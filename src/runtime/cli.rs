@@ -65,7 +65,11 @@ pub fn run(args: NetArgs, convert: Option<Converter>) -> Result<(), String> {
     let mut runtime = Runtime::new(cni_path(&args), args.cache_dir.clone());
     runtime.convert = convert;
     let outcome = dispatch(&runtime, &list, &args);
-    let version = if list.version.is_empty() { LATEST } else { &list.version };
+    let version = if list.version.is_empty() {
+        LATEST
+    } else {
+        &list.version
+    };
     report(outcome, args.command, version)
 }
 
@@ -121,7 +125,12 @@ fn report(outcome: Result<Outcome, Error>, verb: Verb, version: &str) -> Result<
 pub fn error_object(e: &Error, version: &str) -> Value {
     let (code, msg, details) = match e {
         Error::Plugin(p) => {
-            let mut details = p.object.get("details").and_then(Value::as_str).unwrap_or("").to_string();
+            let mut details = p
+                .object
+                .get("details")
+                .and_then(Value::as_str)
+                .unwrap_or("")
+                .to_string();
             for n in &p.notes {
                 if !details.is_empty() {
                     details.push_str("; ");
@@ -131,14 +140,23 @@ pub fn error_object(e: &Error, version: &str) -> Value {
             let msg = p.object.get("msg").and_then(Value::as_str).unwrap_or("");
             (
                 p.object.get("code").and_then(Value::as_u64).unwrap_or(999),
-                format!("plugin {:?} ({} of {}) failed {}: {msg}", p.plugin_type, p.index + 1, p.count, p.command),
+                format!(
+                    "plugin {:?} ({} of {}) failed {}: {msg}",
+                    p.plugin_type,
+                    p.index + 1,
+                    p.count,
+                    p.command
+                ),
                 details,
             )
         }
         Error::Runtime(msg) => (7, msg.clone(), String::new()),
         Error::Io(msg) => (5, msg.clone(), String::new()),
         Error::Multiple(all) => {
-            let first = all.first().map(|f| error_object(f, version)).unwrap_or_default();
+            let first = all
+                .first()
+                .map(|f| error_object(f, version))
+                .unwrap_or_default();
             let lines: Vec<String> = all.iter().map(Error::to_string).collect();
             (
                 first.get("code").and_then(Value::as_u64).unwrap_or(999),
@@ -172,8 +190,12 @@ fn print_json(v: &Value) {
 }
 
 fn flag_or_env(flag: Option<PathBuf>, var: &str, default: &str) -> PathBuf {
-    flag.or_else(|| std::env::var_os(var).filter(|v| !v.is_empty()).map(PathBuf::from))
-        .unwrap_or_else(|| PathBuf::from(default))
+    flag.or_else(|| {
+        std::env::var_os(var)
+            .filter(|v| !v.is_empty())
+            .map(PathBuf::from)
+    })
+    .unwrap_or_else(|| PathBuf::from(default))
 }
 
 fn cni_path(args: &NetArgs) -> Vec<PathBuf> {
@@ -203,7 +225,11 @@ fn attachment(args: &NetArgs, rt: &Runtime, list: &ConfList) -> Result<Attachmen
     let netns = match netns {
         Some(ns) => ns,
         None if args.command == Verb::Del => cached_netns(rt, list, &container_id, &args.ifname),
-        None => return Err(Error::Runtime("this command needs the network namespace".into())),
+        None => {
+            return Err(Error::Runtime(
+                "this command needs the network namespace".into(),
+            ))
+        }
     };
     Ok(Attachment {
         container_id,

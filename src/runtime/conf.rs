@@ -96,7 +96,9 @@ fn plugin_objects(items: &[Value], source: &Path) -> Result<Vec<Map<String, Valu
             other => {
                 return Err(bad(
                     source,
-                    &format!("plugins[{i}] needs a \"type\" that names an executable, got {other:?}"),
+                    &format!(
+                        "plugins[{i}] needs a \"type\" that names an executable, got {other:?}"
+                    ),
                 ))
             }
         }
@@ -126,7 +128,10 @@ fn flag(raw: &Map<String, Value>, key: &str, source: &Path) -> Result<bool, Erro
         Some(Value::Bool(b)) => Ok(*b),
         Some(Value::String(s)) if s.eq_ignore_ascii_case("true") => Ok(true),
         Some(Value::String(s)) if s.eq_ignore_ascii_case("false") => Ok(false),
-        Some(other) => Err(bad(source, &format!("{key} must be a boolean, got {other}"))),
+        Some(other) => Err(bad(
+            source,
+            &format!("{key} must be a boolean, got {other}"),
+        )),
     }
 }
 
@@ -138,7 +143,12 @@ pub fn pick_version(raw: &Map<String, Value>, source: &Path) -> Result<String, E
     match raw.get("cniVersion") {
         None | Some(Value::Null) => {}
         Some(Value::String(s)) => named.push(s),
-        Some(other) => return Err(bad(source, &format!("cniVersion must be a string, got {other}"))),
+        Some(other) => {
+            return Err(bad(
+                source,
+                &format!("cniVersion must be a string, got {other}"),
+            ))
+        }
     }
     match raw.get("cniVersions") {
         None | Some(Value::Null) => {}

@@ -22,7 +22,10 @@ pub struct Inject<'a> {
 /// `capabilities` removed; every other key passed through unchanged.
 pub fn request_config(plugin: &Map<String, Value>, inject: &Inject) -> Map<String, Value> {
     let mut out = Map::with_capacity(plugin.len() + 3);
-    out.insert("cniVersion".into(), Value::String(inject.version.to_string()));
+    out.insert(
+        "cniVersion".into(),
+        Value::String(inject.version.to_string()),
+    );
     out.insert("name".into(), Value::String(inject.name.to_string()));
     for (k, v) in plugin {
         if !matches!(k.as_str(), "cniVersion" | "name" | "capabilities") {

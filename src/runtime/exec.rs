@@ -136,7 +136,11 @@ fn plugin_error(output: &Output) -> Failure {
     let stdout = String::from_utf8_lossy(&output.stdout);
     let stderr = String::from_utf8_lossy(&output.stderr);
     match serde_json::from_str::<Value>(stdout.trim()) {
-        Ok(v) if v.get("code").and_then(Value::as_u64).is_some_and(|c| c != 0) => {
+        Ok(v)
+            if v.get("code")
+                .and_then(Value::as_u64)
+                .is_some_and(|c| c != 0) =>
+        {
             Failure { object: v }
         }
         _ if stdout.trim().is_empty() => Failure::new(

@@ -71,15 +71,6 @@ impl Error {
             }
         }
     }
-
-    /// The failed plugins' error objects, in order.
-    pub fn plugin_failures(&self) -> Vec<&PluginFailure> {
-        match self {
-            Error::Plugin(p) => vec![p],
-            Error::Runtime(_) | Error::Io(_) => Vec::new(),
-            Error::Multiple(all) => all.iter().flat_map(Error::plugin_failures).collect(),
-        }
-    }
 }
 
 impl fmt::Display for Error {
@@ -147,7 +138,10 @@ pub fn validate_ifname(name: &str) -> Result<(), &'static str> {
     if name.len() >= 16 {
         return Err("must be shorter than 16 bytes");
     }
-    if name.chars().any(|c| c == '/' || c == ':' || c.is_whitespace()) {
+    if name
+        .chars()
+        .any(|c| c == '/' || c == ':' || c.is_whitespace())
+    {
         return Err("must not contain '/', ':' or whitespace");
     }
     Ok(())

@@ -105,7 +105,10 @@ impl Runtime {
     /// be executed even if the add fails"), so nothing half-built remains.
     pub fn add(&self, list: &ConfList, att: &Attachment) -> Result<Value, Error> {
         att.validate(true)?;
-        match self.add_chain(list, att).and_then(|r| self.save(list, att, r)) {
+        match self
+            .add_chain(list, att)
+            .and_then(|r| self.save(list, att, r))
+        {
             Ok(result) => Ok(result),
             Err(e) => Err(self.roll_back(list, att, e)),
         }
@@ -129,7 +132,10 @@ impl Runtime {
         entry.capability_args = att.cap_args.clone();
         entry.result = Some(result);
         self.cache.save(&entry).map_err(|e| {
-            Error::Io(format!("failed to cache the result of network {:?}: {e}", list.name))
+            Error::Io(format!(
+                "failed to cache the result of network {:?}: {e}",
+                list.name
+            ))
         })?;
         Ok(entry.result.unwrap_or_default())
     }
@@ -152,7 +158,12 @@ impl Runtime {
             Ok(Value::Object(map)) => Value::Object(map),
             Ok(_) | Err(_) => return Err(self.bad_result(list, i, "not a JSON object", stdout)),
         };
-        if value.get("cniVersion").and_then(Value::as_str).unwrap_or("").is_empty() {
+        if value
+            .get("cniVersion")
+            .and_then(Value::as_str)
+            .unwrap_or("")
+            .is_empty()
+        {
             value["cniVersion"] = Value::String(list.version.clone());
         }
         if let Some(convert) = self.convert {
@@ -193,7 +204,12 @@ impl Runtime {
             .map_err(Error::Io)
     }
 
-    fn del_chain(&self, list: &ConfList, att: &Attachment, prev: Option<&Value>) -> Result<(), Error> {
+    fn del_chain(
+        &self,
+        list: &ConfList,
+        att: &Attachment,
+        prev: Option<&Value>,
+    ) -> Result<(), Error> {
         for i in (0..list.plugins.len()).rev() {
             let inject = inject(list, Some(att), prev);
             self.call(list, i, "DEL", Some(att), &inject)?;
@@ -211,7 +227,10 @@ impl Runtime {
         let Some(result) = entry.and_then(|e| e.result) else {
             return Ok(None);
         };
-        let cached = result.get("cniVersion").and_then(Value::as_str).unwrap_or("");
+        let cached = result
+            .get("cniVersion")
+            .and_then(Value::as_str)
+            .unwrap_or("");
         match self.convert {
             Some(convert) if cached != list.version && !list.version.is_empty() => {
                 convert(&result, &list.version)
@@ -314,7 +333,10 @@ impl Runtime {
         for g in gone {
             let hits: Vec<&Entry> = cached.iter().filter(|e| g.matches(e)).collect();
             if hits.is_empty() {
-                out.notes.push(format!("no cached attachment of {} in network {:?}", g, list.name));
+                out.notes.push(format!(
+                    "no cached attachment of {} in network {:?}",
+                    g, list.name
+                ));
             }
             for e in hits {
                 let att = Attachment::from_cache(e);
@@ -324,7 +346,8 @@ impl Runtime {
                 // The caller says it is gone: forget it even if its DEL failed;
                 // the plugin GC below then no longer counts it as valid.
                 let _ = self.cache.remove(&list.name, &e.container_id, &e.if_name);
-                out.notes.push(format!("removed {}/{}", e.container_id, e.if_name));
+                out.notes
+                    .push(format!("removed {}/{}", e.container_id, e.if_name));
             }
         }
         Ok(out)
@@ -375,7 +398,11 @@ impl Runtime {
     }
 }
 
-fn inject<'a>(list: &'a ConfList, att: Option<&'a Attachment>, prev: Option<&'a Value>) -> Inject<'a> {
+fn inject<'a>(
+    list: &'a ConfList,
+    att: Option<&'a Attachment>,
+    prev: Option<&'a Value>,
+) -> Inject<'a> {
     Inject {
         name: &list.name,
         version: &list.version,
@@ -418,8 +445,7 @@ impl Gone {
     }
 
     fn matches(&self, e: &Entry) -> bool {
-        e.container_id == self.container_id
-            && self.ifname.as_ref().is_none_or(|i| *i == e.if_name)
+        e.container_id == self.container_id && self.ifname.as_ref().is_none_or(|i| *i == e.if_name)
     }
 }
 

@@ -130,9 +130,21 @@ fn write(dir: &Path, name: &str, v: &Value) {
 #[test]
 fn loads_conflist_then_legacy_by_name() {
     let s = Scratch::new();
-    write(&s.0, "10-a.conflist", &json!({"cniVersion": "1.0.0", "name": "a", "plugins": [{"type": "bridge"}]}));
-    write(&s.0, "20-a.conflist", &json!({"cniVersion": "0.4.0", "name": "a", "plugins": [{"type": "macvlan"}]}));
-    write(&s.0, "30-b.conf", &json!({"cniVersion": "0.3.1", "name": "b", "type": "ipvlan", "master": "x"}));
+    write(
+        &s.0,
+        "10-a.conflist",
+        &json!({"cniVersion": "1.0.0", "name": "a", "plugins": [{"type": "bridge"}]}),
+    );
+    write(
+        &s.0,
+        "20-a.conflist",
+        &json!({"cniVersion": "0.4.0", "name": "a", "plugins": [{"type": "macvlan"}]}),
+    );
+    write(
+        &s.0,
+        "30-b.conf",
+        &json!({"cniVersion": "0.3.1", "name": "b", "type": "ipvlan", "master": "x"}),
+    );
     std::fs::write(s.0.join("40-c.conflist"), "{broken").unwrap();
     let a = load_by_name(&s.0, "a").unwrap();
     assert_eq!((a.version.as_str(), a.plugin_type(0)), ("1.0.0", "bridge"));
@@ -160,7 +172,8 @@ fn rejects_bad_lists() {
         let bytes = serde_json::to_vec(&bad).unwrap();
         assert!(ConfList::from_list_bytes(&bytes, p).is_err(), "{bad}");
     }
-    let ok = json!({"name": "n", "plugins": [{"type": "b"}], "disableCheck": "true", "disableGC": true});
+    let ok =
+        json!({"name": "n", "plugins": [{"type": "b"}], "disableCheck": "true", "disableGC": true});
     let l = ConfList::from_list_bytes(&serde_json::to_vec(&ok).unwrap(), p).unwrap();
     assert!(l.disable_check && l.disable_gc);
 }
@@ -169,7 +182,13 @@ fn rejects_bad_lists() {
 
 #[test]
 fn base64_matches_go() {
-    for (plain, enc) in [("", ""), ("h", "aA=="), ("he", "aGU="), ("hello", "aGVsbG8="), ("{\"a\":1}", "eyJhIjoxfQ==")] {
+    for (plain, enc) in [
+        ("", ""),
+        ("h", "aA=="),
+        ("he", "aGU="),
+        ("hello", "aGVsbG8="),
+        ("{\"a\":1}", "eyJhIjoxfQ=="),
+    ] {
         assert_eq!(base64_encode(plain.as_bytes()), enc);
         assert_eq!(base64_decode(enc).unwrap(), plain.as_bytes());
     }
@@ -179,14 +198,18 @@ fn base64_matches_go() {
 #[test]
 fn cache_uses_libcni_layout() {
     let s = Scratch::new();
-    let cache = Cache { dir: s.0.join("results") };
+    let cache = Cache {
+        dir: s.0.join("results"),
+    };
     let mut e = Entry::new("net1", "ctr1", "eth0");
     e.config = b"{\"name\":\"net1\"}".to_vec();
     e.netns = "/run/netns/x".into();
     e.cni_args = vec![("IP".into(), "10.0.0.5".into())];
     e.result = Some(json!({"cniVersion": "1.0.0"}));
     cache.save(&e).unwrap();
-    let raw: Value = serde_json::from_slice(&std::fs::read(s.0.join("results/net1-ctr1-eth0")).unwrap()).unwrap();
+    let raw: Value =
+        serde_json::from_slice(&std::fs::read(s.0.join("results/net1-ctr1-eth0")).unwrap())
+            .unwrap();
     assert_eq!(raw["kind"], "cniCacheV1");
     assert_eq!(raw["containerId"], "ctr1");
     assert_eq!(raw["ifName"], "eth0");
@@ -243,8 +266,18 @@ impl Fake {
         std::fs::create_dir_all(&bin).unwrap();
         let log = s.0.join("log");
         std::fs::write(&log, "").unwrap();
-        fake_plugin(&bin, "one", &log, &json!({"cniVersion": "1.0.0", "ips": [{"address": "10.9.0.2/24"}], "dns": {}}));
-        fake_plugin(&bin, "two", &log, &json!({"cniVersion": "1.0.0", "ips": [{"address": "10.9.0.2/24"}], "routes": [{"dst": "0.0.0.0/0"}], "dns": {}}));
+        fake_plugin(
+            &bin,
+            "one",
+            &log,
+            &json!({"cniVersion": "1.0.0", "ips": [{"address": "10.9.0.2/24"}], "dns": {}}),
+        );
+        fake_plugin(
+            &bin,
+            "two",
+            &log,
+            &json!({"cniVersion": "1.0.0", "ips": [{"address": "10.9.0.2/24"}], "routes": [{"dst": "0.0.0.0/0"}], "dns": {}}),
+        );
         let mut rt = Runtime::new(vec![s.0.join("nowhere"), bin], s.0.join("cache"));
         rt.forward_stderr = false;
         Fake { s, log, rt }
@@ -260,7 +293,11 @@ impl Fake {
     }
 
     fn log(&self) -> Vec<String> {
-        std::fs::read_to_string(&self.log).unwrap().lines().map(str::to_string).collect()
+        std::fs::read_to_string(&self.log)
+            .unwrap()
+            .lines()
+            .map(str::to_string)
+            .collect()
     }
 
     fn stdin(&self, n: usize) -> Value {
@@ -273,7 +310,10 @@ fn att() -> Attachment {
         container_id: "c1".into(),
         netns: "/run/netns/fake".into(),
         ifname: "eth0".into(),
-        args: vec![("IgnoreUnknown".into(), "1".into()), ("K".into(), "V".into())],
+        args: vec![
+            ("IgnoreUnknown".into(), "1".into()),
+            ("K".into(), "V".into()),
+        ],
         cap_args: obj(json!({"portMappings": [{"hostPort": 1}], "other": 1})),
     }
 }
@@ -292,10 +332,16 @@ fn add_chains_and_caches_del_reverses() {
         ]
     );
     let first = f.stdin(0);
-    assert_eq!(first, json!({"cniVersion": "1.0.0", "name": "fnet", "type": "one", "k": 1}));
+    assert_eq!(
+        first,
+        json!({"cniVersion": "1.0.0", "name": "fnet", "type": "one", "k": 1})
+    );
     let second = f.stdin(1);
     assert_eq!(second["prevResult"]["ips"][0]["address"], "10.9.0.2/24");
-    assert_eq!(second["runtimeConfig"], json!({"portMappings": [{"hostPort": 1}]}));
+    assert_eq!(
+        second["runtimeConfig"],
+        json!({"portMappings": [{"hostPort": 1}]})
+    );
     let cached = f.rt.cache.load("fnet", "c1", "eth0").unwrap().unwrap();
     assert_eq!(cached.result, Some(result.clone()));
     assert_eq!(cached.netns, "/run/netns/fake");
@@ -304,8 +350,14 @@ fn add_chains_and_caches_del_reverses() {
     assert_eq!(f.stdin(2)["prevResult"], result);
     f.rt.del(&list, &att()).unwrap();
     let log = f.log();
-    assert_eq!(log[4], "DEL two c1 eth0 /run/netns/fake IgnoreUnknown=1;K=V");
-    assert_eq!(log[5], "DEL one c1 eth0 /run/netns/fake IgnoreUnknown=1;K=V");
+    assert_eq!(
+        log[4],
+        "DEL two c1 eth0 /run/netns/fake IgnoreUnknown=1;K=V"
+    );
+    assert_eq!(
+        log[5],
+        "DEL one c1 eth0 /run/netns/fake IgnoreUnknown=1;K=V"
+    );
     assert_eq!(f.stdin(4)["prevResult"], result);
     assert!(f.rt.cache.load("fnet", "c1", "eth0").unwrap().is_none());
     // A second DEL (no cache any more) still runs, without prevResult.
@@ -319,10 +371,16 @@ fn failed_add_deletes_the_whole_list() {
     let list = f.list("1.0.0", json!({"fail": "ADD"}));
     let e = f.rt.add(&list, &att()).unwrap_err();
     let Error::Plugin(p) = &e else { panic!("{e}") };
-    assert_eq!((p.plugin_type.as_str(), p.index, p.command), ("two", 1, "ADD"));
+    assert_eq!(
+        (p.plugin_type.as_str(), p.index, p.command),
+        ("two", 1, "ADD")
+    );
     assert_eq!(p.object["code"], 7);
     let text = e.to_string();
-    assert!(text.contains("\"two\" (2 of 2) failed ADD: two says no") && text.contains("deleted again"), "{text}");
+    assert!(
+        text.contains("\"two\" (2 of 2) failed ADD: two says no") && text.contains("deleted again"),
+        "{text}"
+    );
     let log: Vec<String> = f.log().iter().map(|l| l[..7].to_string()).collect();
     assert_eq!(log, ["ADD one", "ADD two", "DEL two", "DEL one"]);
     assert!(f.stdin(2).get("prevResult").is_none());
@@ -334,7 +392,12 @@ fn old_versions_del_without_prev_result_and_refuse_check() {
     let f = Fake::new();
     let list = f.list("0.3.1", json!({}));
     f.rt.add(&list, &att()).unwrap();
-    assert!(f.rt.check(&list, &att()).unwrap_err().to_string().contains("0.4.0"));
+    assert!(f
+        .rt
+        .check(&list, &att())
+        .unwrap_err()
+        .to_string()
+        .contains("0.4.0"));
     f.rt.del(&list, &att()).unwrap();
     assert!(f.stdin(2).get("prevResult").is_none());
 }
@@ -351,7 +414,10 @@ fn disable_check_and_status_gc_versions() {
     let list = f.list("1.1.0", json!({}));
     f.rt.status(&list).unwrap();
     assert_eq!(f.log(), ["STATUS one    ", "STATUS two    "]);
-    assert_eq!(f.stdin(0), json!({"cniVersion": "1.1.0", "name": "fnet", "type": "one", "k": 1}));
+    assert_eq!(
+        f.stdin(0),
+        json!({"cniVersion": "1.1.0", "name": "fnet", "type": "one", "k": 1})
+    );
 }
 
 #[test]
@@ -366,13 +432,30 @@ fn gc_forgets_gone_and_passes_the_rest_as_valid() {
     let f = Fake::new();
     let list = f.list("1.1.0", json!({}));
     for id in ["c1", "c2"] {
-        let a = Attachment { container_id: id.into(), ..att() };
+        let a = Attachment {
+            container_id: id.into(),
+            ..att()
+        };
         f.rt.add(&list, &a).unwrap();
     }
-    let out = f.rt.gc(&list, &[Gone::parse("c1/eth0"), Gone::parse("nope")]).unwrap();
-    assert!(out.notes.iter().any(|n| n.contains("nope")), "{:?}", out.notes);
+    let out =
+        f.rt.gc(&list, &[Gone::parse("c1/eth0"), Gone::parse("nope")])
+            .unwrap();
+    assert!(
+        out.notes.iter().any(|n| n.contains("nope")),
+        "{:?}",
+        out.notes
+    );
     let log = f.log();
-    assert_eq!(&log[4..], ["DEL two c1 eth0 /run/netns/fake IgnoreUnknown=1;K=V", "DEL one c1 eth0 /run/netns/fake IgnoreUnknown=1;K=V", "GC one    ", "GC two    "]);
+    assert_eq!(
+        &log[4..],
+        [
+            "DEL two c1 eth0 /run/netns/fake IgnoreUnknown=1;K=V",
+            "DEL one c1 eth0 /run/netns/fake IgnoreUnknown=1;K=V",
+            "GC one    ",
+            "GC two    "
+        ]
+    );
     let gc = f.stdin(6);
     let valid = json!([{"containerID": "c2", "ifname": "eth0"}]);
     assert_eq!(gc["cni.dev/valid-attachments"], valid);
@@ -390,7 +473,10 @@ fn missing_plugin_and_bad_attachment() {
     let list = ConfList::from_list_bytes(&serde_json::to_vec(&v).unwrap(), Path::new("x")).unwrap();
     let e = f.rt.add(&list, &att()).unwrap_err().to_string();
     assert!(e.contains("failed to find plugin \"absent\""), "{e}");
-    let bad = Attachment { ifname: "a:b".into(), ..att() };
+    let bad = Attachment {
+        ifname: "a:b".into(),
+        ..att()
+    };
     assert!(f.rt.add(&f.list("1.0.0", json!({})), &bad).is_err());
     assert!(f.log().is_empty());
 }
