@@ -927,6 +927,57 @@ fn concurrent_first_adds() {
     assert!(bridge_ports(&br).is_empty());
 }
 
+/// Proves: the bridge (gateway) MAC is its own and stays put while ports come
+/// and go, and the result reports the bridge's real MAC. The reference bridge
+/// behaves so; a bridge that inherits its lowest port's MAC changes the
+/// gateway MAC under every container when that port leaves.
+#[test]
+fn bridge_mac_is_stable_when_ports_come_and_go() {
+    let env = TestEnv::new("bridge_mac_is_stable_when_ports_come_and_go");
+    let nets = env.subnets();
+    let br = env.link_name("cbr");
+    let c = conf("1.0.0", &br, env.ipam(Ipam::Ipamd, nets.v4_ranges()));
+    let (a, b) = (env.netns(), env.netns());
+    let (ida, idb) = (cid("a"), cid("b"));
+    let kernel_mac = || link(None, &br).expect("bridge")["address"].clone();
+    let ra = env
+        .plugin("bridge")
+        .attach("ADD", &ida, &a, "eth0")
+        .conf(&c)
+        .run()
+        .result();
+    let mac = kernel_mac();
+    assert_eq!(
+        ra["interfaces"][0]["mac"], mac,
+        "result reports the bridge's MAC"
+    );
+    let rb = env
+        .plugin("bridge")
+        .attach("ADD", &idb, &b, "eth0")
+        .conf(&c)
+        .run()
+        .result();
+    assert_eq!(rb["interfaces"][0]["mac"], mac, "{rb}");
+    assert_eq!(kernel_mac(), mac, "second port changed the bridge MAC");
+    env.plugin("bridge")
+        .attach("DEL", &ida, &a, "eth0")
+        .conf(&c)
+        .run()
+        .ok_silent();
+    assert_eq!(
+        kernel_mac(),
+        mac,
+        "the gateway MAC changed when the first container left (bridge inherits a port MAC; \
+         first host veth MAC was {})",
+        ra["interfaces"][1]["mac"]
+    );
+    env.plugin("bridge")
+        .attach("DEL", &idb, &b, "eth0")
+        .conf(&c)
+        .run()
+        .ok_silent();
+}
+
 // ------------------------------------------------------------------ differential
 
 /// Kernel state of one attachment, in comparable form.
@@ -1034,6 +1085,11 @@ fn differential_against_reference_bridge() {
         results.push(r);
     }
     let (theirs, ours) = (&results[0], &results[1]);
+    eprintln!("reference result: {theirs}\nour result:       {ours}");
+    eprintln!(
+        "reference kernel state: {:#?}\nour kernel state: {:#?}",
+        views[0], views[1]
+    );
     assert_eq!(
         keys(ours),
         keys(theirs),

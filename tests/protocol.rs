@@ -934,3 +934,26 @@ fn fuzz_env_values() {
             .err();
     }
 }
+
+/// Proves: an unreadable stdin (a directory: read fails with EISDIR) is code
+/// 5 with a clean error object, not a crash.
+#[test]
+fn unreadable_stdin_is_code_5() {
+    let env = TestEnv::new("unreadable_stdin_is_code_5");
+    let ns = env.netns();
+    let out = std::process::Command::new(env.bin.join("bridge"))
+        .env_clear()
+        .env("CNI_COMMAND", "ADD")
+        .env("CNI_CONTAINERID", "ctr-stdin")
+        .env("CNI_NETNS", &ns.path)
+        .env("CNI_IFNAME", "eth0")
+        .env("CNI_PATH", &env.bin)
+        .stdin(std::fs::File::open("/").expect("open /"))
+        .output()
+        .expect("run bridge");
+    let stdout = String::from_utf8_lossy(&out.stdout);
+    assert_eq!(out.status.code(), Some(1), "stdout: {stdout}");
+    let e = parse_error_object(&stdout, false).unwrap_or_else(|why| panic!("{why}: {stdout}"));
+    assert_eq!(e.code, 5, "{e:?}");
+    assert!(e.msg.contains("stdin"), "{e:?}");
+}

@@ -80,7 +80,13 @@ impl Netlink {
 
     fn create_bridge(&mut self, spec: &BridgeSpec) -> Result<()> {
         let what = format!("create bridge {}", spec.name);
-        let mut attrs = vec![LinkAttribute::IfName(spec.name.clone())];
+        // A fixed MAC: without one the kernel lends the bridge its lowest
+        // port's MAC, so the gateway's MAC would change under running pods
+        // as ports come and go (the reference bridge pins it too).
+        let mut attrs = vec![
+            LinkAttribute::IfName(spec.name.clone()),
+            LinkAttribute::Address(random_local_mac().to_vec()),
+        ];
         if let Some(mtu) = spec.mtu {
             attrs.push(LinkAttribute::Mtu(mtu));
         }
@@ -250,4 +256,21 @@ impl Netlink {
 
 fn unsupported_feature(what: &str, (feature, config): (&str, &str), errno: Option<i32>) -> Error {
     unsupported(what, feature, config, errno)
+}
+
+/// A random unicast, locally administered MAC (02:xx:xx:xx:xx:xx style).
+pub(crate) fn random_local_mac() -> [u8; 6] {
+    let mut mac = [0u8; 6];
+    // SAFETY: getrandom writes at most `len` bytes into the buffer we own.
+    let n = unsafe { libc::getrandom(mac.as_mut_ptr().cast(), mac.len(), 0) };
+    if n != mac.len() as isize {
+        let seed = std::time::SystemTime::now()
+            .duration_since(std::time::UNIX_EPOCH)
+            .map(|d| d.as_nanos())
+            .unwrap_or(0)
+            ^ u128::from(std::process::id());
+        mac.copy_from_slice(&seed.to_le_bytes()[..6]);
+    }
+    mac[0] = (mac[0] & 0xfe) | 0x02;
+    mac
 }

@@ -7,6 +7,7 @@ use super::common::{
 };
 use crate::cni::delegate;
 use crate::cni::{CniResult, Code, Command, Error, Interface, Plugin, Request, Route};
+use crate::firewall::{self, Attachment};
 use crate::netlink::{sysctl, BridgePort, BridgeSpec, Link, NetNs, Netlink, VethSpec};
 use ipnet::IpNet;
 use serde::Deserialize;
@@ -25,9 +26,7 @@ struct Conf {
     is_default_gateway: bool,
     #[serde(default)]
     force_address: bool,
-    /// Accepted now; the nftables rules arrive with the firewall work.
     #[serde(default)]
-    #[allow(dead_code)]
     ip_masq: bool,
     #[serde(default)]
     mtu: Option<u32>,
@@ -43,9 +42,7 @@ struct Conf {
     preserve_default_vlan: Option<bool>,
     #[serde(default)]
     enabledad: bool,
-    /// Accepted now; the bridge-family filter arrives with the firewall work.
     #[serde(default)]
-    #[allow(dead_code)]
     macspoofchk: bool,
     #[serde(default)]
     disable_container_interface: bool,
@@ -58,9 +55,9 @@ struct Conf {
 struct Trunk {
     #[serde(default)]
     id: Option<u16>,
-    #[serde(default)]
+    #[serde(default, rename = "minID")]
     min_id: Option<u16>,
-    #[serde(default)]
+    #[serde(default, rename = "maxID")]
     max_id: Option<u16>,
 }
 
@@ -160,7 +157,8 @@ impl Plugin for Bridge {
                     &bridge,
                     pair.peer_index,
                 )
-            });
+            })
+            .and_then(|r| firewall_add(req, &conf, &host_name, &mut cont, pair.peer_index, r));
         let mut result = match attached {
             Ok(r) => r,
             Err(e) => {
@@ -220,10 +218,11 @@ impl Plugin for Bridge {
     // ---------------------------------------------------------------- DEL
     fn del(&self, req: &Request) -> Result<(), Error> {
         // Parse to reject garbage, but never fail DEL on kernel state that is gone.
-        let _conf = Conf::load(req)?;
+        let conf = Conf::load(req)?;
         if req.conf.ipam_type.is_some() {
             delegate::ipam(req, Command::Del)?;
         }
+        firewall_del(req, &conf)?;
         delete_container_link(req.netns(), req.ifname())
     }
 
@@ -242,7 +241,7 @@ impl Plugin for Bridge {
         if req.conf.ipam_type.is_some() {
             delegate::ipam(req, Command::Gc)?;
         }
-        Ok(())
+        firewall_gc(req)
     }
 }
 
@@ -289,6 +288,77 @@ impl Bridge {
             Ok(result)
         })
     }
+}
+
+// ---------------------------------------------------------------- firewall
+
+fn attachment(req: &Request) -> Attachment {
+    Attachment::new(&req.conf.name, req.container_id(), req.ifname())
+}
+
+/// ipMasq and macspoofchk, once addressing succeeded. A failure releases the
+/// IPAM reservation (the caller removes the veth); each firewall call is one
+/// atomic batch, and macspoofchk failing removes what ipMasq added.
+fn firewall_add(
+    req: &Request,
+    conf: &Conf,
+    host_veth: &str,
+    cont: &mut Netlink,
+    peer_index: u32,
+    result: CniResult,
+) -> Result<CniResult, Error> {
+    if !conf.ip_masq && !conf.macspoofchk {
+        return Ok(result);
+    }
+    let att = attachment(req);
+    let mut step = || -> Result<(), Error> {
+        if conf.ip_masq && !result.ips.is_empty() {
+            let addrs: Vec<IpAddr> = result.ips.iter().map(|ip| ip.address.addr()).collect();
+            let subnets: Vec<IpNet> = result.ips.iter().map(|ip| ip.address.trunc()).collect();
+            firewall::masq::add(&att, &addrs, &subnets)?;
+        }
+        if conf.macspoofchk {
+            let mac = cont.link_by_index(peer_index)?.and_then(|l| l.mac);
+            let spoof = firewall::macspoof::add(&att, host_veth, &mac.unwrap_or_default());
+            if let (Err(_), true) = (&spoof, conf.ip_masq) {
+                let _ = firewall::masq::del(&att);
+            }
+            spoof?;
+        }
+        Ok(())
+    };
+    if req.conf.ipam_type.is_some() {
+        ipam_rollback_on_error(req, step)?;
+    } else {
+        step()?;
+    }
+    Ok(result)
+}
+
+/// By tag: works when the netns (and the veth with it) is already gone.
+fn firewall_del(req: &Request, conf: &Conf) -> Result<(), Error> {
+    if conf.ip_masq {
+        firewall::masq::del(&attachment(req))?;
+    }
+    if conf.macspoofchk {
+        firewall::macspoof::del(&attachment(req))?;
+    }
+    Ok(())
+}
+
+/// Whatever this network's attachments left behind, whatever the config
+/// says now.
+fn firewall_gc(req: &Request) -> Result<(), Error> {
+    let Some(valid) = req.conf.valid_attachments()? else {
+        return Ok(());
+    };
+    let valid: Vec<Attachment> = valid
+        .iter()
+        .map(|a| Attachment::new(&req.conf.name, &a.container_id, &a.ifname))
+        .collect();
+    firewall::masq::gc(&req.conf.name, &valid)?;
+    firewall::macspoof::gc(&req.conf.name, &valid)?;
+    Ok(())
 }
 
 /// Enslave the host end, set port flags and VLANs, bring it up.

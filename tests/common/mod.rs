@@ -18,13 +18,13 @@
 #![allow(dead_code)]
 
 use serde_json::{json, Value};
-use std::cell::RefCell;
 use std::collections::BTreeSet;
 use std::io::{Read, Write};
 use std::os::unix::process::ExitStatusExt;
 use std::path::{Path, PathBuf};
 use std::process::{Command, ExitStatus, Stdio};
 use std::sync::atomic::{AtomicU32, Ordering};
+use std::sync::Mutex;
 use std::time::{Duration, Instant};
 
 /// Where Debian's containernetworking-plugins put the reference plugins.
@@ -48,13 +48,21 @@ pub fn cnikit_exe() -> PathBuf {
 // ------------------------------------------------------------------ isolation
 
 /// Panic unless we are inside the namespace `tests/run` creates.
+///
+/// Proof of isolation: CNIKIT_ISOLATED=1 and our network namespace differs
+/// from PID 1's. Where PID 1's namespace cannot be read (a container without
+/// CAP_SYS_PTRACE), an ancestor process in another network namespace (the
+/// shell that ran `tests/run`, outside the `unshare`) is the proof instead.
 pub fn require_isolation() {
     let flag = std::env::var("CNIKIT_ISOLATED").unwrap_or_default();
     let own = std::fs::read_link("/proc/self/ns/net").ok();
     let init = std::fs::read_link("/proc/1/ns/net").ok();
     let isolated_ns = match (&own, &init) {
         (Some(a), Some(b)) => a != b,
-        // Cannot read PID 1's netns (not root, or hidepid): cannot prove isolation.
+        (Some(a), None) => ancestors()
+            .iter()
+            .filter_map(|pid| std::fs::read_link(format!("/proc/{pid}/ns/net")).ok())
+            .any(|ns| &ns != a),
         _ => false,
     };
     if flag != "1" || !isolated_ns {
@@ -65,6 +73,30 @@ pub fn require_isolation() {
              (CNIKIT_ISOLATED={flag:?}, own netns {own:?}, pid 1 netns {init:?})"
         );
     }
+}
+
+/// Our ancestor PIDs, parent first (stops at PID 1 or an unreadable entry).
+fn ancestors() -> Vec<u32> {
+    let mut out = Vec::new();
+    let mut pid = std::process::id();
+    while pid > 1 && out.len() < 64 {
+        let Ok(status) = std::fs::read_to_string(format!("/proc/{pid}/status")) else {
+            break;
+        };
+        let Some(ppid) = status
+            .lines()
+            .find_map(|l| l.strip_prefix("PPid:"))
+            .and_then(|v| v.trim().parse::<u32>().ok())
+        else {
+            break;
+        };
+        if ppid == 0 {
+            break;
+        }
+        out.push(ppid);
+        pid = ppid;
+    }
+    out
 }
 
 // ------------------------------------------------------------------ unique names
@@ -346,8 +378,14 @@ impl Ipam {
 
 // ------------------------------------------------------------------ the fixture
 
+/// Lock a resource list, surviving a poisoned lock (a panicking test thread).
+fn lock<T>(m: &Mutex<T>) -> std::sync::MutexGuard<'_, T> {
+    m.lock().unwrap_or_else(|e| e.into_inner())
+}
+
 /// One test's world: a CNI bin dir with our links, a temp dir for IPAM state,
-/// and the namespaces/links it made (removed on drop).
+/// and the namespaces/links it made (removed on drop). `Sync`: a test may
+/// share it with threads (concurrent ADDs).
 pub struct TestEnv {
     pub test: String,
     pub tmp: PathBuf,
@@ -355,8 +393,8 @@ pub struct TestEnv {
     pub bin: PathBuf,
     /// The reference plugins.
     pub ref_bin: PathBuf,
-    netns: RefCell<Vec<String>>,
-    links: RefCell<Vec<String>>,
+    netns: Mutex<Vec<String>>,
+    links: Mutex<Vec<String>>,
 }
 
 impl TestEnv {
@@ -376,8 +414,8 @@ impl TestEnv {
             bin: tmp.join("bin"),
             ref_bin: PathBuf::from(REF_DIR),
             tmp,
-            netns: RefCell::new(Vec::new()),
-            links: RefCell::new(Vec::new()),
+            netns: Mutex::new(Vec::new()),
+            links: Mutex::new(Vec::new()),
         };
         let out = Command::new(cnikit_exe())
             .args(["install", "--dir"])
@@ -415,7 +453,7 @@ impl TestEnv {
         let name = format!("cnk-{}", short_hash());
         ip(&["netns", "add", &name]);
         ip(&["-n", &name, "link", "set", "lo", "up"]);
-        self.netns.borrow_mut().push(name.clone());
+        lock(&self.netns).push(name.clone());
         Netns {
             path: format!("/run/netns/{name}"),
             name,
@@ -425,20 +463,20 @@ impl TestEnv {
     /// Delete a namespace now (to test DEL after the container is gone).
     pub fn del_netns(&self, ns: &Netns) {
         ip(&["netns", "del", &ns.name]);
-        self.netns.borrow_mut().retain(|n| n != &ns.name);
+        lock(&self.netns).retain(|n| n != &ns.name);
     }
 
     /// Reserve a unique host link name (a bridge the plugin will create, …);
     /// whatever carries it is deleted on drop.
     pub fn link_name(&self, prefix: &str) -> String {
         let name = ifname_with(prefix);
-        self.links.borrow_mut().push(name.clone());
+        lock(&self.links).push(name.clone());
         name
     }
 
     /// Register a link created by other means for deletion on drop.
     pub fn own_link(&self, name: &str) {
-        self.links.borrow_mut().push(name.to_string());
+        lock(&self.links).push(name.to_string());
     }
 
     /// A veth pair in the test host namespace, both ends up.
@@ -543,10 +581,10 @@ impl TestEnv {
 
 impl Drop for TestEnv {
     fn drop(&mut self) {
-        for ns in self.netns.borrow().iter() {
+        for ns in lock(&self.netns).iter() {
             let _ = sh("ip", &["netns", "del", ns]);
         }
-        for l in self.links.borrow().iter() {
+        for l in lock(&self.links).iter() {
             let _ = sh("ip", &["link", "del", l]);
         }
         if !std::thread::panicking() || std::env::var_os("CNIKIT_KEEP_TMP").is_none() {
