@@ -209,8 +209,9 @@ fn cni_path(args: &NetArgs) -> Vec<PathBuf> {
         .collect()
 }
 
-/// The attachment parameters from flags, environment and (for a DEL without
-/// namespace) the cache.
+/// The attachment parameters from flags and environment. CHECK and DEL must
+/// use the same parameters as the ADD (spec), so what the caller leaves out
+/// (netns for DEL, CNI_ARGS, capability args) comes from the cache entry.
 fn attachment(args: &NetArgs, rt: &Runtime, list: &ConfList) -> Result<Attachment, Error> {
     let netns = args.netns.as_deref().map(netns_path);
     let container_id = match (&args.container_id, &netns) {
@@ -222,10 +223,19 @@ fn attachment(args: &NetArgs, rt: &Runtime, list: &ConfList) -> Result<Attachmen
             ))
         }
     };
-    let netns = match netns {
-        Some(ns) => ns,
-        None if args.command == Verb::Del => cached_netns(rt, list, &container_id, &args.ifname),
-        None => {
+    let cached = match args.command {
+        Verb::Check | Verb::Del => rt
+            .cache
+            .load(&list.name, &container_id, &args.ifname)
+            .ok()
+            .flatten(),
+        _ => None,
+    };
+    let netns = match (netns, &cached) {
+        (Some(ns), _) => ns,
+        (None, Some(entry)) if args.command == Verb::Del => entry.netns.clone(),
+        (None, None) if args.command == Verb::Del => String::new(),
+        (None, _) => {
             return Err(Error::Runtime(
                 "this command needs the network namespace".into(),
             ))
@@ -235,16 +245,18 @@ fn attachment(args: &NetArgs, rt: &Runtime, list: &ConfList) -> Result<Attachmen
         container_id,
         netns,
         ifname: args.ifname.clone(),
-        args: cni_args(args)?,
-        cap_args: cap_args(args)?,
+        args: match cni_args(args)? {
+            Some(given) => given,
+            None => cached
+                .as_ref()
+                .map(|e| e.cni_args.clone())
+                .unwrap_or_default(),
+        },
+        cap_args: match cap_args(args)? {
+            Some(given) => given,
+            None => cached.map(|e| e.capability_args).unwrap_or_default(),
+        },
     })
-}
-
-fn cached_netns(rt: &Runtime, list: &ConfList, id: &str, ifname: &str) -> String {
-    match rt.cache.load(&list.name, id, ifname) {
-        Ok(Some(entry)) => entry.netns,
-        _ => String::new(),
-    }
 }
 
 /// A bare name means a namespace made by `ip netns add`.
@@ -265,12 +277,11 @@ pub fn container_id_for(netns: &str) -> String {
     format!("cnikit-{hash:016x}")
 }
 
-fn cni_args(args: &NetArgs) -> Result<Vec<(String, String)>, Error> {
-    let raw = args
-        .args
-        .clone()
-        .or_else(|| std::env::var("CNI_ARGS").ok())
-        .unwrap_or_default();
+/// `None` when neither the flag nor CNI_ARGS is set.
+fn cni_args(args: &NetArgs) -> Result<Option<Vec<(String, String)>>, Error> {
+    let Some(raw) = args.args.clone().or_else(|| std::env::var("CNI_ARGS").ok()) else {
+        return Ok(None);
+    };
     raw.split(';')
         .filter(|s| !s.is_empty())
         .map(|kv| match kv.split_once('=') {
@@ -279,20 +290,24 @@ fn cni_args(args: &NetArgs) -> Result<Vec<(String, String)>, Error> {
                 "--args / CNI_ARGS: {kv:?} is not KEY=VALUE"
             ))),
         })
-        .collect()
+        .collect::<Result<Vec<_>, Error>>()
+        .map(Some)
 }
 
-fn cap_args(args: &NetArgs) -> Result<Map<String, Value>, Error> {
-    let raw = args
+/// `None` when neither the flag nor CAP_ARGS is set.
+fn cap_args(args: &NetArgs) -> Result<Option<Map<String, Value>>, Error> {
+    let Some(raw) = args
         .cap_args
         .clone()
         .or_else(|| std::env::var("CAP_ARGS").ok())
-        .unwrap_or_default();
+    else {
+        return Ok(None);
+    };
     if raw.trim().is_empty() {
-        return Ok(Map::new());
+        return Ok(Some(Map::new()));
     }
     match serde_json::from_str(&raw) {
-        Ok(Value::Object(map)) => Ok(map),
+        Ok(Value::Object(map)) => Ok(Some(map)),
         Ok(_) => Err(Error::Runtime(
             "--cap-args / CAP_ARGS must be a JSON object".into(),
         )),

@@ -1,0 +1,247 @@
+//! The churn loop: W workers, each doing create netns → ADD → DEL → delete
+//! netns, pod after pod. Implementations take turns round by round (ABAB…),
+//! so a noisy neighbour or thermal drift hits all of them alike.
+
+use crate::podns::PodNs;
+use crate::sandbox::stopping;
+use crate::setup::{Impl, Setup, Variant};
+use indicatif::ProgressBar;
+use serde::Serialize;
+use std::collections::HashMap;
+use std::sync::atomic::{AtomicU64, Ordering};
+use std::time::{Duration, Instant};
+
+/// Everything measured for one (workers, variant, implementation).
+#[derive(Debug, Clone, Serialize)]
+pub struct Run {
+    pub workers: usize,
+    pub variant: Variant,
+    #[serde(rename = "implementation")]
+    pub imp: Impl,
+    /// Whole-chain latencies of the pods whose ADD succeeded, in ms.
+    pub add_ms: Vec<f64>,
+    pub del_ms: Vec<f64>,
+    pub failures: usize,
+    pub first_error: Option<String>,
+    /// Wall time of this run's rounds (netns create/delete included).
+    pub wall_s: f64,
+}
+
+impl Run {
+    fn new(workers: usize, variant: Variant, imp: Impl) -> Run {
+        Run {
+            workers,
+            variant,
+            imp,
+            add_ms: Vec::new(),
+            del_ms: Vec::new(),
+            failures: 0,
+            first_error: None,
+            wall_s: 0.0,
+        }
+    }
+
+    /// Completed pods per second of wall time.
+    pub fn pods_per_s(&self) -> f64 {
+        if self.wall_s > 0.0 {
+            self.add_ms.len() as f64 / self.wall_s
+        } else {
+            0.0
+        }
+    }
+
+    fn absorb(&mut self, samples: Vec<Sample>, wall: Duration) {
+        self.wall_s += wall.as_secs_f64();
+        for s in samples {
+            match s.error {
+                Some(e) => {
+                    self.failures += 1;
+                    self.first_error.get_or_insert(e);
+                }
+                None => {
+                    self.add_ms.push(s.add_ms);
+                    self.del_ms.push(s.del_ms);
+                }
+            }
+        }
+    }
+}
+
+struct Sample {
+    add_ms: f64,
+    del_ms: f64,
+    error: Option<String>,
+}
+
+/// What to run.
+pub struct Plan {
+    pub workers: Vec<usize>,
+    pub pods_per_worker: Box<dyn Fn(usize) -> usize>,
+    pub rounds: usize,
+    pub variants: Vec<Variant>,
+    pub impls: Vec<Impl>,
+}
+
+impl Plan {
+    /// The implementations compared in a variant; the floor is the kernel
+    /// work of the NAT-free attach, so it belongs to the bare variant.
+    pub fn impls_for(&self, variant: Variant) -> Vec<Impl> {
+        self.impls
+            .iter()
+            .copied()
+            .filter(|i| *i != Impl::Floor || variant == Variant::Bare)
+            .collect()
+    }
+
+    pub fn total_pods(&self) -> u64 {
+        let mut total = 0;
+        for &w in &self.workers {
+            for &v in &self.variants {
+                total += (w * (self.pods_per_worker)(w) * self.impls_for(v).len()) as u64;
+            }
+        }
+        total
+    }
+}
+
+/// The setups, built once (bridges and rule chains persist across worker
+/// counts); a setup that cannot even warm up is reported as failed.
+pub type Setups = HashMap<(Variant, Impl), Result<Setup, String>>;
+
+static POD: AtomicU64 = AtomicU64::new(0);
+
+/// One untimed pod per setup: creates the bridge, IPAM state, rule chains.
+pub fn warm_up(setups: &mut Setups) {
+    for setup in setups.values_mut() {
+        if let Ok(s) = setup {
+            let sample = one_pod(s);
+            if let Some(e) = sample.error {
+                *setup = Err(e);
+            }
+        }
+    }
+}
+
+pub fn run_all(plan: &Plan, setups: &Setups, pb: &ProgressBar) -> Vec<Run> {
+    let mut out = Vec::new();
+    for &w in &plan.workers {
+        for &variant in &plan.variants {
+            if stopping() {
+                return out;
+            }
+            out.extend(run_variant(plan, setups, w, variant, pb));
+        }
+    }
+    out
+}
+
+/// All implementations of one variant at W workers, interleaved by rounds.
+fn run_variant(
+    plan: &Plan,
+    setups: &Setups,
+    w: usize,
+    variant: Variant,
+    pb: &ProgressBar,
+) -> Vec<Run> {
+    let impls = plan.impls_for(variant);
+    let n = (plan.pods_per_worker)(w);
+    let rounds = plan.rounds.clamp(1, n.max(1));
+    let mut runs: Vec<Run> = impls.iter().map(|&i| Run::new(w, variant, i)).collect();
+    for r in 0..rounds {
+        let pods = n / rounds + usize::from(r < n % rounds);
+        for run in runs.iter_mut() {
+            let setup = setups.get(&(variant, run.imp));
+            pb.set_message(format!("W={w} {} {}", variant.name(), run.imp.name()));
+            match setup {
+                Some(Ok(s)) if !dead(run) && !stopping() => {
+                    let (samples, wall) = run_round(s, w, pods, pb);
+                    run.absorb(samples, wall);
+                }
+                Some(Err(e)) => {
+                    run.first_error.get_or_insert_with(|| e.clone());
+                    run.failures += w * pods;
+                    pb.inc((w * pods) as u64);
+                }
+                _ => pb.inc((w * pods) as u64),
+            }
+        }
+    }
+    runs
+}
+
+/// Every pod so far failed: the failure is systematic (e.g. a feature the
+/// plugin set lacks); do not spend the time budget on it.
+fn dead(run: &Run) -> bool {
+    run.failures > 0 && run.add_ms.is_empty()
+}
+
+fn run_round(
+    setup: &Setup,
+    workers: usize,
+    pods: usize,
+    pb: &ProgressBar,
+) -> (Vec<Sample>, Duration) {
+    let start = Instant::now();
+    let samples = std::thread::scope(|s| {
+        let handles: Vec<_> = (0..workers)
+            .map(|_| s.spawn(|| worker(setup, pods, pb)))
+            .collect();
+        handles
+            .into_iter()
+            .flat_map(|h| h.join().unwrap_or_default())
+            .collect()
+    });
+    (samples, start.elapsed())
+}
+
+fn worker(setup: &Setup, pods: usize, pb: &ProgressBar) -> Vec<Sample> {
+    let mut out = Vec::with_capacity(pods);
+    for _ in 0..pods {
+        if stopping() {
+            break;
+        }
+        out.push(one_pod(setup));
+        pb.inc(1);
+    }
+    out
+}
+
+/// Netns creation and deletion are outside the timed section: the runtime's
+/// caller (containerd, CRI-O) does them, not the CNI chain.
+fn one_pod(setup: &Setup) -> Sample {
+    let n = POD.fetch_add(1, Ordering::Relaxed);
+    let ns = match PodNs::create(&format!("p{n}")) {
+        Ok(ns) => ns,
+        Err(e) => return failed(format!("creating the pod netns: {e}")),
+    };
+    let path = ns.path_str();
+    let t0 = Instant::now();
+    let added = setup.add(n, &path);
+    let t1 = Instant::now();
+    // DEL also after a failed ADD, as the spec asks of runtimes.
+    let deleted = setup.del(n, &path);
+    let t2 = Instant::now();
+    ns.delete();
+    let error = match (added, deleted) {
+        (Err(e), _) => Some(format!("ADD: {e}")),
+        (Ok(()), Err(e)) => Some(format!("DEL: {e}")),
+        (Ok(()), Ok(())) => None,
+    };
+    Sample {
+        add_ms: ms(t1 - t0),
+        del_ms: ms(t2 - t1),
+        error,
+    }
+}
+
+fn failed(error: String) -> Sample {
+    Sample {
+        add_ms: 0.0,
+        del_ms: 0.0,
+        error: Some(error),
+    }
+}
+
+fn ms(d: Duration) -> f64 {
+    d.as_secs_f64() * 1000.0
+}

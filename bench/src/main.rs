@@ -1,0 +1,190 @@
+//! cnikit-bench: the pod churn benchmark. W parallel workers attach and
+//! detach pods (create netns → ADD the list → DEL → delete netns) through the
+//! same runtime code as `cnikit net`, for cnikit, the reference plugins and
+//! the kernel floor, interleaved. Runs inside its own network and mount
+//! namespaces; see README "Benchmark".
+
+// Shared with the cnikit binary by path, so the benchmark measures the very
+// runtime and netlink code cnikit ships. Not every item is used here.
+#[allow(unused_imports)] // its re-exports serve the plugins
+#[path = "../../src/netlink/mod.rs"]
+mod netlink;
+#[path = "../../src/runtime/mod.rs"]
+mod runtime;
+
+mod churn;
+mod plot;
+mod podns;
+mod report;
+mod sandbox;
+mod setup;
+
+use clap::Parser;
+use indicatif::{ProgressBar, ProgressStyle};
+use setup::{Impl, Plugins, Setup, Variant};
+use std::path::{Path, PathBuf};
+
+#[derive(Parser, Debug, serde::Serialize)]
+#[command(
+    name = "cnikit-bench",
+    about = "Pod churn benchmark: cnikit vs the reference CNI plugins"
+)]
+struct Args {
+    /// Worker counts, each run in turn.
+    #[arg(long, value_delimiter = ',', default_value = "1,8,32")]
+    workers: Vec<usize>,
+    /// Pods per worker [default: enough for about --total pods per worker count]
+    #[arg(long)]
+    pods: Option<usize>,
+    /// Pods per worker count and implementation when --pods is not given.
+    #[arg(long, default_value_t = 64)]
+    total: usize,
+    /// Implementations to compare.
+    #[arg(
+        long,
+        value_enum,
+        value_delimiter = ',',
+        default_value = "reference,cnikit,floor"
+    )]
+    impls: Vec<Impl>,
+    /// Variants: full = bridge(ipMasq) + IPAM + portmap; bare = bridge + IPAM.
+    #[arg(long, value_enum, value_delimiter = ',', default_value = "full,bare")]
+    variants: Vec<Variant>,
+    /// Rounds each implementation's pods are split into, taken in turns (ABAB…).
+    #[arg(long, default_value_t = 4)]
+    rounds: usize,
+    /// Where results.json, table.txt and latency.svg go.
+    #[arg(long, default_value = "bench-results")]
+    out: PathBuf,
+    /// The cnikit binary [default: `cnikit` next to this program]
+    #[arg(long)]
+    cnikit: Option<PathBuf>,
+    /// The reference plugins (Debian's containernetworking-plugins).
+    #[arg(long, default_value = "/usr/lib/cni")]
+    reference_dir: PathBuf,
+    /// No progress bar.
+    #[arg(long)]
+    quiet: bool,
+}
+
+fn main() {
+    let args = Args::parse();
+    if let Err(e) = run(&args) {
+        eprintln!("cnikit-bench: {e}");
+        std::process::exit(1);
+    }
+    if sandbox::stopping() {
+        std::process::exit(130);
+    }
+}
+
+fn run(args: &Args) -> Result<(), String> {
+    let plugins = locate_plugins(args)?;
+    let out = prepare_out_dir(&args.out)?;
+    sandbox::enter()?;
+    sandbox::loopback_up()?;
+    let plan = plan(args);
+    let mut setups = churn::Setups::new();
+    for &v in &plan.variants {
+        for imp in plan.impls_for(v) {
+            setups.insert((v, imp), Setup::new(v, imp, &plugins));
+        }
+    }
+    let pb = progress(plan.total_pods(), args.quiet);
+    pb.set_message("warming up");
+    churn::warm_up(&mut setups);
+    let runs = churn::run_all(&plan, &setups, &pb);
+    pb.finish_and_clear();
+    write_outputs(&out, &runs, args)
+}
+
+fn plan(args: &Args) -> churn::Plan {
+    let fixed = args.pods;
+    let total = args.total.max(1);
+    churn::Plan {
+        workers: args.workers.iter().copied().filter(|w| *w > 0).collect(),
+        pods_per_worker: Box::new(move |w| fixed.unwrap_or_else(|| total.div_ceil(w)).max(1)),
+        rounds: args.rounds,
+        variants: args.variants.clone(),
+        impls: args.impls.clone(),
+    }
+}
+
+fn locate_plugins(args: &Args) -> Result<Plugins, String> {
+    let cnikit = match &args.cnikit {
+        Some(p) => p.clone(),
+        None => std::env::current_exe()
+            .map_err(|e| e.to_string())?
+            .with_file_name("cnikit"),
+    };
+    let cnikit_bin = cnikit.canonicalize().map_err(|e| {
+        format!(
+            "cnikit binary {}: {e} (build it: cargo build --release, or pass --cnikit)",
+            cnikit.display()
+        )
+    })?;
+    if args.impls.contains(&Impl::Reference) && !args.reference_dir.join("bridge").is_file() {
+        return Err(format!(
+            "no reference plugins in {} (apt-get install containernetworking-plugins)",
+            args.reference_dir.display()
+        ));
+    }
+    Ok(Plugins {
+        cnikit_bin,
+        reference_dir: args.reference_dir.clone(),
+    })
+}
+
+/// Made before entering the sandbox; it must not be under /run, which the
+/// sandbox covers with its own tmpfs.
+fn prepare_out_dir(out: &Path) -> Result<PathBuf, String> {
+    std::fs::create_dir_all(out).map_err(|e| format!("{}: {e}", out.display()))?;
+    let abs = out.canonicalize().map_err(|e| e.to_string())?;
+    if abs.starts_with("/run") {
+        return Err("the output directory must not be under /run".into());
+    }
+    Ok(abs)
+}
+
+fn progress(total: u64, quiet: bool) -> ProgressBar {
+    if quiet {
+        return ProgressBar::hidden();
+    }
+    let pb = ProgressBar::new(total);
+    let style = ProgressStyle::with_template(
+        "{spinner} [{elapsed_precise}] {bar:40.cyan/blue} {pos}/{len} pods  {msg}",
+    );
+    if let Ok(style) = style {
+        pb.set_style(style);
+    }
+    pb.enable_steady_tick(std::time::Duration::from_millis(200));
+    pb
+}
+
+fn write_outputs(out: &Path, runs: &[churn::Run], args: &Args) -> Result<(), String> {
+    let table = report::table(runs);
+    println!("{table}");
+    let settings = serde_json::to_value(args).map_err(|e| e.to_string())?;
+    let files = [
+        (
+            "table.txt",
+            std::fs::write(out.join("table.txt"), &table).map_err(|e| e.to_string()),
+        ),
+        (
+            "results.json",
+            report::write_json(&out.join("results.json"), runs, &settings),
+        ),
+        (
+            "latency.svg",
+            plot::write_svg(&out.join("latency.svg"), runs, &args.workers),
+        ),
+    ];
+    for (name, result) in files {
+        result.map_err(|e| format!("writing {name}: {e}"))?;
+    }
+    println!(
+        "wrote {}/{{table.txt,results.json,latency.svg}}",
+        out.display()
+    );
+    Ok(())
+}

@@ -1,0 +1,279 @@
+//! What is compared: the same network configuration list run by the same
+//! runtime code (src/runtime, as `cnikit net` runs it) over two plugin sets,
+//! and the kernel floor that does the attach work in-process.
+
+use crate::netlink::{BridgePort, BridgeSpec, NetNs, Netlink, Route, VethSpec};
+use crate::runtime::{Attachment, ConfList, Runtime};
+use crate::sandbox::STATE;
+use ipnet::IpNet;
+use serde_json::{json, Value};
+use std::net::{IpAddr, Ipv4Addr};
+use std::path::{Path, PathBuf};
+
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, clap::ValueEnum, serde::Serialize)]
+#[serde(rename_all = "lowercase")]
+pub enum Impl {
+    /// Debian's containernetworking-plugins: bridge + host-local + portmap.
+    Reference,
+    /// cnikit through its symlinks: bridge + ipamd + portmap.
+    Cnikit,
+    /// The kernel work of a bridge attach in one process: no exec, no IPAM.
+    Floor,
+}
+
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, clap::ValueEnum, serde::Serialize)]
+#[serde(rename_all = "lowercase")]
+pub enum Variant {
+    /// bridge (isGateway, ipMasq, hairpinMode) + IPAM + portmap, one host port per pod.
+    Full,
+    /// bridge (isGateway, hairpinMode) + IPAM: no NAT at all.
+    Bare,
+}
+
+impl Impl {
+    pub fn name(self) -> &'static str {
+        match self {
+            Impl::Reference => "reference",
+            Impl::Cnikit => "cnikit",
+            Impl::Floor => "floor",
+        }
+    }
+}
+
+impl Variant {
+    pub fn name(self) -> &'static str {
+        match self {
+            Variant::Full => "full",
+            Variant::Bare => "bare",
+        }
+    }
+}
+
+/// One (variant, implementation) ready to run pods.
+pub enum Setup {
+    Chain(Box<Chain>),
+    Floor(Floor),
+}
+
+pub struct Chain {
+    runtime: Runtime,
+    list: ConfList,
+    with_ports: bool,
+}
+
+pub struct Floor {
+    bridge_index: u32,
+    gateway: Ipv4Addr,
+}
+
+/// Where to find the plugins of each set.
+pub struct Plugins {
+    pub cnikit_bin: PathBuf,
+    pub reference_dir: PathBuf,
+}
+
+impl Setup {
+    pub fn new(variant: Variant, imp: Impl, plugins: &Plugins) -> Result<Setup, String> {
+        match imp {
+            Impl::Floor => Floor::new().map(Setup::Floor),
+            Impl::Cnikit | Impl::Reference => {
+                Chain::new(variant, imp, plugins).map(|c| Setup::Chain(Box::new(c)))
+            }
+        }
+    }
+
+    /// ADD pod `n` (its netns at `netns`).
+    pub fn add(&self, n: u64, netns: &str) -> Result<(), String> {
+        match self {
+            Setup::Chain(c) => c.add(n, netns),
+            Setup::Floor(f) => f.add(n, netns),
+        }
+    }
+
+    pub fn del(&self, n: u64, netns: &str) -> Result<(), String> {
+        match self {
+            Setup::Chain(c) => c.del(n, netns),
+            Setup::Floor(f) => f.del(netns),
+        }
+    }
+}
+
+// ------------------------------------------------------------ chains
+
+/// A distinct /16 per setup, so nothing is shared between the compared sets.
+fn subnet(variant: Variant, imp: Impl) -> u8 {
+    match (variant, imp) {
+        (Variant::Full, Impl::Reference) => 80,
+        (Variant::Full, _) => 81,
+        (Variant::Bare, Impl::Reference) => 82,
+        (Variant::Bare, _) => 83,
+    }
+}
+
+/// The list both plugin sets run; only the IPAM type (and its state dir)
+/// differs, exactly as a user migrating from host-local would change it.
+pub fn conflist(variant: Variant, imp: Impl) -> Value {
+    let tag = format!("{}-{}", &imp.name()[..3], variant.name());
+    let net = subnet(variant, imp);
+    let ipam = match imp {
+        Impl::Reference => json!({"type": "host-local", "dataDir": format!("{STATE}/host-local"),
+            "ranges": [[{"subnet": format!("10.{net}.0.0/16")}]]}),
+        _ => json!({"type": "ipamd", "dataDir": format!("{STATE}/ipamd"),
+            // Nothing listens there: the embedded store, no daemon.
+            "socket": format!("{STATE}/ipamd.sock"),
+            "ranges": [[{"subnet": format!("10.{net}.0.0/16")}]]}),
+    };
+    let full = variant == Variant::Full;
+    let mut plugins = vec![json!({
+        "type": "bridge", "bridge": format!("br-{tag}"), "isGateway": true,
+        "ipMasq": full, "hairpinMode": true, "ipam": ipam,
+    })];
+    if full {
+        plugins.push(json!({"type": "portmap", "capabilities": {"portMappings": true}}));
+    }
+    json!({"cniVersion": "1.0.0", "name": format!("bench-{tag}"), "plugins": plugins})
+}
+
+impl Chain {
+    fn new(variant: Variant, imp: Impl, plugins: &Plugins) -> Result<Chain, String> {
+        let bin_dir = match imp {
+            Impl::Reference => plugins.reference_dir.clone(),
+            _ => link_cnikit(&plugins.cnikit_bin)?,
+        };
+        let bytes = serde_json::to_vec(&conflist(variant, imp)).map_err(|e| e.to_string())?;
+        let list = ConfList::from_list_bytes(&bytes, Path::new("(benchmark)"))
+            .map_err(|e| e.to_string())?;
+        let cache = PathBuf::from(STATE).join(format!("cache-{}", imp.name()));
+        let mut runtime = Runtime::new(vec![bin_dir], cache);
+        runtime.forward_stderr = false;
+        Ok(Chain {
+            runtime,
+            list,
+            with_ports: variant == Variant::Full,
+        })
+    }
+
+    fn attachment(&self, n: u64, netns: &str) -> Attachment {
+        let mut att = Attachment {
+            container_id: format!("bench-{n}"),
+            netns: netns.to_string(),
+            ifname: "eth0".into(),
+            ..Attachment::default()
+        };
+        if self.with_ports {
+            // One unique host port per pod, as a pod with one hostPort has.
+            let port = 10000 + n % 50000;
+            att.cap_args.insert(
+                "portMappings".into(),
+                json!([{"hostPort": port, "containerPort": 80, "protocol": "tcp"}]),
+            );
+        }
+        att
+    }
+
+    fn add(&self, n: u64, netns: &str) -> Result<(), String> {
+        self.runtime
+            .add(&self.list, &self.attachment(n, netns))
+            .map(|_| ())
+            .map_err(|e| e.to_string())
+    }
+
+    fn del(&self, n: u64, netns: &str) -> Result<(), String> {
+        self.runtime
+            .del(&self.list, &self.attachment(n, netns))
+            .map_err(|e| e.to_string())
+    }
+}
+
+/// A CNI bin dir with cnikit's plugin names linked to the binary, as
+/// `cnikit install` makes it.
+fn link_cnikit(cnikit: &Path) -> Result<PathBuf, String> {
+    let dir = PathBuf::from(STATE).join("bin-cnikit");
+    std::fs::create_dir_all(&dir).map_err(|e| e.to_string())?;
+    for name in ["bridge", "macvlan", "ipvlan", "portmap", "ipamd"] {
+        let link = dir.join(name);
+        if !link.exists() {
+            std::os::unix::fs::symlink(cnikit, &link).map_err(|e| format!("link {name}: {e}"))?;
+        }
+    }
+    Ok(dir)
+}
+
+// ------------------------------------------------------------ floor
+
+impl Floor {
+    const BRIDGE: &'static str = "br-floor";
+
+    fn new() -> Result<Floor, String> {
+        let e = |e: crate::netlink::Error| e.to_string();
+        let gateway = Ipv4Addr::new(10, 84, 0, 1);
+        let mut nl = Netlink::open().map_err(e)?;
+        let bridge = nl
+            .ensure_bridge(BridgeSpec {
+                name: Floor::BRIDGE.into(),
+                ..BridgeSpec::default()
+            })
+            .map_err(e)?;
+        let gw = IpNet::new(IpAddr::V4(gateway), 16).map_err(|x| x.to_string())?;
+        nl.add_address(bridge.index, gw).map_err(e)?;
+        nl.set_up(bridge.index).map_err(e)?;
+        Ok(Floor {
+            bridge_index: bridge.index,
+            gateway,
+        })
+    }
+
+    /// What the bridge plugin does to the kernel, minus IPAM and exec: veth
+    /// with the peer made in the pod, enslaved with hairpin, up; in the pod
+    /// the address, eth0 up and the default route.
+    fn add(&self, n: u64, netns: &str) -> Result<(), String> {
+        let e = |e: crate::netlink::Error| e.to_string();
+        let pod = NetNs::open(netns).map_err(e)?;
+        let mut host = Netlink::open().map_err(e)?;
+        let pair = host
+            .create_veth(VethSpec {
+                host_name: format!("vfl{n:x}"),
+                peer_name: "eth0".into(),
+                peer_netns: &pod,
+                mtu: None,
+                peer_mac: None,
+            })
+            .map_err(e)?;
+        host.set_master(pair.host_index, self.bridge_index)
+            .map_err(e)?;
+        let port = BridgePort {
+            hairpin: true,
+            isolated: false,
+        };
+        host.set_bridge_port(pair.host_index, port).map_err(e)?;
+        host.set_up(pair.host_index).map_err(e)?;
+        let mut cont = Netlink::open_in(&pod).map_err(e)?;
+        cont.add_address(pair.peer_index, floor_address(n)?)
+            .map_err(e)?;
+        cont.set_up(pair.peer_index).map_err(e)?;
+        let mut default = Route::new(
+            IpNet::new(IpAddr::V4(Ipv4Addr::UNSPECIFIED), 0).map_err(|x| x.to_string())?,
+        );
+        default.gateway = Some(IpAddr::V4(self.gateway));
+        default.oif = Some(pair.peer_index);
+        cont.add_route(&default).map_err(e)
+    }
+
+    /// The bridge plugin's DEL: delete eth0 in the pod (the host end goes with it).
+    fn del(&self, netns: &str) -> Result<(), String> {
+        let e = |e: crate::netlink::Error| e.to_string();
+        let pod = NetNs::open(netns).map_err(e)?;
+        let mut cont = Netlink::open_in(&pod).map_err(e)?;
+        match cont.link_by_name("eth0").map_err(e)? {
+            Some(link) => cont.delete_link(link.index).map_err(e),
+            None => Ok(()),
+        }
+    }
+}
+
+/// 10.84.0.0/16 minus the gateway, one address per pod.
+fn floor_address(n: u64) -> Result<IpNet, String> {
+    let host = (n % 65000) as u32 + 2;
+    let addr = Ipv4Addr::from(u32::from(Ipv4Addr::new(10, 84, 0, 0)) + host);
+    IpNet::new(IpAddr::V4(addr), 16).map_err(|e| e.to_string())
+}
