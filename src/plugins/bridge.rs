@@ -381,8 +381,6 @@ fn attach_port(
     }
     if let Some(vid) = conf.vlan {
         host.bridge_vlan_add(index, vid, true, true, false)?;
-        // The bridge itself must carry the VLAN to route for it.
-        host.bridge_vlan_add(bridge, vid, false, false, true)?;
     }
     for &vid in trunk {
         host.bridge_vlan_add(index, vid, false, false, false)?;
@@ -436,6 +434,8 @@ fn gateway_on_bridge(
     bridge: &Link,
     result: &CniResult,
 ) -> Result<(), Error> {
+    let gw_link = gateway_link(host, conf, bridge)?;
+    let bridge = &gw_link;
     for ip in &result.ips {
         let Some(gw) = ip.gateway else { continue };
         let want = IpNet::new(gw, ip.address.prefix_len())
@@ -452,8 +452,8 @@ fn gateway_on_bridge(
                 return Err(Error::new(
                     Code::Kernel,
                     format!(
-                        "bridge {} already has address {other}, not the gateway {want}; set forceAddress to replace it",
-                        conf.bridge
+                        "{} already has address {other}, not the gateway {want}; set forceAddress to replace it",
+                        bridge.name
                     ),
                 ));
             }
@@ -461,12 +461,66 @@ fn gateway_on_bridge(
         }
         if gw.is_ipv6() {
             // A tentative gateway would black-hole the first second of traffic.
-            sysctl::set(&format!("net/ipv6/conf/{}/accept_dad", conf.bridge), "0")?;
+            sysctl::set(&format!("net/ipv6/conf/{}/accept_dad", bridge.name), "0")?;
         }
         host.add_address(bridge.index, want)?;
         enable_forwarding(gw)?;
     }
     Ok(())
+}
+
+/// The link that carries the gateway: the bridge itself, or with `vlan` a
+/// veth `<bridge>.<vid>` whose peer is an untagged port of that VLAN. Frames
+/// of a VLAN reach the bridge device tagged, so an address on the bridge is
+/// unreachable from the VLAN; this is the reference's layout, and unlike an
+/// 802.1q device it needs no VLAN support in the kernel beyond filtering.
+fn gateway_link(host: &mut Netlink, conf: &Conf, bridge: &Link) -> Result<Link, Error> {
+    let Some(vid) = conf.vlan else {
+        return Ok(bridge.clone());
+    };
+    let name = format!("{}.{vid}", conf.bridge);
+    crate::cni::env::validate_ifname(&name).map_err(|why| {
+        Error::invalid_config(format!(
+            "VLAN gateway interface name {name:?} {why}; use a shorter bridge name"
+        ))
+    })?;
+    if let Some(link) = host.link_by_name(&name)? {
+        return Ok(link);
+    }
+    let here = NetNs::current()?;
+    let created = host.create_veth(VethSpec {
+        host_name: name.clone(),
+        peer_name: random_veth_name(),
+        peer_netns: &here,
+        mtu: conf.mtu,
+        peer_mac: None,
+    });
+    let pair = match created {
+        Ok(pair) => pair,
+        // A concurrent ADD made it first; it also finishes setting it up.
+        Err(e) if e.kind == crate::netlink::ErrorKind::AlreadyExists => {
+            return host.link_by_name(&name)?.ok_or_else(|| {
+                Error::new(
+                    Code::Kernel,
+                    format!("{name} disappeared while being set up"),
+                )
+            });
+        }
+        Err(e) => return Err(e.into()),
+    };
+    host.set_master(pair.peer_index, bridge.index)?;
+    host.bridge_vlan_add(pair.peer_index, vid, true, true, false)?;
+    if conf.preserve_default_vlan == Some(false) {
+        host.bridge_vlan_del(pair.peer_index, 1)?;
+    }
+    host.set_up(pair.peer_index)?;
+    host.set_up(pair.host_index)?;
+    host.link_by_index(pair.host_index)?.ok_or_else(|| {
+        Error::new(
+            Code::Kernel,
+            format!("{name} disappeared while being set up"),
+        )
+    })
 }
 
 fn enable_forwarding(gw: IpAddr) -> Result<(), Error> {

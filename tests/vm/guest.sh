@@ -1,0 +1,355 @@
+# Sourced by the VM's /init (busybox sh, Debian's stock kernel, modules loaded, lo up).
+# Runs the CNI plugins exactly as a runtime does (CNI_* env + config on stdin) from /cni,
+# where /cni/cnikit is the release binary; reads results with grep/sed (no python here).
+# Sets $ok and $fail; /init prints "VM-RESULT $ok passed, $fail failed".
+# Output: "ok - what" / "FAIL - what" followed by indented details.
+
+# busybox sh runs its own applets before $PATH: force iproute2 (also in `sh -c` strings below)
+ip() { /sbin/ip "$@"; }
+bridge() { /sbin/bridge "$@"; }
+ok=0
+fail=0
+IPAM_DIR=/run/ipam            # tmpfs
+pass() { ok=$((ok + 1)); echo "ok - $*"; }
+bad() { fail=$((fail + 1)); echo "FAIL - $*"; }
+# t WHAT CMD...: passes if CMD succeeds; shows CMD's output when it does not
+t() {
+  _d=$1; shift
+  if "$@" > /tmp/t.out 2>&1; then pass "$_d"; else bad "$_d"; sed 's/^/    /' /tmp/t.out | head -30; fi
+}
+# tn WHAT CMD...: passes if CMD fails
+tn() {
+  _d=$1; shift
+  if "$@" > /tmp/t.out 2>&1; then bad "$_d (unexpectedly succeeded)"; sed 's/^/    /' /tmp/t.out | head -30; else pass "$_d"; fi
+}
+# teq WHAT EXPECTED ACTUAL
+teq() {
+  if [ "$2" = "$3" ]; then pass "$1"; else bad "$1"; echo "    expected: '$2'"; echo "    actual:   '$3'"; fi
+}
+
+# cni CMD CONTAINERID NETNS IFNAME CONF [CNI_ARGS]: run the plugin named by CONF's "type" from
+# /cni like a runtime does; its stdout lands in /tmp/out.json (and in /tmp/res-ID-IFNAME.json
+# after a successful ADD).
+CNI_BIN=/cni
+cni() {
+  # the plugin's own "type" comes before the ipam section's
+  _type=$(tr -d ' \n' < "$5" | grep -o '"type":"[^"]*"' | head -1 | cut -d'"' -f4)
+  env -i PATH=/sbin:/bin CNI_COMMAND="$1" CNI_CONTAINERID="$2" CNI_NETNS="$3" CNI_IFNAME="$4" \
+    CNI_PATH=$CNI_BIN CNI_ARGS="${6:-}" "$CNI_BIN/$_type" < "$5" > /tmp/out.json 2> /tmp/err.txt
+  _rc=$?
+  if [ $_rc != 0 ]; then
+    echo "$1 $_type ($2) exit $_rc: $(cat /tmp/out.json) $(cat /tmp/err.txt)"
+    return $_rc
+  fi
+  [ "$1" = ADD ] && tr -d '\n' < /tmp/out.json > "/tmp/res-$2-$4.json"
+  [ "$1" = ADD ] && cat /tmp/out.json
+  return 0
+}
+# with_prev CONF RESULT > CONF': the config with "prevResult" as a runtime sends it for CHECK/DEL
+with_prev() {
+  _c=$(cat "$1")
+  _r=$(tr -d '\n' < "$2")
+  printf '%s,"prevResult":%s}' "${_c%\}}" "$_r"
+}
+# chk / del ID NETNS IFNAME CONF: CHECK or DEL with the cached ADD result as prevResult
+chk() { with_prev "$4" "/tmp/res-$1-$3.json" > /tmp/prev.json && cni CHECK "$1" "$2" "$3" /tmp/prev.json; }
+del() {
+  if [ -f "/tmp/res-$1-$3.json" ]; then with_prev "$4" "/tmp/res-$1-$3.json" > /tmp/prev.json; else cp "$4" /tmp/prev.json; fi
+  cni DEL "$1" "$2" "$3" /tmp/prev.json
+}
+# first address (with prefix) of a result file
+addr_of() { tr -d ' \n' < "$1" | grep -o '"address":"[^"]*"' | head -1 | cut -d'"' -f4; }
+has() { tr -d ' \n' < "$1" | grep -q -- "$2"; }
+lease_held() { /cni/cnikit ipamd leases --data-dir "$IPAM_DIR" --json | tr -d ' \n' | grep -q "\"address\":\"$1\""; }
+no_lease() { ! lease_held "$1"; }
+ping_ok() { ip netns exec "$1" ping -c 1 -W 3 "$2"; }
+ping_no() { ! ip netns exec "$1" ping -c 1 -W 1 "$2"; }
+nsreset() { for n in "$@"; do ip netns del "$n" 2> /dev/null; ip netns add "$n"; done; }
+# result shape: cniVersion echoed; 0.4.0 IPs carry "version", 1.x IPs do not
+shape_ok() { # RESULT VERSION
+  has "$1" "\"cniVersion\":\"$2\"" || { echo "cniVersion is not $2"; return 1; }
+  case $2 in
+    0.*) has "$1" '"ips":\[{"version":"4"' || { echo "0.x IP without version"; return 1; } ;;
+    *) ! has "$1" '"version":' || { echo "1.x result has a version key"; return 1; } ;;
+  esac
+  has "$1" '"interfaces":\[{"name":"' || { echo "no interfaces"; return 1; }
+}
+# VLANs of a bridge port as "VID[P][U] ...", P = PVID, U = egress untagged, ranges expanded
+vlans_of() {
+  bridge -j vlan show dev "$1" | tr -d ' \n' | grep -o '{"vlan":[^}]*}' | while read -r e; do
+    s=$(echo "$e" | sed 's/^{"vlan":\([0-9]*\).*/\1/')
+    en=$(echo "$e" | grep -o '"vlanEnd":[0-9]*' | cut -d: -f2)
+    [ -n "$en" ] || en=$s
+    f=
+    case $e in *PVID*) f=P ;; esac
+    case $e in *EgressUntagged*) f=${f}U ;; esac
+    i=$s
+    while [ "$i" -le "$en" ]; do echo "$i$f"; i=$((i + 1)); done
+  done | tr '\n' ' ' | sed 's/ $//'
+}
+host_veth() { tr -d ' \n' < "$1" | grep -o '"name":"[^"]*"' | sed -n 2p | cut -d'"' -f4; }
+
+echo "== setup"
+t "cnikit install --dir /cni creates the plugin links" /cni/cnikit install --dir /cni
+t "links are symlinks to cnikit" sh -c 'for p in bridge macvlan ipvlan portmap ipamd; do [ -L /cni/$p ] || exit 1; done'
+t "VERSION via a link lists 1.1.0" sh -c 'CNI_COMMAND=VERSION /cni/ipvlan < /dev/null | grep -q "1.1.0"'
+t "no ipamd daemon runs in the guest" sh -c '[ ! -e /run/cnikit/ipamd.sock ]'
+
+# ------------------------------------------------------------------ ipvlan
+k=0
+for v in 1.0.0 0.4.0; do
+  for mode in l2 l3 l3s; do
+    k=$((k + 1))
+    V="ipvlan $mode $v"
+    net=ipv-$mode-$(echo $v | tr -d .)
+    ip link add ipvm type dummy && ip link set ipvm up
+    cat > /tmp/ipv.json << EOF
+{"cniVersion":"$v","name":"$net","type":"ipvlan","master":"ipvm","mode":"$mode","ipam":{"type":"ipamd","dataDir":"$IPAM_DIR","ranges":[[{"subnet":"10.50.$k.0/24"}]],"routes":[{"dst":"0.0.0.0/0"},{"dst":"192.168.$k.0/24","gw":"10.50.$k.254"}]}}
+EOF
+    # a second network on another subnet, same master: l3 routes between them, l2 does not
+    sed -e "s/\"name\":\"$net\"/\"name\":\"$net-o\"/" -e "s/10\.50\.$k\./10.51.$k./g" /tmp/ipv.json > /tmp/ipv-o.json
+    nsreset ipa ipb ipc
+    t "$V: ADD a" cni ADD ipa-$k /run/netns/ipa eth0 /tmp/ipv.json
+    t "$V: ADD b" cni ADD ipb-$k /run/netns/ipb eth0 /tmp/ipv.json
+    t "$V: ADD c (other subnet)" cni ADD ipc-$k /run/netns/ipc eth0 /tmp/ipv-o.json
+    RA=/tmp/res-ipa-$k-eth0.json
+    A=$(addr_of $RA); B=$(addr_of /tmp/res-ipb-$k-eth0.json); C=$(addr_of /tmp/res-ipc-$k-eth0.json)
+    t "$V: result shape" shape_ok $RA $v
+    t "$V: result interface eth0 in the sandbox" has $RA "\"interfaces\":\[{\"name\":\"eth0\",\"mac\":\"[0-9a-f:]*\",\"sandbox\":\"/run/netns/ipa\"}"
+    t "$V: result address and gateway from ipamd" has $RA "\"address\":\"10.50.$k.[0-9]*/24\",\"gateway\":\"10.50.$k.1\""
+    t "$V: kernel: eth0 is ipvlan mode $mode" sh -c "/sbin/ip -n ipa -d link show eth0 | grep -qE 'ipvlan +mode $mode( |\$)'"
+    t "$V: kernel: eth0 is up with $A" sh -c "/sbin/ip -n ipa link show eth0 | grep -qE '[<,]UP[,>]' && /sbin/ip -n ipa -4 addr show eth0 | grep -q 'inet $A '"
+    t "$V: routes: default via 10.50.$k.1" sh -c "/sbin/ip -n ipa route show default | grep -q 'via 10.50.$k.1 dev eth0'"
+    t "$V: routes: 192.168.$k.0/24 via 10.50.$k.254" sh -c "/sbin/ip -n ipa route show 192.168.$k.0/24 | grep -q 'via 10.50.$k.254 dev eth0'"
+    t "$V: routes: the subnet is on-link" sh -c "/sbin/ip -n ipa route show 10.50.$k.0/24 | grep -q 'dev eth0 proto kernel'"
+    t "$V: ipamd lease held for $A (in-process, no daemon)" lease_held "${A%/*}"
+    t "$V: a reaches b on the same master" ping_ok ipa "${B%/*}"
+    case $mode in
+      l2) t "$V: a does not reach c on another subnet (no L3 forwarding in l2)" ping_no ipa "${C%/*}" ;;
+      *) t "$V: a reaches c on another subnet through its default route (L3 mode)" ping_ok ipa "${C%/*}" ;;
+    esac
+    t "$V: CHECK a" chk ipa-$k /run/netns/ipa eth0 /tmp/ipv.json
+    ip -n ipa route del 192.168.$k.0/24 2> /dev/null
+    tn "$V: CHECK a fails once a result route is gone" chk ipa-$k /run/netns/ipa eth0 /tmp/ipv.json
+    t "$V: DEL a" del ipa-$k /run/netns/ipa eth0 /tmp/ipv.json
+    t "$V: DEL b" del ipb-$k /run/netns/ipb eth0 /tmp/ipv.json
+    t "$V: DEL c" del ipc-$k /run/netns/ipc eth0 /tmp/ipv-o.json
+    t "$V: links gone after DEL" sh -c 'for n in ipa ipb ipc; do ! /sbin/ip -n $n link show eth0 >/dev/null 2>&1 || exit 1; done'
+    t "$V: leases released after DEL" sh -c "! /cni/cnikit ipamd leases --data-dir $IPAM_DIR --json | grep -q '10.5[01].$k.'"
+    t "$V: DEL a again (idempotent)" del ipa-$k /run/netns/ipa eth0 /tmp/ipv.json
+    ip netns del ipa; ip netns del ipb; ip netns del ipc; ip link del ipvm
+  done
+done
+
+# ipvlan and macvlan with linkInContainer: the master is inside the container's netns
+for type in ipvlan macvlan; do
+  V="$type linkInContainer"
+  nsreset lic
+  ip -n lic link add m0 type dummy && ip -n lic link set m0 up
+  cat > /tmp/lic.json << EOF
+{"cniVersion":"1.0.0","name":"lic-$type","type":"$type","master":"m0","linkInContainer":true,"ipam":{"type":"ipamd","dataDir":"$IPAM_DIR","ranges":[[{"subnet":"10.52.0.0/24"}]]}}
+EOF
+  sed 's/"linkInContainer":true/"linkInContainer":false/' /tmp/lic.json > /tmp/lic-no.json
+  tn "$V: without linkInContainer the master is looked up on the host (and missing)" cni ADD lic-no /run/netns/lic net1 /tmp/lic-no.json
+  t "$V: ADD net1" cni ADD lic-1 /run/netns/lic net1 /tmp/lic.json
+  t "$V: net1 is a $type on m0 inside the container" sh -c "/sbin/ip -n lic -d link show net1 | grep -q '@m0' && /sbin/ip -n lic -d link show net1 | grep -q '$type'"
+  t "$V: net1 has its address" sh -c "/sbin/ip -n lic -4 addr show net1 | grep -q 'inet $(addr_of /tmp/res-lic-1-net1.json) '"
+  t "$V: CHECK" chk lic-1 /run/netns/lic net1 /tmp/lic.json
+  t "$V: DEL" del lic-1 /run/netns/lic net1 /tmp/lic.json
+  t "$V: net1 gone, m0 kept" sh -c "! /sbin/ip -n lic link show net1 >/dev/null 2>&1 && /sbin/ip -n lic link show m0 >/dev/null"
+  ip netns del lic
+done
+
+# DEL when the master is gone (the kernel removed the child with it), or the netns is gone
+for type in ipvlan macvlan; do
+  V="$type DEL"
+  nsreset g1 g2
+  ip link add gm0 type dummy && ip link set gm0 up
+  cat > /tmp/g.json << EOF
+{"cniVersion":"1.0.0","name":"gone-$type","type":"$type","master":"gm0","ipam":{"type":"ipamd","dataDir":"$IPAM_DIR","ranges":[[{"subnet":"10.53.0.0/24"}]]}}
+EOF
+  t "$V: ADD g1" cni ADD g1 /run/netns/g1 eth0 /tmp/g.json
+  t "$V: ADD g2" cni ADD g2 /run/netns/g2 eth0 /tmp/g.json
+  G1=$(addr_of /tmp/res-g1-eth0.json); G2=$(addr_of /tmp/res-g2-eth0.json)
+  ip link del gm0
+  t "$V: the master is gone" sh -c '! /sbin/ip link show gm0 >/dev/null 2>&1'
+  t "$V: DEL with the master gone succeeds" del g1 /run/netns/g1 eth0 /tmp/g.json
+  t "$V: ... and released the lease" no_lease "${G1%/*}"
+  ip netns del g2
+  t "$V: DEL with the netns gone succeeds" del g2 /run/netns/g2 eth0 /tmp/g.json
+  t "$V: ... and released the lease" no_lease "${G2%/*}"
+  t "$V: DEL with an empty CNI_NETNS succeeds" del g2 "" eth0 /tmp/g.json
+  ip netns del g1
+done
+
+# ------------------------------------------------------------------ macvlan modes on a dummy master
+for v in 1.0.0 0.4.0; do
+  for mode in bridge private vepa passthru; do
+    k=$((k + 1))
+    V="macvlan $mode $v"
+    ip link add mvm type dummy && ip link set mvm up
+    cat > /tmp/mv.json << EOF
+{"cniVersion":"$v","name":"mv-$mode-$k","type":"macvlan","master":"mvm","mode":"$mode","ipam":{"type":"ipamd","dataDir":"$IPAM_DIR","ranges":[[{"subnet":"10.54.$k.0/24"}]],"routes":[{"dst":"0.0.0.0/0"}]}}
+EOF
+    nsreset ma mb
+    t "$V: ADD a" cni ADD ma-$k /run/netns/ma eth0 /tmp/mv.json
+    RA=/tmp/res-ma-$k-eth0.json
+    A=$(addr_of $RA)
+    t "$V: result shape" shape_ok $RA $v
+    t "$V: kernel: eth0 is macvlan mode $mode" sh -c "/sbin/ip -n ma -d link show eth0 | grep -qE 'macvlan +mode $mode( |\$)'"
+    t "$V: kernel: eth0 up with $A, default route" sh -c "/sbin/ip -n ma link show eth0 | grep -qE '[<,]UP[,>]' && /sbin/ip -n ma -4 addr show eth0 | grep -q 'inet $A ' && /sbin/ip -n ma route show default | grep -q 'via 10.54.$k.1 dev eth0'"
+    t "$V: result MAC is the kernel's" sh -c "/sbin/ip -n ma link show eth0 | grep -q \"link/ether \$(tr -d ' \n' < $RA | grep -o '\"mac\":\"[^\"]*\"' | head -1 | cut -d'\"' -f4) \""
+    if [ $mode = passthru ]; then
+      tn "$V: a second passthru child on the same master is refused" cni ADD mb-$k /run/netns/mb eth0 /tmp/mv.json
+      t "$V: ... and its lease was rolled back" sh -c "[ \$(/cni/cnikit ipamd leases --data-dir $IPAM_DIR --network mv-$mode-$k --json | grep -c '\"address\"') = 1 ]"
+    else
+      t "$V: ADD b" cni ADD mb-$k /run/netns/mb eth0 /tmp/mv.json
+      B=$(addr_of /tmp/res-mb-$k-eth0.json)
+      case $mode in
+        bridge) t "$V: a reaches b (bridge mode switches between children)" ping_ok ma "${B%/*}" ;;
+        private) t "$V: a does not reach b (private)" ping_no ma "${B%/*}" ;;
+        vepa) t "$V: a does not reach b (vepa: hairpin needs an external switch; dummy drops)" ping_no ma "${B%/*}" ;;
+      esac
+      t "$V: DEL b" del mb-$k /run/netns/mb eth0 /tmp/mv.json
+    fi
+    t "$V: CHECK a" chk ma-$k /run/netns/ma eth0 /tmp/mv.json
+    t "$V: DEL a" del ma-$k /run/netns/ma eth0 /tmp/mv.json
+    t "$V: links gone, leases released" sh -c "! /sbin/ip -n ma link show eth0 >/dev/null 2>&1 && ! /cni/cnikit ipamd leases --data-dir $IPAM_DIR --json | grep -q '10.54.$k.'"
+    ip netns del ma; ip netns del mb; ip link del mvm
+  done
+done
+# macvlan without IPAM: L2 only
+nsreset ml
+ip link add mvm type dummy && ip link set mvm up
+echo '{"cniVersion":"1.0.0","name":"mv-l2","type":"macvlan","master":"mvm"}' > /tmp/mvl2.json
+t "macvlan no IPAM: ADD" cni ADD ml /run/netns/ml eth0 /tmp/mvl2.json
+t "macvlan no IPAM: no IPs in the result, link up without IPv4" sh -c "! grep -q '\"address\"' /tmp/res-ml-eth0.json && /sbin/ip -n ml link show eth0 | grep -qE '[<,]UP[,>]' && ! /sbin/ip -n ml -4 addr show eth0 | grep -q inet"
+t "macvlan no IPAM: CHECK" chk ml /run/netns/ml eth0 /tmp/mvl2.json
+t "macvlan no IPAM: DEL" del ml /run/netns/ml eth0 /tmp/mvl2.json
+ip netns del ml; ip link del mvm
+
+# ------------------------------------------------------------------ bridge VLAN filtering
+# One bridge, one subnet; networks differ in VLAN (and in their ipamd range).
+brconf() { # NAME RANGE-START RANGE-END EXTRA-KEYS
+  cat << EOF
+{"cniVersion":"1.0.0","name":"$1","type":"bridge","bridge":"brv"$4,"ipam":{"type":"ipamd","dataDir":"$IPAM_DIR","ranges":[[{"subnet":"10.60.0.0/24","rangeStart":"10.60.0.$2","rangeEnd":"10.60.0.$3"}]]}}
+EOF
+}
+brconf v100 10 49 ',"vlan":100' > /tmp/v100.json
+brconf v200 50 99 ',"vlan":200' > /tmp/v200.json
+brconf v100np 100 119 ',"vlan":100,"preserveDefaultVlan":false' > /tmp/v100np.json
+brconf trunk 120 139 ',"vlanTrunk":[{"id":100},{"minID":300,"maxID":302}],"preserveDefaultVlan":false' > /tmp/trunk.json
+brconf trunkp 140 159 ',"vlan":200,"vlanTrunk":[{"id":100}]' > /tmp/trunkp.json
+nsreset va vb vc vn vt vp
+V="bridge vlan"
+t "$V: ADD va (vlan 100)" cni ADD va /run/netns/va eth0 /tmp/v100.json
+t "$V: ADD vb (vlan 100)" cni ADD vb /run/netns/vb eth0 /tmp/v100.json
+t "$V: ADD vc (vlan 200)" cni ADD vc /run/netns/vc eth0 /tmp/v200.json
+t "$V: ADD vn (vlan 100, preserveDefaultVlan false)" cni ADD vn /run/netns/vn eth0 /tmp/v100np.json
+t "$V: ADD vt (vlanTrunk 100, 300-302; preserveDefaultVlan false)" cni ADD vt /run/netns/vt eth0 /tmp/trunk.json
+t "$V: ADD vp (vlan 200 + vlanTrunk 100)" cni ADD vp /run/netns/vp eth0 /tmp/trunkp.json
+t "$V: the bridge has VLAN filtering on" sh -c "/sbin/ip -d link show brv | grep -q 'vlan_filtering 1'"
+teq "$V: port of va: VLAN 100 PVID untagged, VLAN 1 kept" "1U 100PU" "$(vlans_of "$(host_veth /tmp/res-va-eth0.json)")"
+teq "$V: port of vc: VLAN 200 PVID untagged, VLAN 1 kept" "1U 200PU" "$(vlans_of "$(host_veth /tmp/res-vc-eth0.json)")"
+teq "$V: port of vn: VLAN 100 only" "100PU" "$(vlans_of "$(host_veth /tmp/res-vn-eth0.json)")"
+teq "$V: port of vt: tagged 100, 300-302 only" "100 300 301 302" "$(vlans_of "$(host_veth /tmp/res-vt-eth0.json)")"
+teq "$V: port of vp: VLAN 1 kept, tagged 100, 200 PVID untagged" "1U 100 200PU" "$(vlans_of "$(host_veth /tmp/res-vp-eth0.json)")"
+A=$(addr_of /tmp/res-va-eth0.json); B=$(addr_of /tmp/res-vb-eth0.json); C=$(addr_of /tmp/res-vc-eth0.json)
+N=$(addr_of /tmp/res-vn-eth0.json); P=$(addr_of /tmp/res-vp-eth0.json)
+t "$V: va reaches vb (same VLAN)" ping_ok va "${B%/*}"
+t "$V: va reaches vn (same VLAN, VLAN 1 removed on vn)" ping_ok va "${N%/*}"
+t "$V: va does not reach vc (VLAN 100 vs 200)" ping_no va "${C%/*}"
+t "$V: vc reaches vp (VLAN 200 untagged)" ping_ok vc "${P%/*}"
+t "$V: va does not reach vp untagged (vp's VLAN 100 is tagged)" ping_no va "${P%/*}"
+# the trunk port talks VLAN 100 tagged: a vlan subinterface in vt reaches the VLAN-100 containers
+# (host routes, so that they win over the subnet route of the untagged eth0)
+ip -n vt link add link eth0 name eth0.100 type vlan id 100 && ip -n vt link set eth0.100 up
+ip -n vt addr add 10.60.0.250/32 dev eth0.100 && ip -n vt addr add 10.61.0.1/24 dev eth0.100
+ip -n vt route add "${A%/*}/32" dev eth0.100 src 10.60.0.250 && ip -n vt route add "${C%/*}/32" dev eth0.100 src 10.60.0.250
+ip -n vt link add link eth0 name eth0.300 type vlan id 300 && ip -n vt addr add 10.65.0.1/24 dev eth0.300 && ip -n vt link set eth0.300 up
+ip -n vp link add link eth0 name eth0.100 type vlan id 100 && ip -n vp addr add 10.61.0.2/24 dev eth0.100 && ip -n vp link set eth0.100 up
+ip -n vp link add link eth0 name eth0.300 type vlan id 300 && ip -n vp addr add 10.65.0.2/24 dev eth0.300 && ip -n vp link set eth0.300 up
+t "$V: trunk vt (tagged 100) reaches va (VLAN 100 untagged)" ping_ok vt "${A%/*}"
+t "$V: trunk vt (tagged 100) does not reach vc (VLAN 200)" ping_no vt "${C%/*}"
+t "$V: trunk vt (tagged 100) reaches trunk vp (tagged 100)" ping_ok vt 10.61.0.2
+t "$V: VLAN 300 is on vt's port only: vt.300 does not reach vp.300" ping_no vt 10.65.0.2
+for l in vt:eth0.100 vt:eth0.300 vp:eth0.100 vp:eth0.300; do ip -n ${l%%:*} link del ${l#*:} 2> /dev/null; done
+for c in va vb vc vn vt vp; do
+  case $c in va | vb) f=v100 ;; vc) f=v200 ;; vn) f=v100np ;; vt) f=trunk ;; vp) f=trunkp ;; esac
+  t "$V: CHECK $c" chk $c /run/netns/$c eth0 /tmp/$f.json
+done
+VA=$(host_veth /tmp/res-va-eth0.json)
+for c in va vb vc vn vt vp; do
+  case $c in va | vb) f=v100 ;; vc) f=v200 ;; vn) f=v100np ;; vt) f=trunk ;; vp) f=trunkp ;; esac
+  t "$V: DEL $c" del $c /run/netns/$c eth0 /tmp/$f.json
+done
+t "$V: host veth gone, no leases left" sh -c "! /sbin/ip link show $VA >/dev/null 2>&1 && ! /cni/cnikit ipamd leases --data-dir $IPAM_DIR --json | grep -q '10.60.0.'"
+for c in va vb vc vn vt vp; do ip netns del $c; done
+ip link del brv
+
+# isGateway with a VLAN: the container on VLAN 100 must reach its gateway on the bridge
+V="bridge vlan+isGateway"
+cat > /tmp/vg.json << EOF
+{"cniVersion":"1.0.0","name":"vgw","type":"bridge","bridge":"brg","isGateway":true,"vlan":100,"ipam":{"type":"ipamd","dataDir":"$IPAM_DIR","ranges":[[{"subnet":"10.62.0.0/24"}]],"routes":[{"dst":"0.0.0.0/0"}]}}
+EOF
+nsreset vg
+t "$V: ADD" cni ADD vg /run/netns/vg eth0 /tmp/vg.json
+t "$V: container reaches its gateway 10.62.0.1" ping_ok vg 10.62.0.1
+t "$V: CHECK" chk vg /run/netns/vg eth0 /tmp/vg.json
+t "$V: DEL" del vg /run/netns/vg eth0 /tmp/vg.json
+ip netns del vg
+ip link del brg 2> /dev/null
+
+# the reference bridge plugin (containernetworking-plugins 1.1.1: knows `vlan` only) on the same
+# VLAN shape: port membership must be the same as ours
+if [ -x /ref/bridge ]; then
+  V="bridge vlan vs reference"
+  nsreset ra rb
+  for p in 1 2; do
+    cat > /tmp/rv$p.json << EOF
+{"cniVersion":"1.0.0","name":"rv$p","type":"bridge","bridge":"brr$p","vlan":100,"isGateway":true,"ipam":{"type":"TYPE","dataDir":"$IPAM_DIR/ref","ranges":[[{"subnet":"10.63.$p.0/24"}]]}}
+EOF
+  done
+  sed -i 's/TYPE/ipamd/' /tmp/rv1.json
+  sed -i 's/TYPE/host-local/' /tmp/rv2.json
+  t "$V: ADD ours" cni ADD ra /run/netns/ra eth0 /tmp/rv1.json
+  CNI_BIN=/ref
+  t "$V: ADD reference" cni ADD rb /run/netns/rb eth0 /tmp/rv2.json
+  CNI_BIN=/cni
+  teq "$V: same port VLANs" "$(vlans_of "$(host_veth /tmp/res-rb-eth0.json)")" "$(vlans_of "$(host_veth /tmp/res-ra-eth0.json)")"
+  t "$V: reference: container reaches its gateway" ping_ok rb 10.63.2.1
+  t "$V: ours: container reaches its gateway" ping_ok ra 10.63.1.1
+  # how each one reaches its gateway (printed for the record; not a test)
+  ip -br -4 addr show | grep brr | sed 's/^/    addr: /'
+  ip -br link show | grep brr | sed 's/^/    link: /'
+  bridge vlan show | sed 's/^/    vlan: /'
+  t "$V: DEL ours" del ra /run/netns/ra eth0 /tmp/rv1.json
+  CNI_BIN=/ref
+  t "$V: DEL reference" del rb /run/netns/rb eth0 /tmp/rv2.json
+  CNI_BIN=/cni
+  ip netns del ra; ip netns del rb
+fi
+
+# ------------------------------------------------------------------ ipamd, in-process (no daemon)
+V="ipamd in-process"
+cat > /tmp/ipam.json << EOF
+{"cniVersion":"1.1.0","name":"ipamonly","type":"ipamd","ipam":{"type":"ipamd","dataDir":"$IPAM_DIR","socket":"/run/cnikit/none.sock","ranges":[[{"subnet":"10.70.0.0/24"}],[{"subnet":"fd70::/64"}]],"routes":[{"dst":"0.0.0.0/0"}]}}
+EOF
+t "$V: ADD (dual stack) with the socket missing" cni ADD i1 /run/netns/none eth0 /tmp/ipam.json
+t "$V: result has a v4 and a v6 address" sh -c "grep -q '10.70.0.' /tmp/res-i1-eth0.json && grep -q 'fd70::' /tmp/res-i1-eth0.json"
+I1=$(addr_of /tmp/res-i1-eth0.json)
+cp /tmp/res-i1-eth0.json /tmp/first.json
+t "$V: ADD again" cni ADD i1 /run/netns/none eth0 /tmp/ipam.json
+teq "$V: ... returns the same result" "$(cat /tmp/first.json)" "$(cat /tmp/res-i1-eth0.json)"
+t "$V: CNI_ARGS IP= requests an address" cni ADD i2 /run/netns/none eth0 /tmp/ipam.json "IP=10.70.0.77"
+t "$V: ... and gets it" grep -q '10.70.0.77/24' /tmp/res-i2-eth0.json
+tn "$V: the same address for another container is refused" cni ADD i3 /run/netns/none eth0 /tmp/ipam.json "IP=10.70.0.77"
+t "$V: lease held" lease_held "${I1%/*}"
+t "$V: store files under dataDir on tmpfs" sh -c "ls -R $IPAM_DIR/ipamonly | grep -q . && grep -q ' /run tmpfs' /proc/mounts"
+t "$V: CHECK" chk i1 /run/netns/none eth0 /tmp/ipam.json
+t "$V: DEL i1" del i1 /run/netns/none eth0 /tmp/ipam.json
+t "$V: ... lease released" no_lease "${I1%/*}"
+sed 's/}$/,"cni.dev\/valid-attachments":[]}/' /tmp/ipam.json > /tmp/gc.json
+t "$V: GC with no valid attachments" cni GC "" "" "" /tmp/gc.json
+t "$V: ... frees i2's lease" no_lease 10.70.0.77
+t "$V: STATUS" cni STATUS "" "" "" /tmp/ipam.json
