@@ -8,6 +8,12 @@ set -euo pipefail
 cd "$(dirname "$0")/.."
 if [ "${1:-}" != "--inside" ]; then
   [ "$(id -u)" = 0 ] || { echo "demo.sh: run as root" >&2; exit 1; }
+  for p in iproute2 iputils-ping python3; do
+    dpkg-query -W -f='${Status}' $p 2>/dev/null | grep -q 'ok installed' && continue
+    apt-get update && DEBIAN_FRONTEND=noninteractive apt-get install -y --no-install-recommends \
+      iproute2 iputils-ping python3
+    break
+  done
   cargo build --release
   exec unshare --net --mount --propagation private -- "$0" --inside
 fi
