@@ -115,6 +115,57 @@ impl From<ErrorBody> for Error {
     }
 }
 
+/// Request header with which the client names the store it would fall back to: `DEV:INO PATH`
+/// (the directory's device and inode, `none` if it does not exist, then its path
+/// percent-encoded, for messages). The daemon refuses requests for another directory, so that
+/// the daemon and the in-process fallback never allocate from two different stores.
+pub const DATA_DIR_HEADER: &str = "ipamd-data-dir";
+
+/// The [`DATA_DIR_HEADER`] value for `dir`.
+pub fn data_dir_header(dir: &std::path::Path) -> String {
+    use std::os::unix::ffi::OsStrExt;
+    use std::os::unix::fs::MetadataExt;
+    let mut value = match std::fs::metadata(dir) {
+        Ok(meta) => format!("{}:{} ", meta.dev(), meta.ino()),
+        Err(_) => "none ".to_string(),
+    };
+    for &b in dir.as_os_str().as_bytes() {
+        if b.is_ascii_graphic() && b != b'%' {
+            value.push(char::from(b));
+        } else {
+            value.push_str(&format!("%{b:02X}"));
+        }
+    }
+    value
+}
+
+/// Parse a [`DATA_DIR_HEADER`] value into ((device, inode) or None, path for messages).
+pub fn parse_data_dir_header(value: &[u8]) -> Option<(Option<(u64, u64)>, String)> {
+    let text = std::str::from_utf8(value).ok()?;
+    let (id, path) = text.split_once(' ').unwrap_or((text, ""));
+    let id = match id {
+        "none" => None,
+        _ => {
+            let (dev, ino) = id.split_once(':')?;
+            Some((dev.parse().ok()?, ino.parse().ok()?))
+        }
+    };
+    let mut raw = Vec::with_capacity(path.len());
+    let bytes = path.as_bytes();
+    let mut i = 0;
+    while i < bytes.len() {
+        if bytes[i] == b'%' {
+            let hex = std::str::from_utf8(bytes.get(i + 1..i + 3)?).ok()?;
+            raw.push(u8::from_str_radix(hex, 16).ok()?);
+            i += 3;
+        } else {
+            raw.push(bytes[i]);
+            i += 1;
+        }
+    }
+    Some((id, String::from_utf8_lossy(&raw).into_owned()))
+}
+
 /// CNI's network-name charset (`^[a-zA-Z0-9][a-zA-Z0-9_.\-]*$`): the name becomes a
 /// directory under `dataDir`, so this is also what keeps `../` and absolute paths out.
 pub fn validate_network_name(name: &str) -> Result<(), Error> {

@@ -40,9 +40,44 @@ impl Default for DaemonOptions {
     }
 }
 
+/// Test hook: a file whose contents the daemon uses as this boot's ID instead of
+/// `/proc/sys/kernel/random/boot_id`, so tests can simulate a reboot without one. Read only
+/// by [`run`] (the `cnikit ipamd daemon` entry point); the plugin's in-process path always
+/// records the real boot ID.
+pub const BOOT_ID_FILE_ENV: &str = "CNIKIT_IPAMD_BOOT_ID_FILE";
+
+/// The store options of a daemon started by [`run`]: the defaults, with the boot ID taken
+/// from [`BOOT_ID_FILE_ENV`] when that is set.
+fn daemon_store_options() -> Result<StoreOptions, Error> {
+    let mut opts = StoreOptions::default();
+    if let Some(path) = std::env::var_os(BOOT_ID_FILE_ENV) {
+        let path = PathBuf::from(path);
+        let text = std::fs::read_to_string(&path).map_err(|e| {
+            Error::invalid(format!(
+                "{BOOT_ID_FILE_ENV}={}: cannot read it: {e}",
+                path.display()
+            ))
+        })?;
+        let id = text.trim();
+        if id.is_empty() {
+            return Err(Error::invalid(format!(
+                "{BOOT_ID_FILE_ENV}={} is empty",
+                path.display()
+            )));
+        }
+        log_at!(
+            Level::Warn,
+            "using boot ID {id} from {} ({BOOT_ID_FILE_ENV}) instead of the kernel's",
+            path.display()
+        );
+        opts.boot_id = id.to_string();
+    }
+    Ok(opts)
+}
+
 /// Run the daemon until SIGTERM or SIGINT. Builds its own tokio runtime.
 pub fn run(opts: DaemonOptions) -> Result<(), Error> {
-    let prepared = prepare(opts, StoreOptions::default())?;
+    let prepared = prepare(opts, daemon_store_options()?)?;
     prepared.serve(async {
         use tokio::signal::unix::{signal, SignalKind};
         match (

@@ -1,8 +1,8 @@
 //! Range arithmetic and host-local's round-robin choice of the next address.
 //!
 //! Addresses are handled as `u128` so one code path serves v4 and v6. The search never walks
-//! a whole range: callers check capacity first, so a free address exists and the walk only
-//! steps over addresses in use (bounded by the number of leases), which keeps a /64 cheap.
+//! a whole range: it only steps over addresses in use or excluded, so it is bounded by the
+//! number of leases, which keeps a /64 cheap.
 
 use std::collections::BTreeSet;
 use std::net::{IpAddr, Ipv4Addr, Ipv6Addr};
@@ -119,10 +119,15 @@ impl<'a> Pool<'a> {
     /// ranges in order, wrapping, until back at the start. Returns the address and the index
     /// of its range.
     ///
-    /// Callers check `used < capacity` first; otherwise this walks every address of the set.
+    /// `used` is an upper bound of the addresses `is_used` can say yes to (the network's
+    /// lease count). Every address the walk passes over is excluded or used, so after
+    /// `used + excluded + 1` steps it has necessarily wrapped around: the walk stops there,
+    /// and None means the set is full. The cost is O(min(capacity, leases)) even for a /64,
+    /// and no count of the addresses in use is needed beforehand.
     pub(crate) fn next_free(
         &self,
         last: Option<IpAddr>,
+        used: usize,
         is_used: impl Fn(IpAddr) -> bool,
     ) -> Option<(IpAddr, usize)> {
         let all = &self.bounds;
@@ -135,13 +140,18 @@ impl<'a> Pool<'a> {
                 None => (0, all[0].start),
             };
         let (start_idx, start) = (idx, cur);
+        let max_steps = (used as u128)
+            .saturating_add(self.excluded.len() as u128)
+            .saturating_add(1);
+        let mut steps = 0u128;
         loop {
             let ip = from_u128(cur, all[idx].v4);
             if !self.excluded.contains(&cur) && !is_used(ip) {
                 return Some((ip, idx));
             }
+            steps += 1;
             (idx, cur) = advance(all, idx, cur);
-            if (idx, cur) == (start_idx, start) {
+            if (idx, cur) == (start_idx, start) || steps >= max_steps {
                 return None;
             }
         }
@@ -194,7 +204,7 @@ mod tests {
     fn first_allocation_skips_gateway() {
         let s = set(r#"[{"subnet":"10.0.0.0/24"}]"#);
         assert_eq!(
-            Pool::new(&s).next_free(None, |_| false),
+            Pool::new(&s).next_free(None, 0, |_| false),
             Some((ip("10.0.0.2"), 0))
         );
     }
@@ -204,7 +214,7 @@ mod tests {
         let s = set(r#"[{"subnet":"10.0.0.0/29"}]"#); // .2 .. .6 usable
         assert_eq!(
             Pool::new(&s)
-                .next_free(Some(ip("10.0.0.3")), |_| false)
+                .next_free(Some(ip("10.0.0.3")), 0, |_| false)
                 .unwrap()
                 .0,
             ip("10.0.0.4")
@@ -212,7 +222,7 @@ mod tests {
         // After the range end, wrap to the start, skipping the gateway.
         assert_eq!(
             Pool::new(&s)
-                .next_free(Some(ip("10.0.0.6")), |_| false)
+                .next_free(Some(ip("10.0.0.6")), 0, |_| false)
                 .unwrap()
                 .0,
             ip("10.0.0.2")
@@ -222,7 +232,7 @@ mod tests {
         let used: HashSet<IpAddr> = [ip("10.0.0.5")].into();
         assert_eq!(
             Pool::new(&s)
-                .next_free(Some(ip("10.0.0.4")), |a| used.contains(&a))
+                .next_free(Some(ip("10.0.0.4")), used.len(), |a| used.contains(&a))
                 .unwrap()
                 .0,
             ip("10.0.0.6")
@@ -230,7 +240,7 @@ mod tests {
         // last outside the set: start at the beginning.
         assert_eq!(
             Pool::new(&s)
-                .next_free(Some(ip("192.168.0.1")), |_| false)
+                .next_free(Some(ip("192.168.0.1")), 0, |_| false)
                 .unwrap()
                 .0,
             ip("10.0.0.2")
@@ -245,18 +255,21 @@ mod tests {
         );
         assert_eq!(Pool::new(&s).capacity(), 4);
         assert_eq!(
-            Pool::new(&s).next_free(Some(ip("10.0.0.11")), |_| false),
+            Pool::new(&s).next_free(Some(ip("10.0.0.11")), 0, |_| false),
             Some((ip("10.0.1.20"), 1))
         );
         assert_eq!(
-            Pool::new(&s).next_free(Some(ip("10.0.1.21")), |_| false),
+            Pool::new(&s).next_free(Some(ip("10.0.1.21")), 0, |_| false),
             Some((ip("10.0.0.10"), 0))
         );
         let all: HashSet<IpAddr> = ["10.0.0.10", "10.0.0.11", "10.0.1.20", "10.0.1.21"]
             .iter()
             .map(|a| ip(a))
             .collect();
-        assert_eq!(Pool::new(&s).next_free(None, |a| all.contains(&a)), None);
+        assert_eq!(
+            Pool::new(&s).next_free(None, all.len(), |a| all.contains(&a)),
+            None
+        );
     }
 
     #[test]
@@ -264,7 +277,7 @@ mod tests {
         let s = set(r#"[{"subnet":"10.0.0.0/24"}]"#);
         let mut used = HashSet::new();
         let mut last = None;
-        while let Some((a, _)) = Pool::new(&s).next_free(last, |x| used.contains(&x)) {
+        while let Some((a, _)) = Pool::new(&s).next_free(last, used.len(), |x| used.contains(&x)) {
             assert!(used.insert(a));
             last = Some(a);
         }
@@ -292,8 +305,29 @@ mod tests {
         let s = set(r#"[{"subnet":"fd00::/64"}]"#);
         assert_eq!(Pool::new(&s).capacity(), (1u128 << 64) - 2);
         assert_eq!(
-            Pool::new(&s).next_free(None, |_| false).unwrap().0,
+            Pool::new(&s).next_free(None, 0, |_| false).unwrap().0,
             ip("fd00::2")
         );
+    }
+
+    #[test]
+    fn walk_is_bounded_by_the_lease_count() {
+        // A /64 whose first 1000 addresses after the gateway are held: found after ~1000
+        // steps, and a caller whose count says "1000 held" never walks much further.
+        let s = set(r#"[{"subnet":"fd00::/64"}]"#);
+        let held = |a: IpAddr| to_u128(a) - to_u128(ip("fd00::")) <= 1001;
+        let steps = std::cell::Cell::new(0u32);
+        let counting = |a: IpAddr| {
+            steps.set(steps.get() + 1);
+            held(a)
+        };
+        assert_eq!(
+            Pool::new(&s).next_free(None, 1000, counting).unwrap().0,
+            ip("fd00::3ea")
+        );
+        steps.set(0);
+        // Told that only 10 are held while more are: gives up (None = full) after ~10 steps.
+        assert_eq!(Pool::new(&s).next_free(None, 10, counting), None);
+        assert!(steps.get() <= 12, "{} steps", steps.get());
     }
 }

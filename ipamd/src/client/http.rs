@@ -29,10 +29,32 @@ pub(crate) struct Response {
     pub body: Vec<u8>,
 }
 
+#[cfg(test)]
 pub(crate) fn request(
     socket: &Path,
     method: &str,
     target: &str,
+    body: Option<&[u8]>,
+    connect_timeout: Duration,
+    io_timeout: Duration,
+) -> Result<Response, Transport> {
+    request_with(
+        socket,
+        method,
+        target,
+        &[],
+        body,
+        connect_timeout,
+        io_timeout,
+    )
+}
+
+/// [`request`] with extra header lines (names and values must be valid HTTP tokens/text).
+pub(crate) fn request_with(
+    socket: &Path,
+    method: &str,
+    target: &str,
+    headers: &[(&str, &str)],
     body: Option<&[u8]>,
     connect_timeout: Duration,
     io_timeout: Duration,
@@ -50,6 +72,9 @@ pub(crate) fn request(
     let mut req = format!(
         "{method} {target} HTTP/1.1\r\nHost: ipamd\r\nConnection: close\r\nAccept: application/json\r\n"
     );
+    for (name, value) in headers {
+        req.push_str(&format!("{name}: {value}\r\n"));
+    }
     if method != "GET" {
         req.push_str(&format!(
             "Content-Type: application/json\r\nContent-Length: {}\r\n",

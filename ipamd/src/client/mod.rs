@@ -177,10 +177,14 @@ impl Client {
             ),
             None => None,
         };
-        let resp = http::request(
+        // Tell the daemon which store we would use without it; it refuses another one.
+        let dir_id = crate::api::data_dir_header(&self.data_dir);
+        let headers = [(crate::api::DATA_DIR_HEADER, dir_id.as_str())];
+        let resp = http::request_with(
             &self.socket,
             method,
             target,
+            &headers,
             bytes.as_deref(),
             self.connect_timeout,
             self.io_timeout,

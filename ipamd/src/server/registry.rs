@@ -35,6 +35,8 @@ struct Slot {
 
 pub(crate) struct Registry {
     data_dir: PathBuf,
+    /// (device, inode) of `data_dir`, to recognize it under any path.
+    data_dir_id: Option<(u64, u64)>,
     opts: StoreOptions,
     slots: Mutex<HashMap<String, Arc<Slot>>>,
     pub(crate) metrics: Metrics,
@@ -71,8 +73,13 @@ fn writer(network: String, store: Arc<Mutex<Store>>, queue: mpsc::Receiver<Job>)
 
 impl Registry {
     pub(crate) fn new(data_dir: PathBuf, opts: StoreOptions, allowed_gid: Option<u32>) -> Registry {
+        use std::os::unix::fs::MetadataExt;
+        let data_dir_id = std::fs::metadata(&data_dir)
+            .ok()
+            .map(|m| (m.dev(), m.ino()));
         Registry {
             data_dir,
+            data_dir_id,
             opts,
             slots: Mutex::new(HashMap::new()),
             metrics: Metrics::default(),
@@ -107,6 +114,29 @@ impl Registry {
         });
         slots.insert(network.to_string(), Arc::clone(&slot));
         Ok(slot)
+    }
+
+    /// Refuse a client whose fallback store (its `ipam.dataDir`, from the
+    /// [`DATA_DIR_HEADER`](crate::api::DATA_DIR_HEADER)) is not our data dir: serving it from
+    /// ours would let the in-process fallback hand out the same addresses again from the
+    /// other one. Requests without the header (curl, other tools) are not checked.
+    pub(crate) fn check_data_dir(&self, header: Option<&[u8]>) -> Result<(), Error> {
+        let Some(value) = header else {
+            return Ok(());
+        };
+        let Some((id, path)) = crate::api::parse_data_dir_header(value) else {
+            return Err(Error::invalid(format!(
+                "malformed {} header",
+                crate::api::DATA_DIR_HEADER
+            )));
+        };
+        if self.data_dir_id.is_none() || id == self.data_dir_id {
+            return Ok(());
+        }
+        let ours = self.data_dir.display();
+        Err(Error::invalid(format!(
+            "ipam.dataDir {path} is not the directory this ipamd daemon serves ({ours}); the daemon and the plugin's in-process fallback must use the same store: set ipam.dataDir to {ours} or start the daemon with --data-dir {path}"
+        )))
     }
 
     /// Queue `op` for `network`'s writer; the answer arrives on the returned channel.

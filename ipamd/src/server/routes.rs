@@ -50,6 +50,15 @@ pub(crate) async fn handle(reg: Arc<Registry>, peer: Option<Peer>, req: Request<
     }
     let path = req.uri().path().to_string();
     let query = req.uri().query().unwrap_or("").to_string();
+    if path.starts_with("/v1/") {
+        let header = req
+            .headers()
+            .get(crate::api::DATA_DIR_HEADER)
+            .map(|v| v.as_bytes());
+        if let Err(e) = reg.check_data_dir(header) {
+            return error(StatusCode::BAD_REQUEST, &e);
+        }
+    }
     match (req.method().clone(), path.as_str()) {
         (Method::GET, "/healthz") => text(StatusCode::OK, "text/plain", "ok\n".into()),
         (Method::GET, "/metrics") => {

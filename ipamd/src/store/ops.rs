@@ -396,13 +396,14 @@ fn choose(
         let (ip, range_idx) = match wanted[i] {
             Some(ip) => (ip, pool.range_for(ip).unwrap_or(0)),
             None => {
-                let used = in_use(state, pool);
-                if used >= pool.capacity() {
-                    return Err(exhausted(state, boot, set, pool, used));
-                }
+                // No count of the addresses in use on this path: it is O(leases) per
+                // allocation. The walk is bounded by the lease count and only fails on a
+                // full set; the count is for the message.
                 let last = state.last.get(&rs).copied();
-                pool.next_free(last, |a| state.by_addr.contains_key(&a))
-                    .ok_or_else(|| exhausted(state, boot, set, pool, used))?
+                pool.next_free(last, state.by_addr.len(), |a| {
+                    state.by_addr.contains_key(&a)
+                })
+                .ok_or_else(|| exhausted(state, boot, set, pool, in_use(state, pool)))?
             }
         };
         let range = pool

@@ -362,3 +362,46 @@ fn stopping_the_daemon_under_load_loses_and_duplicates_nothing() {
     let addrs: HashSet<_> = held.iter().map(|(_, a)| a).collect();
     assert_eq!(addrs.len(), held.len(), "an address is held twice");
 }
+
+#[test]
+fn daemon_refuses_a_client_of_another_data_dir() {
+    let d = TempDir::new("daemon-dirs");
+    let _h = start(d.path());
+    let rs = sets("10.0.0.0/24");
+    // Another directory (existing or not): refused, nothing allocated anywhere.
+    for other in [d.path().join("other"), d.path().join("missing")] {
+        if other.ends_with("other") {
+            std::fs::create_dir_all(&other).unwrap();
+        }
+        let c = Client::new(&d.path().join("ipamd.sock"), &other);
+        let e = c.allocate(&req("net1", "c1", &rs)).unwrap_err();
+        assert_eq!(e.kind(), ErrorKind::InvalidConfig);
+        assert!(e.message().contains(&*other.to_string_lossy()), "{e}");
+        assert!(e.message().contains("data"), "{e}");
+    }
+    assert!(client(d.path()).leases(None).unwrap().is_empty());
+    // The same directory by another path is fine.
+    let link = d.path().join("link");
+    std::os::unix::fs::symlink(d.path().join("data"), &link).unwrap();
+    let c = Client::new(&d.path().join("ipamd.sock"), &link);
+    c.allocate(&req("net1", "c1", &rs)).unwrap();
+    assert_eq!(client(d.path()).leases(None).unwrap().len(), 1);
+}
+
+#[test]
+fn data_dir_header_round_trips() {
+    let d = TempDir::new("dir header");
+    let p = d.path().join("a b%c\u{e9}");
+    std::fs::create_dir_all(&p).unwrap();
+    let v = crate::api::data_dir_header(&p);
+    assert!(v.bytes().all(|b| b.is_ascii_graphic() || b == b' '), "{v}");
+    let (id, path) = crate::api::parse_data_dir_header(v.as_bytes()).unwrap();
+    assert!(id.is_some());
+    assert_eq!(path, p.to_string_lossy());
+    let v = crate::api::data_dir_header(&d.path().join("nope"));
+    assert_eq!(
+        crate::api::parse_data_dir_header(v.as_bytes()).unwrap().0,
+        None
+    );
+    assert!(crate::api::parse_data_dir_header(b"1:x /a").is_none());
+}
