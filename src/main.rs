@@ -4,6 +4,7 @@
 
 mod admin;
 mod cni;
+mod firewall;
 mod netlink;
 mod plugins;
 mod runtime;

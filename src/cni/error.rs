@@ -31,6 +31,8 @@ pub enum Code {
     AddressUnavailable = 103,
     /// A delegated plugin could not be run or answered garbage.
     Delegate = 104,
+    /// A host port is already mapped to another attachment (portmap).
+    PortInUse = 105,
     /// Any other failure inside the plugin.
     Internal = 999,
 }
@@ -105,6 +107,18 @@ impl From<crate::netlink::Error> for Error {
             ErrorKind::Unsupported => Code::KernelUnsupported,
             ErrorKind::AlreadyExists => Code::InterfaceExists,
             ErrorKind::NotFound | ErrorKind::Other => Code::Kernel,
+        };
+        Error::new(code, e.message)
+    }
+}
+
+impl From<crate::firewall::Error> for Error {
+    fn from(e: crate::firewall::Error) -> Self {
+        use crate::firewall::ErrorKind;
+        let code = match e.kind {
+            ErrorKind::Conflict => Code::PortInUse,
+            ErrorKind::Unsupported => Code::KernelUnsupported,
+            ErrorKind::Mismatch | ErrorKind::Other => Code::Kernel,
         };
         Error::new(code, e.message)
     }

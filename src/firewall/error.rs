@@ -22,8 +22,6 @@ pub struct Error {
     pub kind: ErrorKind,
     /// What was being done and why it failed.
     pub message: String,
-    /// The kernel's errno, when the kernel said no.
-    pub errno: Option<i32>,
 }
 
 impl Error {
@@ -31,7 +29,6 @@ impl Error {
         Error {
             kind,
             message: message.into(),
-            errno: None,
         }
     }
 
@@ -44,7 +41,6 @@ impl Error {
         Error {
             kind,
             message: format!("{what}: {}", strerror(errno)),
-            errno: Some(errno),
         }
     }
 

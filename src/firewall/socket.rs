@@ -5,8 +5,8 @@
 
 use super::{Error, ErrorKind, Result};
 use netlink_packet_core::{
-    NetlinkBuffer, NetlinkMessage, NlasIterator, NLMSG_DONE, NLMSG_ERROR,
-    NLMSG_OVERRUN, NLM_F_ACK, NLM_F_REQUEST,
+    NetlinkBuffer, NetlinkMessage, NlasIterator, NLMSG_DONE, NLMSG_ERROR, NLMSG_OVERRUN, NLM_F_ACK,
+    NLM_F_REQUEST,
 };
 use netlink_packet_netfilter::none::ControlMessage;
 use netlink_packet_netfilter::{
@@ -75,7 +75,23 @@ impl Failure {
     }
 }
 
-/// One decoded reply message.
+/// One data reply of a request.
+pub(crate) struct Reply {
+    pub(crate) kind: u16,
+    pub(crate) payload: Vec<u8>,
+}
+
+impl Reply {
+    /// Parsed with the crate's types (fine for small answers; see
+    /// `nft::elements_of` for why set dumps are not parsed this way).
+    pub(crate) fn decode(&self) -> std::result::Result<NetfilterMessage, Failure> {
+        use netlink_packet_core::ParseableParametrized;
+        NetfilterMessage::parse_with_param(&self.payload, self.kind)
+            .map_err(|e| Failure::Decode(e.to_string()))
+    }
+}
+
+/// One message of a datagram.
 struct Raw {
     seq: u32,
     kind: u16,
@@ -99,13 +115,21 @@ impl Nfnl {
         })
     }
 
-    /// One request (GET or dump): the data replies, parsed, until the ACK or
-    /// NLMSG_DONE.
+    /// Keeps the socket open until the process exits (see `store::Nft`).
+    pub(crate) fn keep_until_exit(&self) {
+        use std::os::fd::AsFd;
+        if let Ok(fd) = self.socket.as_fd().try_clone_to_owned() {
+            std::mem::forget(fd);
+        }
+    }
+
+    /// One request (GET or dump): the data replies (type and payload, which
+    /// starts with the nfgenmsg header) until the ACK or NLMSG_DONE.
     pub(crate) fn request(
         &mut self,
         msg: NetfilterMessage,
         flags: u16,
-    ) -> std::result::Result<Vec<NetfilterMessage>, Failure> {
+    ) -> std::result::Result<Vec<Reply>, Failure> {
         self.seq = self.seq.wrapping_add(1);
         let seq = self.seq;
         let bytes = encode(msg, NLM_F_REQUEST | NLM_F_ACK | flags, seq);
@@ -120,7 +144,10 @@ impl Nfnl {
                     NLMSG_ERROR => return error_code(&raw).map(|()| out),
                     NLMSG_DONE => return Ok(out),
                     NLMSG_OVERRUN => return Err(Failure::Decode("netlink overrun".into())),
-                    kind => out.push(decode(kind, &raw.payload)?),
+                    kind => out.push(Reply {
+                        kind,
+                        payload: raw.payload,
+                    }),
                 }
             }
         }
@@ -144,7 +171,11 @@ impl Nfnl {
             bytes.extend(encode(msg, NLM_F_REQUEST | NLM_F_ACK | flags, seq));
         }
         let last = begin.wrapping_add(count);
-        bytes.extend(encode(batch_marker(false, None), NLM_F_REQUEST, last.wrapping_add(1)));
+        bytes.extend(encode(
+            batch_marker(false, None),
+            NLM_F_REQUEST,
+            last.wrapping_add(1),
+        ));
         self.seq = last.wrapping_add(1);
         self.raise_sndbuf(bytes.len());
         self.send(&bytes)?;
@@ -156,7 +187,8 @@ impl Nfnl {
         let mut first_error = None;
         loop {
             for raw in self.recv()? {
-                if raw.kind != NLMSG_ERROR {
+                let ours = raw.seq.wrapping_sub(begin) <= last.wrapping_sub(begin);
+                if raw.kind != NLMSG_ERROR || !ours {
                     continue;
                 }
                 if let Err(Failure::Kernel { errno, extack, .. }) = error_code(&raw) {
@@ -285,11 +317,6 @@ fn encode(msg: NetfilterMessage, flags: u16, seq: u32) -> Vec<u8> {
     let mut bytes = vec![0u8; align4(packet.buffer_len())];
     packet.serialize(&mut bytes);
     bytes
-}
-
-fn decode(kind: u16, payload: &[u8]) -> std::result::Result<NetfilterMessage, Failure> {
-    use netlink_packet_core::ParseableParametrized;
-    NetfilterMessage::parse_with_param(payload, kind).map_err(|e| Failure::Decode(e.to_string()))
 }
 
 fn split(data: &[u8]) -> std::result::Result<Vec<Raw>, Failure> {

@@ -99,7 +99,10 @@ mod tests {
     fn tag_round_trips_through_userdata() {
         let a = Attachment::new("net", "c1", "eth0");
         assert_eq!(a.tag(), "net/c1/eth0");
-        assert_eq!(from_userdata(&userdata(&a.tag())).as_deref(), Some("net/c1/eth0"));
+        assert_eq!(
+            from_userdata(&userdata(&a.tag())).as_deref(),
+            Some("net/c1/eth0")
+        );
         assert!(a.tag().starts_with(&network_prefix("net")));
     }
 
@@ -108,7 +111,10 @@ mod tests {
         let a = Attachment::new(&"n".repeat(300), &"c".repeat(300), "eth0");
         assert!(a.tag().len() < 255, "{}", a.tag());
         assert!(a.tag().starts_with(&network_prefix(&"n".repeat(300))));
-        assert_ne!(a.tag(), Attachment::new(&"n".repeat(300), "c", "eth0").tag());
+        assert_ne!(
+            a.tag(),
+            Attachment::new(&"n".repeat(300), "c", "eth0").tag()
+        );
     }
 
     #[test]

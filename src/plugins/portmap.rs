@@ -1,48 +1,333 @@
-//! portmap: host port → container port DNAT. The nftables implementation is
-//! tracked separately; until it lands, a call that asks for mappings fails
-//! clearly instead of silently doing nothing, and a call without mappings
-//! passes prevResult through (chained configs keep working).
+//! portmap: host port → container port, chained after an interface plugin.
+//! Mappings come from `runtimeConfig.portMappings`, container addresses from
+//! `prevResult`; the result is `prevResult` unchanged. The nftables side
+//! (maps, masquerade, ownership tags) is in `firewall::portmap`.
 
 use crate::cni::{CniResult, Code, Error, Plugin, Request};
+use crate::firewall::conntrack::{self, UdpPort};
+use crate::firewall::portmap::{self as fw, Mapping, Masquerade, Proto};
+use crate::firewall::Attachment;
+use crate::netlink::{sysctl, Netlink};
+use ipnet::IpNet;
+use serde::Deserialize;
+use serde_json::Value;
+use std::net::IpAddr;
 
 pub struct Portmap;
 
-fn has_mappings(req: &Request) -> bool {
-    req.conf
-        .runtime_config("portMappings")
-        .and_then(|v| v.as_array())
-        .is_some_and(|a| !a.is_empty())
+#[derive(Debug, Deserialize)]
+#[serde(rename_all = "camelCase")]
+struct Conf {
+    /// Masquerade hairpin and localhost connections (default true).
+    #[serde(default = "yes")]
+    snat: bool,
+    #[serde(default)]
+    masq_all: bool,
+    /// Accepted for compatibility; cnikit needs no packet marks.
+    #[serde(default)]
+    mark_masq_bit: Option<i64>,
+    /// Accepted for compatibility: "nftables" or "iptables" (we always use nftables).
+    #[serde(default)]
+    backend: Option<String>,
+    #[serde(default, rename = "conditionsV4")]
+    conditions_v4: Option<Vec<String>>,
+    #[serde(default, rename = "conditionsV6")]
+    conditions_v6: Option<Vec<String>>,
 }
 
-fn unsupported() -> Error {
-    Error::new(
-        Code::UnsupportedField,
-        "runtimeConfig.portMappings: port mappings are not implemented in this cnikit build yet",
-    )
+fn yes() -> bool {
+    true
+}
+
+impl Conf {
+    fn load(req: &Request) -> Result<Conf, Error> {
+        let c: Conf = req.conf.typed()?;
+        if let Some(bit) = c.mark_masq_bit.filter(|b| !(0..=31).contains(b)) {
+            return Err(Error::invalid_config(format!(
+                "markMasqBit {bit} must be between 0 and 31"
+            )));
+        }
+        match c.backend.as_deref() {
+            None | Some("nftables") => {}
+            Some("iptables") => {
+                eprintln!("portmap: backend \"iptables\" requested; cnikit always uses nftables")
+            }
+            Some(other) => {
+                return Err(Error::invalid_config(format!(
+                    "backend {other:?} must be \"nftables\" or \"iptables\""
+                )))
+            }
+        }
+        for (key, list) in [
+            ("conditionsV4", &c.conditions_v4),
+            ("conditionsV6", &c.conditions_v6),
+        ] {
+            if list.as_ref().is_some_and(|l| !l.is_empty()) {
+                return Err(Error::new(
+                    Code::UnsupportedField,
+                    format!("{key} is not supported by cnikit's portmap yet"),
+                ));
+            }
+        }
+        Ok(c)
+    }
+
+    fn masquerade(&self) -> Masquerade {
+        Masquerade {
+            snat: self.snat,
+            masq_all: self.masq_all,
+        }
+    }
 }
 
 impl Plugin for Portmap {
+    // ---------------------------------------------------------------- ADD
     fn add(&self, req: &Request) -> Result<CniResult, Error> {
-        if has_mappings(req) {
-            return Err(unsupported());
+        let conf = Conf::load(req)?;
+        let mappings = mappings(req)?;
+        let prev = req.conf.prev_result.clone();
+        if mappings.is_empty() {
+            return Ok(prev.unwrap_or_default());
         }
-        Ok(req.conf.prev_result.clone().unwrap_or_default())
+        let prev = prev.ok_or_else(|| {
+            Error::invalid_config(
+                "portmap must be chained after an interface plugin: no prevResult",
+            )
+        })?;
+        let container = container_addrs(&prev, req.ifname())?;
+        if conf.snat {
+            allow_localhost(&container)?;
+        }
+        fw::add(&attachment(req), &container, &mappings, conf.masquerade())?;
+        flush_stale_udp(&mappings, &container);
+        Ok(prev)
     }
 
-    fn check(&self, _req: &Request) -> Result<(), Error> {
+    // ---------------------------------------------------------------- CHECK
+    fn check(&self, req: &Request) -> Result<(), Error> {
+        let conf = Conf::load(req)?;
+        let mappings = mappings(req)?;
+        if mappings.is_empty() {
+            return Ok(());
+        }
+        let prev = req
+            .conf
+            .prev_result
+            .as_ref()
+            .ok_or_else(|| Error::invalid_config("CHECK needs prevResult"))?;
+        let container = container_addrs(prev, req.ifname())?;
+        fw::check(&attachment(req), &container, &mappings, conf.masquerade())?;
         Ok(())
     }
 
-    /// Nothing was ever installed, so nothing to remove.
-    fn del(&self, _req: &Request) -> Result<(), Error> {
+    // ---------------------------------------------------------------- DEL
+    /// By tag, so it works without netns or prevResult. Without mappings there
+    /// is nothing of ours to find, and no firewall work is done at all.
+    fn del(&self, req: &Request) -> Result<(), Error> {
+        Conf::load(req)?;
+        if mappings(req)?.is_empty() {
+            return Ok(());
+        }
+        fw::del(&attachment(req))?;
         Ok(())
     }
 
-    fn status(&self, _req: &Request) -> Result<(), Error> {
+    // ---------------------------------------------------------------- STATUS
+    fn status(&self, req: &Request) -> Result<(), Error> {
+        Conf::load(req)?;
         Ok(())
     }
 
-    fn gc(&self, _req: &Request) -> Result<(), Error> {
+    // ---------------------------------------------------------------- GC
+    fn gc(&self, req: &Request) -> Result<(), Error> {
+        Conf::load(req)?;
+        let Some(valid) = req.conf.valid_attachments()? else {
+            return Ok(());
+        };
+        let valid: Vec<Attachment> = valid
+            .iter()
+            .map(|a| Attachment::new(&req.conf.name, &a.container_id, &a.ifname))
+            .collect();
+        fw::gc(&req.conf.name, &valid)?;
         Ok(())
+    }
+}
+
+fn attachment(req: &Request) -> Attachment {
+    Attachment::new(&req.conf.name, req.container_id(), req.ifname())
+}
+
+/// `runtimeConfig.portMappings`; absent or null is no mappings.
+fn mappings(req: &Request) -> Result<Vec<Mapping>, Error> {
+    let Some(list) = req.conf.runtime_config("portMappings") else {
+        return Ok(Vec::new());
+    };
+    let entries = list.as_array().ok_or_else(|| {
+        Error::invalid_config(format!(
+            "runtimeConfig.portMappings must be a list, got {list}"
+        ))
+    })?;
+    entries
+        .iter()
+        .enumerate()
+        .map(|(i, e)| {
+            mapping(e).map_err(|why| {
+                Error::invalid_config(format!("runtimeConfig.portMappings[{i}] {e}: {why}"))
+            })
+        })
+        .collect()
+}
+
+fn mapping(e: &Value) -> Result<Mapping, String> {
+    let port = |key: &str| -> Result<u16, String> {
+        e.get(key)
+            .and_then(Value::as_u64)
+            .and_then(|p| u16::try_from(p).ok())
+            .filter(|p| *p > 0)
+            .ok_or_else(|| format!("{key} must be a port number 1-65535"))
+    };
+    let text = |key: &str| e.get(key).and_then(Value::as_str).unwrap_or_default();
+    let proto = match text("protocol").to_ascii_lowercase().as_str() {
+        "" | "tcp" => Proto::Tcp,
+        "udp" => Proto::Udp,
+        "sctp" => Proto::Sctp,
+        other => return Err(format!("protocol {other:?} must be tcp, udp or sctp")),
+    };
+    let host_ip = match text("hostIP") {
+        "" => None,
+        ip => Some(
+            ip.parse::<IpAddr>()
+                .map_err(|_| format!("hostIP {ip:?} is not an IP address"))?,
+        ),
+    };
+    Ok(Mapping {
+        host_ip,
+        host_port: port("hostPort")?,
+        proto,
+        container_port: port("containerPort")?,
+    })
+}
+
+/// The first address of each family on the container interface: IPs whose
+/// `interface` names a sandbox interface called `ifname` (or, when no IP says
+/// which interface it is on, all of them).
+fn container_addrs(prev: &CniResult, ifname: &str) -> Result<Vec<IpNet>, Error> {
+    let on_container = |i: usize| {
+        prev.interfaces
+            .get(i)
+            .is_some_and(|iface| iface.name == ifname && !iface.sandbox.is_empty())
+    };
+    let indexed = prev.ips.iter().any(|ip| ip.interface.is_some());
+    let candidates = prev
+        .ips
+        .iter()
+        .filter(|ip| !indexed || ip.interface.is_some_and(on_container))
+        .map(|ip| ip.address);
+    let mut out: Vec<IpNet> = Vec::new();
+    for addr in candidates {
+        if !out
+            .iter()
+            .any(|a| a.addr().is_ipv4() == addr.addr().is_ipv4())
+        {
+            out.push(addr);
+        }
+    }
+    if out.is_empty() {
+        return Err(Error::invalid_config(format!(
+            "prevResult has no IP address for interface {ifname}"
+        )));
+    }
+    Ok(out)
+}
+
+/// Connections to 127.0.0.1:hostPort are DNATed out of the host interface
+/// that leads to the container, which the kernel only allows with
+/// route_localnet set on it (the reference plugin does the same).
+fn allow_localhost(container: &[IpNet]) -> Result<(), Error> {
+    let Some(v4) = container.iter().map(IpNet::addr).find(IpAddr::is_ipv4) else {
+        return Ok(());
+    };
+    let mut nl = Netlink::open()?;
+    let route = nl
+        .routes()?
+        .into_iter()
+        .filter(|r| r.dst.contains(&v4) && r.oif.is_some())
+        .max_by_key(|r| r.dst.prefix_len());
+    let Some(oif) = route.and_then(|r| r.oif) else {
+        return Ok(());
+    };
+    let Some(link) = nl.link_by_index(oif)? else {
+        return Ok(());
+    };
+    let key = format!("net/ipv4/conf/{}/route_localnet", link.name);
+    if sysctl::get(&key).ok().as_deref() != Some("1") {
+        sysctl::set(&key, "1")?;
+    }
+    Ok(())
+}
+
+/// Best effort: a failure here leaves old flows stale until they time out,
+/// which is no reason to fail the ADD (the reference plugin only logs too).
+fn flush_stale_udp(mappings: &[Mapping], container: &[IpNet]) {
+    let mut targets = Vec::new();
+    for m in mappings.iter().filter(|m| m.proto == Proto::Udp) {
+        let dst = m.host_ip.filter(|ip| !ip.is_unspecified());
+        for ipv6 in container.iter().map(|net| net.addr().is_ipv6()) {
+            if dst.is_none_or(|d| d.is_ipv6() == ipv6) {
+                targets.push(UdpPort {
+                    port: m.host_port,
+                    dst,
+                    ipv6,
+                });
+            }
+        }
+    }
+    if let Err(e) = conntrack::flush_udp(&targets) {
+        eprintln!("portmap: {e}");
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use serde_json::json;
+
+    #[test]
+    fn mapping_defaults_and_errors() {
+        let m = mapping(&json!({"hostPort": 8080, "containerPort": 80})).unwrap();
+        assert_eq!((m.proto, m.host_ip, m.host_port), (Proto::Tcp, None, 8080));
+        let m = mapping(
+            &json!({"hostPort": 1, "containerPort": 2, "protocol": "UDP", "hostIP": "::1"}),
+        )
+        .unwrap();
+        assert_eq!(m.proto, Proto::Udp);
+        assert!(m.host_ip.unwrap().is_ipv6());
+        assert!(mapping(&json!({"hostPort": 0, "containerPort": 80})).is_err());
+        assert!(mapping(&json!({"hostPort": 70000, "containerPort": 80})).is_err());
+        assert!(mapping(&json!({"hostPort": 1, "containerPort": 80, "protocol": "icmp"})).is_err());
+        assert!(mapping(&json!({"hostPort": 1, "containerPort": 80, "hostIP": "x"})).is_err());
+    }
+
+    #[test]
+    fn container_addrs_first_per_family_on_the_container_iface() {
+        let prev = CniResult::from_value(&json!({
+            "interfaces": [{"name": "br0"}, {"name": "eth0", "sandbox": "/run/netns/x"}],
+            "ips": [
+                {"address": "10.0.0.9/24", "interface": 0},
+                {"address": "10.1.0.2/24", "interface": 1},
+                {"address": "10.1.0.3/24", "interface": 1},
+                {"address": "fd00::2/64", "interface": 1}
+            ]
+        }))
+        .unwrap();
+        let got = container_addrs(&prev, "eth0").unwrap();
+        assert_eq!(
+            got,
+            vec![
+                "10.1.0.2/24".parse().unwrap(),
+                "fd00::2/64".parse().unwrap()
+            ]
+        );
+        assert!(container_addrs(&prev, "eth1").is_err());
     }
 }
