@@ -15,6 +15,7 @@ use netlink_packet_netfilter::{
 use netlink_sys::{protocols::NETLINK_NETFILTER, Socket};
 use std::io;
 use std::os::fd::AsRawFd;
+use std::sync::{Mutex, PoisonError};
 
 const RECV_BUF_SIZE: usize = 64 * 1024;
 const NLMSG_HDR_LEN: usize = 16;
@@ -34,6 +35,14 @@ pub(crate) struct Nfnl {
     seq: u32,
     buf: Vec<u8>,
 }
+
+/// This process's netfilter sockets, one per network namespace, opened on
+/// first use and closed only when the process exits. Why: closing one makes
+/// the kernel take the nftables commit mutex and wait until whatever any
+/// recent batch deleted is freed (an RCU grace period, ≈10 ms here), which
+/// stalls every nftables user of the netns. A plugin therefore closes at most
+/// one, at exit, after its work and with no lock of ours held.
+static SOCKETS: Mutex<Vec<(u64, Nfnl)>> = Mutex::new(Vec::new());
 
 /// Why a request or batch failed, before the caller names the operation.
 #[derive(Debug)]
@@ -100,7 +109,21 @@ struct Raw {
 }
 
 impl Nfnl {
-    pub(crate) fn open() -> Result<Nfnl> {
+    /// Runs `f` with this process's socket for the calling thread's netns.
+    pub(crate) fn with<T>(f: impl FnOnce(&mut Nfnl) -> Result<T>) -> Result<T> {
+        let ns = current_netns()?;
+        let mut all = SOCKETS.lock().unwrap_or_else(PoisonError::into_inner);
+        let pos = match all.iter().position(|(id, _)| *id == ns) {
+            Some(pos) => pos,
+            None => {
+                all.push((ns, Nfnl::open()?));
+                all.len() - 1
+            }
+        };
+        f(&mut all[pos].1)
+    }
+
+    fn open() -> Result<Nfnl> {
         let socket = Socket::new(NETLINK_NETFILTER)
             .map_err(|e| Error::io("open netfilter netlink socket", &e))?;
         // Best effort, as in netlink/socket.rs: the kernel's reason text, and
@@ -113,14 +136,6 @@ impl Nfnl {
             seq: 0,
             buf: Vec::with_capacity(RECV_BUF_SIZE),
         })
-    }
-
-    /// Keeps the socket open until the process exits (see `store::Nft`).
-    pub(crate) fn keep_until_exit(&self) {
-        use std::os::fd::AsFd;
-        if let Ok(fd) = self.socket.as_fd().try_clone_to_owned() {
-            std::mem::forget(fd);
-        }
     }
 
     /// One request (GET or dump): the data replies (type and payload, which
@@ -269,6 +284,14 @@ impl Nfnl {
             }
         }
     }
+}
+
+/// The identity (nsfs inode) of the calling thread's network namespace.
+fn current_netns() -> Result<u64> {
+    use std::os::unix::fs::MetadataExt;
+    std::fs::metadata("/proc/thread-self/ns/net")
+        .map(|m| m.ino())
+        .map_err(|e| Error::io("read the current network namespace", &e))
 }
 
 fn set_recv_timeout(socket: &Socket) {

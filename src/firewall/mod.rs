@@ -1,0 +1,51 @@
+//! Firewalling over nftables netlink (never by exec of `nft` or `iptables`):
+//! port mappings (portmap), masquerade (bridge `ipMasq`) and the MAC spoof
+//! check (bridge `macspoofchk`).
+//!
+//! Layout. cnikit owns `table inet cnikit` and, only once `macspoofchk` is
+//! used, `table bridge cnikit` (bridged frames are only seen by bridge-family
+//! tables). Other tables are never read for writing, modified or flushed.
+//!
+//! ```text
+//! table inet cnikit
+//!   map pm4-any   proto . hostPort          : containerIP . port   (hostIP empty)
+//!   map pm4-ip    hostIP . proto . hostPort : containerIP . port
+//!   map pm6-any / pm6-ip                    (the same for IPv6)
+//!   set pm4-addr  containerIP               owner anchor of its pm4-masq elements
+//!   set pm4-masq  sourceRange . containerIP (interval): DNATed traffic to masquerade
+//!                 (container subnet = hairpin, 127.0.0.0/8 = localhost, 0/0 = masqAll)
+//!   chain pm-prerouting  nat prerouting  -100: fib daddr type local goto pm-hostports
+//!   chain pm-output      nat output      -100: fib daddr type local goto pm-hostports
+//!   chain pm-hostports   4 rules: dnat via the four maps (specific hostIP first)
+//!   chain pm-postrouting nat postrouting  100: ct status dnat, saddr . daddr @pmX-masq: masquerade
+//!   set masq4 containerIP; set masq4-skip containerIP . subnet (interval)   (+ v6)
+//!   chain masq-postrouting nat postrouting 100: multicast return,
+//!                 @masq4-skip return, saddr @masq4 masquerade
+//! table bridge cnikit
+//!   set macspoof-ports hostVeth; set macspoof-allow hostVeth . containerMAC
+//!   chain macspoof filter prerouting -300: allowed return; guarded port: drop
+//! ```
+//!
+//! Every lookup is one hash (or pipapo) set lookup, and an ADD adds a fixed
+//! number of elements, so neither the packet path nor ADD grows with the
+//! number of mappings (the reference plugin adds chains and rules per
+//! container). Each element carries its attachment's tag (see `tag.rs`); DEL
+//! and GC delete by tag, so they need neither the netns nor prevResult.
+//! Every call is one netlink batch: it applies whole or not at all.
+
+mod error;
+mod nft;
+mod schema;
+mod socket;
+mod store;
+mod tag;
+
+pub mod conntrack;
+pub mod macspoof;
+pub mod masq;
+pub mod portmap;
+
+pub use error::{Error, ErrorKind};
+pub use tag::Attachment;
+
+pub type Result<T, E = Error> = std::result::Result<T, E>;

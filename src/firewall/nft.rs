@@ -1,0 +1,445 @@
+//! Builders for nftables messages and rule expressions. The crate
+//! (`netlink-packet-netfilter`) has the message types and the common
+//! expressions; `fib`, `nat`, `masq` and `ct`, which it lacks, are encoded
+//! here as raw attributes with the numbers of `linux/netfilter/nf_tables.h`.
+
+use netlink_packet_core::{DefaultNla, NlaBuffer, NlasIterator};
+use netlink_packet_netfilter::nftables::{
+    Bitwise, ChainAttribute, ChainMessage, Cmp, DataAttribute, ExpressionAttribute, Expressions,
+    GenMessage, Hook, HookNumber, Immediate, InetHookNumber, ListAttribute, Lookup, Meta, MetaKey,
+    NfTablesMessage, Operator, Payload, Register, RuleAttribute, RuleMessage, SetAttribute,
+    SetDescription, SetElementAttribute, SetElementList, SetElementMessage, SetFlags, SetMessage,
+    TableAttribute, TableMessage, Verdict, VerdictAttribute,
+};
+use netlink_packet_netfilter::{NetfilterHeader, NetfilterMessage, NetfilterProtoFamily};
+
+pub(crate) type Expr = ListAttribute<ExpressionAttribute>;
+
+const NLA_F_NESTED: u16 = 0x8000;
+
+/// A table of ours: family and name.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub(crate) struct Table {
+    pub family: NetfilterProtoFamily,
+    pub name: &'static str,
+}
+
+/// Where a base chain hooks in.
+#[derive(Debug, Clone, Copy)]
+pub(crate) struct BaseHook {
+    pub kind: &'static str,
+    pub hook: InetHookNumber,
+    pub priority: i32,
+}
+
+fn message(family: NetfilterProtoFamily, inner: NfTablesMessage) -> NetfilterMessage {
+    NetfilterMessage::new(NetfilterHeader::new(family, 0, 0), inner)
+}
+
+// ------------------------------------------------------------------ objects
+
+pub(crate) fn new_table(t: Table) -> NetfilterMessage {
+    let attrs = vec![TableAttribute::Name(t.name.into())];
+    message(
+        t.family,
+        NfTablesMessage::NewTable(TableMessage { attributes: attrs }),
+    )
+}
+
+pub(crate) fn new_chain(t: Table, name: &str, hook: Option<BaseHook>) -> NetfilterMessage {
+    let mut attrs = vec![
+        ChainAttribute::Table(t.name.into()),
+        ChainAttribute::Name(name.into()),
+    ];
+    if let Some(h) = hook {
+        attrs.push(ChainAttribute::Hook(vec![
+            Hook::Number(HookNumber::Inet(h.hook)),
+            Hook::Priority(h.priority as u32),
+        ]));
+        attrs.push(ChainAttribute::Type(h.kind.into()));
+    }
+    message(
+        t.family,
+        NfTablesMessage::NewChain(ChainMessage { attributes: attrs }),
+    )
+}
+
+pub(crate) fn get_chain(t: Table, name: &str) -> NetfilterMessage {
+    let attrs = vec![
+        ChainAttribute::Table(t.name.into()),
+        ChainAttribute::Name(name.into()),
+    ];
+    message(
+        t.family,
+        NfTablesMessage::GetChain(ChainMessage { attributes: attrs }),
+    )
+}
+
+/// DELRULE naming only the chain: removes every rule in it.
+pub(crate) fn flush_chain(t: Table, chain: &str) -> NetfilterMessage {
+    let attrs = vec![
+        RuleAttribute::Table(t.name.into()),
+        RuleAttribute::Chain(chain.into()),
+    ];
+    message(
+        t.family,
+        NfTablesMessage::DeleteRule(RuleMessage { attributes: attrs }),
+    )
+}
+
+pub(crate) fn new_rule(t: Table, chain: &str, exprs: Vec<Expr>) -> NetfilterMessage {
+    let attrs = vec![
+        RuleAttribute::Table(t.name.into()),
+        RuleAttribute::Chain(chain.into()),
+        RuleAttribute::Expressions(exprs),
+    ];
+    message(
+        t.family,
+        NfTablesMessage::NewRule(RuleMessage { attributes: attrs }),
+    )
+}
+
+/// A named set: key (and map data) types as nft numbers them, so `nft list`
+/// prints them; interval sets of concatenations also describe their fields.
+pub(crate) struct SetSpec<'a> {
+    pub name: &'a str,
+    pub key_type: u32,
+    pub key_len: u32,
+    pub data: Option<(u32, u32)>,
+    pub interval_fields: Option<Vec<u32>>,
+    pub id: u32,
+}
+
+pub(crate) fn new_set(t: Table, s: &SetSpec) -> NetfilterMessage {
+    let mut flags = SetFlags::empty();
+    let mut attrs = vec![
+        SetAttribute::Table(t.name.into()),
+        SetAttribute::Name(s.name.into()),
+        SetAttribute::KeyType(s.key_type),
+        SetAttribute::KeyLen(s.key_len),
+        SetAttribute::Id(s.id),
+    ];
+    if let Some((data_type, data_len)) = s.data {
+        flags |= SetFlags::Map;
+        attrs.push(SetAttribute::DataType(data_type));
+        attrs.push(SetAttribute::DataLen(data_len));
+    }
+    if let Some(fields) = &s.interval_fields {
+        flags |= SetFlags::Interval | SetFlags::Concat;
+        attrs.push(SetAttribute::Description(vec![concat_desc(fields)]));
+    }
+    attrs.push(SetAttribute::Flags(flags));
+    message(
+        t.family,
+        NfTablesMessage::NewSet(SetMessage { attributes: attrs }),
+    )
+}
+
+/// NFTA_SET_DESC_CONCAT: one NFTA_LIST_ELEM { NFTA_SET_FIELD_LEN } per field.
+fn concat_desc(fields: &[u32]) -> SetDescription {
+    const NFTA_SET_DESC_CONCAT: u16 = 2;
+    const NFTA_LIST_ELEM: u16 = 1;
+    const NFTA_SET_FIELD_LEN: u16 = 1;
+    let mut list = Vec::new();
+    for len in fields {
+        let field = nla(NFTA_SET_FIELD_LEN, &len.to_be_bytes());
+        list.extend(nla(NFTA_LIST_ELEM | NLA_F_NESTED, &field));
+    }
+    SetDescription::Other(DefaultNla::new(NFTA_SET_DESC_CONCAT | NLA_F_NESTED, list))
+}
+
+/// One set element as we write and read it.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub(crate) struct Element {
+    pub key: Vec<u8>,
+    /// Interval sets: the inclusive end of each field's range.
+    pub key_end: Option<Vec<u8>>,
+    /// Maps: the value.
+    pub data: Option<Vec<u8>>,
+    pub userdata: Vec<u8>,
+}
+
+impl Element {
+    fn attributes(&self, with_body: bool) -> Vec<SetElementAttribute> {
+        let mut attrs = vec![SetElementAttribute::Key(DataAttribute::Value(
+            self.key.clone(),
+        ))];
+        if let Some(end) = &self.key_end {
+            attrs.push(SetElementAttribute::KeyEnd(vec![value_nla(end)]));
+        }
+        if with_body {
+            if let Some(data) = &self.data {
+                attrs.push(SetElementAttribute::Data(DataAttribute::Value(
+                    data.clone(),
+                )));
+            }
+            if !self.userdata.is_empty() {
+                attrs.push(SetElementAttribute::UserData(self.userdata.clone()));
+            }
+        }
+        attrs
+    }
+}
+
+/// NEWSETELEM (`add`) or DELSETELEM for `elems` of one set.
+pub(crate) fn set_elems(t: Table, set: &str, elems: &[Element], add: bool) -> NetfilterMessage {
+    let list = elems
+        .iter()
+        .map(|e| ListAttribute::Element(e.attributes(add)))
+        .collect();
+    let attrs = vec![
+        SetElementList::Table(t.name.into()),
+        SetElementList::Set(set.into()),
+        SetElementList::Elements(list),
+    ];
+    let msg = SetElementMessage { attributes: attrs };
+    let inner = if add {
+        NfTablesMessage::NewSetElement(msg)
+    } else {
+        NfTablesMessage::DeleteSetElement(msg)
+    };
+    message(t.family, inner)
+}
+
+/// GETSETELEM: with `key` one element (exact match on hash sets), without it
+/// (as a dump) the whole set.
+pub(crate) fn get_elems(t: Table, set: &str, key: Option<&[u8]>) -> NetfilterMessage {
+    let mut attrs = vec![
+        SetElementList::Table(t.name.into()),
+        SetElementList::Set(set.into()),
+    ];
+    if let Some(k) = key {
+        attrs.push(SetElementList::Elements(vec![ListAttribute::Element(
+            vec![SetElementAttribute::Key(DataAttribute::Value(k.to_vec()))],
+        )]));
+    }
+    let msg = SetElementMessage { attributes: attrs };
+    message(t.family, NfTablesMessage::GetSetElement(msg))
+}
+
+/// The elements of one NEWSETELEM answer (payload after nlmsghdr). Parsed
+/// here rather than with the crate: its parser formats the whole remaining
+/// buffer into the error context of every attribute, eagerly, which makes a
+/// dump of a few hundred elements take hundreds of milliseconds.
+pub(crate) fn elements_of(payload: &[u8]) -> Vec<Element> {
+    const NFTA_SET_ELEM_LIST_ELEMENTS: u16 = 3;
+    let mut out = Vec::new();
+    for list in nlas(payload.get(NFGENMSG_LEN..).unwrap_or_default()) {
+        if list.kind() == NFTA_SET_ELEM_LIST_ELEMENTS {
+            out.extend(nlas(list.value()).filter_map(|e| parse_element(e.value())));
+        }
+    }
+    out
+}
+
+fn parse_element(attrs: &[u8]) -> Option<Element> {
+    const KEY: u16 = 1;
+    const DATA: u16 = 2;
+    const USERDATA: u16 = 6;
+    const KEY_END: u16 = 10;
+    let mut e = Element {
+        key: Vec::new(),
+        key_end: None,
+        data: None,
+        userdata: Vec::new(),
+    };
+    for a in nlas(attrs) {
+        match a.kind() {
+            KEY => e.key = data_value(a.value())?,
+            KEY_END => e.key_end = data_value(a.value()),
+            DATA => e.data = data_value(a.value()),
+            USERDATA => e.userdata = a.value().to_vec(),
+            _ => {}
+        }
+    }
+    (!e.key.is_empty()).then_some(e)
+}
+
+/// The NFTA_DATA_VALUE inside an nft_data nest.
+fn data_value(nest: &[u8]) -> Option<Vec<u8>> {
+    const NFTA_DATA_VALUE: u16 = 1;
+    nlas(nest)
+        .find(|n| n.kind() == NFTA_DATA_VALUE)
+        .map(|n| n.value().to_vec())
+}
+
+/// NFTA_GEN_ID of a GETGEN answer (payload after nlmsghdr).
+pub(crate) fn gen_id(payload: &[u8]) -> Option<u32> {
+    const NFTA_GEN_ID: u16 = 1;
+    nlas(payload.get(NFGENMSG_LEN..)?)
+        .find(|n| n.kind() == NFTA_GEN_ID)
+        .and_then(|n| n.value().get(..4)?.try_into().ok())
+        .map(u32::from_be_bytes)
+}
+
+const NFGENMSG_LEN: usize = 4;
+
+/// The well-formed attributes of `buf` (kinds without flag bits).
+fn nlas(buf: &[u8]) -> impl Iterator<Item = NlaBuffer<&[u8]>> {
+    NlasIterator::new(buf).filter_map(|n| n.ok())
+}
+
+pub(crate) fn get_gen() -> NetfilterMessage {
+    message(
+        NetfilterProtoFamily::Unspec,
+        NfTablesMessage::GetGen(GenMessage { attributes: vec![] }),
+    )
+}
+
+// ------------------------------------------------------------------ expressions
+
+/// NFT_PAYLOAD_*_HEADER bases.
+pub(crate) const LINK_HEADER: u32 = 0;
+pub(crate) const NETWORK_HEADER: u32 = 1;
+pub(crate) const TRANSPORT_HEADER: u32 = 2;
+/// NFPROTO_* values of `meta nfproto`.
+pub(crate) const NFPROTO_IPV4: u8 = 2;
+pub(crate) const NFPROTO_IPV6: u8 = 10;
+
+/// The register holding byte `offset` of a concatenation, numbered as nft
+/// does: the first field in the 16-byte register 1, later fields in 32-bit
+/// registers (NFT_REG32_00 = 8 is the first).
+pub(crate) fn reg_at(offset: u32) -> Register {
+    if offset == 0 {
+        Register::Reg1
+    } else {
+        Register::Other(8 + offset / 4)
+    }
+}
+
+pub(crate) fn meta_load(key: MetaKey, dreg: Register) -> Expr {
+    Expressions::Meta(vec![Meta::Key(key), Meta::DestinationRegister(dreg)]).into()
+}
+
+pub(crate) fn payload(base: u32, offset: u32, len: u32, dreg: Register) -> Expr {
+    Expressions::Payload(vec![
+        Payload::DestinationRegister(dreg),
+        Payload::Base(base),
+        Payload::Offset(offset),
+        Payload::Len(len),
+    ])
+    .into()
+}
+
+pub(crate) fn cmp(op: Operator, data: &[u8]) -> Expr {
+    Expressions::Cmp(vec![
+        Cmp::SourceRegister(Register::Reg1),
+        Cmp::Op(op),
+        Cmp::Data(DataAttribute::Value(data.to_vec())),
+    ])
+    .into()
+}
+
+/// reg1 = reg1 & mask (xor 0), over `mask.len()` bytes.
+pub(crate) fn and_mask(mask: &[u8]) -> Expr {
+    Expressions::Bitwise(vec![
+        Bitwise::SourceRegister(Register::Reg1),
+        Bitwise::DestinationRegister(Register::Reg1),
+        Bitwise::Length(mask.len() as u32),
+        Bitwise::Mask(DataAttribute::Value(mask.to_vec())),
+        Bitwise::Xor(DataAttribute::Value(vec![0; mask.len()])),
+    ])
+    .into()
+}
+
+/// Set membership of the key starting in reg1; with `map`, the value lands
+/// in reg1 onwards.
+pub(crate) fn lookup(set: &str, map: bool) -> Expr {
+    let mut attrs = vec![
+        Lookup::Set(set.into()),
+        Lookup::SourceRegister(Register::Reg1),
+    ];
+    if map {
+        attrs.push(Lookup::DestinationRegister(Register::Reg1));
+    }
+    Expressions::Lookup(attrs).into()
+}
+
+/// A verdict: `accept`, `drop`, `return`, or `goto chain`.
+pub(crate) enum Jump<'a> {
+    Drop,
+    Return,
+    Goto(&'a str),
+}
+
+pub(crate) fn verdict(v: Jump) -> Expr {
+    let mut attrs = Vec::new();
+    match v {
+        Jump::Drop => attrs.push(VerdictAttribute::Code(Verdict::Other(0))), // NF_DROP
+        Jump::Return => attrs.push(VerdictAttribute::Code(Verdict::Return)),
+        Jump::Goto(chain) => {
+            attrs.push(VerdictAttribute::Code(Verdict::Goto));
+            attrs.push(VerdictAttribute::Chain(chain.into()));
+        }
+    }
+    Expressions::Immediate(vec![
+        Immediate::DestinationRegister(Register::Verdict),
+        Immediate::Data(DataAttribute::Verdict(attrs)),
+    ])
+    .into()
+}
+
+/// An expression the crate has no type for: name plus u32 attributes
+/// (all nftables attributes are big endian).
+fn raw_expr(name: &str, attrs: &[(u16, u32)]) -> Expr {
+    let attributes = attrs
+        .iter()
+        .map(|(kind, v)| DefaultNla::new(*kind, v.to_be_bytes().to_vec()))
+        .collect();
+    Expressions::Other {
+        expression_type: name.into(),
+        attributes,
+    }
+    .into()
+}
+
+/// `fib daddr type` into reg1 (NFTA_FIB_DREG, _RESULT = ADDRTYPE, _FLAGS = DADDR).
+pub(crate) fn fib_daddr_type() -> Expr {
+    raw_expr("fib", &[(1, Register::Reg1.into()), (2, 3), (3, 2)])
+}
+
+/// RTN_LOCAL, what `fib … type local` compares with (host byte order).
+pub(crate) const RTN_LOCAL: u32 = 2;
+
+/// `ct status` into reg1 (NFTA_CT_DREG, NFTA_CT_KEY = NFT_CT_STATUS).
+pub(crate) fn ct_status() -> Expr {
+    raw_expr("ct", &[(1, Register::Reg1.into()), (2, 2)])
+}
+
+/// IPS_DST_NAT: the connection was destination-NATed.
+pub(crate) const IPS_DST_NAT: u32 = 0x20;
+
+/// `dnat` to the address in reg1 and the port in `port_reg`
+/// (NFTA_NAT_TYPE = DNAT, _FAMILY, _REG_ADDR_MIN, _REG_PROTO_MIN).
+pub(crate) fn dnat(nfproto: u8, port_reg: Register) -> Expr {
+    raw_expr(
+        "nat",
+        &[
+            (1, 1),
+            (2, u32::from(nfproto)),
+            (3, Register::Reg1.into()),
+            (5, port_reg.into()),
+        ],
+    )
+}
+
+/// `masquerade` (no attributes: the output interface's address, any port).
+pub(crate) fn masq() -> Expr {
+    raw_expr("masq", &[])
+}
+
+/// One netlink attribute, padded: for nests the crate has no type for.
+pub(crate) fn nla(kind: u16, value: &[u8]) -> Vec<u8> {
+    let len = 4 + value.len();
+    let mut out = Vec::with_capacity((len + 3) & !3);
+    out.extend_from_slice(&(len as u16).to_ne_bytes());
+    out.extend_from_slice(&kind.to_ne_bytes());
+    out.extend_from_slice(value);
+    out.resize((len + 3) & !3, 0);
+    out
+}
+
+/// NFTA_DATA_VALUE holding `bytes`.
+fn value_nla(bytes: &[u8]) -> DefaultNla {
+    DefaultNla::new(1, bytes.to_vec())
+}

@@ -1,0 +1,256 @@
+//! Port mappings: host port → container DNAT elements, plus the masquerade
+//! elements hairpin and localhost connections need so replies come back
+//! through the host.
+
+use super::schema::{
+    self, key, range, Value, INET, PM4_ADDR, PM4_ANY, PM4_IP, PM4_MASQ, PM6_ADDR, PM6_ANY, PM6_IP,
+    PM6_MASQ, PM_CHAINS,
+};
+use super::store::{
+    claim_anchor, claim_exclusive, not_valid, owned, owned_range, owner_of, read, release,
+    transact, Derived,
+};
+use super::tag::{self, Attachment};
+use super::{Error, ErrorKind, Result};
+use ipnet::IpNet;
+use std::fmt;
+use std::net::{IpAddr, Ipv4Addr, Ipv6Addr};
+
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Proto {
+    Tcp,
+    Udp,
+    Sctp,
+}
+
+impl Proto {
+    fn number(self) -> u8 {
+        match self {
+            Proto::Tcp => 6,
+            Proto::Udp => 17,
+            Proto::Sctp => 132,
+        }
+    }
+}
+
+impl fmt::Display for Proto {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.write_str(match self {
+            Proto::Tcp => "tcp",
+            Proto::Udp => "udp",
+            Proto::Sctp => "sctp",
+        })
+    }
+}
+
+/// One `runtimeConfig.portMappings` entry.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Mapping {
+    /// None: every local address of the container's families.
+    pub host_ip: Option<IpAddr>,
+    pub host_port: u16,
+    pub proto: Proto,
+    pub container_port: u16,
+}
+
+/// Which DNATed connections to a container get masqueraded.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct Masquerade {
+    /// Hairpin (from the container's own subnet) and localhost connections.
+    pub snat: bool,
+    /// All of them.
+    pub masq_all: bool,
+}
+
+/// ADD: map `mappings` to the container's addresses (at most one per family,
+/// with their prefix). A host port another attachment holds is an error and
+/// nothing is changed; our own mapping again is fine.
+pub fn add(
+    att: &Attachment,
+    container: &[IpNet],
+    mappings: &[Mapping],
+    m: Masquerade,
+) -> Result<()> {
+    let owner = att.tag();
+    transact(|nft, tx| {
+        schema::ensure(nft, tx, &schema::PORTMAP)?;
+        for d in dnat_elements(container, mappings, &owner) {
+            claim_exclusive(nft, tx, INET, d.set, d.elem, &d.what)?;
+        }
+        for addr in container {
+            if let Some((anchor, derived)) = masq_elements(*addr, m, &owner) {
+                claim_anchor(nft, tx, INET, anchor, derived)?;
+            }
+        }
+        Ok(())
+    })
+}
+
+/// CHECK: the chains exist and every mapping (and masquerade anchor) is
+/// present, ours, and points at the container.
+pub fn check(
+    att: &Attachment,
+    container: &[IpNet],
+    mappings: &[Mapping],
+    m: Masquerade,
+) -> Result<()> {
+    let owner = att.tag();
+    read(|nft| {
+        for chain in PM_CHAINS {
+            if !nft.chain_exists(INET, chain)? {
+                return Err(mismatch(format!(
+                    "chain {chain} of table inet cnikit is missing"
+                )));
+            }
+        }
+        for d in dnat_elements(container, mappings, &owner) {
+            let have = nft.get(INET, d.set, &d.elem.key)?;
+            expect_ours(have.as_ref(), &owner, &d.what)?;
+            if have.and_then(|h| h.data) != d.elem.data {
+                return Err(mismatch(format!(
+                    "{} does not point to {}",
+                    d.what, d.target
+                )));
+            }
+        }
+        for addr in container {
+            if let Some(((set, want), _)) = masq_elements(*addr, m, &owner) {
+                let what = format!("masquerade entry for {}", addr.addr());
+                expect_ours(nft.get(INET, set, &want.key)?.as_ref(), &owner, &what)?;
+            }
+        }
+        Ok(())
+    })
+}
+
+/// DEL: every entry tagged with this attachment, whatever it mapped.
+pub fn del(att: &Attachment) -> Result<()> {
+    let owner = att.tag();
+    transact(|nft, tx| release(nft, tx, INET, schema::PORTMAP.sets, &|o| o == owner))
+}
+
+/// GC: entries of `network` whose attachment is not in `valid`.
+pub fn gc(network: &str, valid: &[Attachment]) -> Result<()> {
+    let doomed = not_valid(network, valid);
+    transact(|nft, tx| release(nft, tx, INET, schema::PORTMAP.sets, &doomed))
+}
+
+struct Dnat {
+    set: &'static schema::SetDef,
+    elem: super::nft::Element,
+    what: String,
+    target: String,
+}
+
+/// One map element per mapping and container family it applies to: a
+/// mapping with a hostIP only applies to that address's family.
+fn dnat_elements(container: &[IpNet], mappings: &[Mapping], owner: &str) -> Vec<Dnat> {
+    let mut out = Vec::new();
+    for m in mappings {
+        for net in container {
+            let addr = net.addr();
+            let host_ip = m.host_ip.filter(|ip| !ip.is_unspecified());
+            if m.host_ip.is_some_and(|ip| ip.is_ipv4() != addr.is_ipv4()) {
+                continue;
+            }
+            let set = match (addr.is_ipv4(), host_ip.is_some()) {
+                (true, false) => &PM4_ANY,
+                (true, true) => &PM4_IP,
+                (false, false) => &PM6_ANY,
+                (false, true) => &PM6_IP,
+            };
+            let mut k: Vec<Value> = host_ip.map(Value::Ip).into_iter().collect();
+            k.extend([Value::Proto(m.proto.number()), Value::Port(m.host_port)]);
+            let data = key(&[Value::Ip(addr), Value::Port(m.container_port)]);
+            out.push(Dnat {
+                set,
+                elem: owned(key(&k), Some(data), owner),
+                what: describe(m, host_ip, addr),
+                target: target(addr, m.container_port),
+            });
+        }
+    }
+    out
+}
+
+fn describe(m: &Mapping, host_ip: Option<IpAddr>, addr: IpAddr) -> String {
+    let on = match host_ip {
+        Some(ip) => format!(" on {ip}"),
+        None if addr.is_ipv4() => " (all IPv4 host addresses)".to_string(),
+        None => " (all IPv6 host addresses)".to_string(),
+    };
+    format!("host port {}/{}{on}", m.proto, m.host_port)
+}
+
+fn target(addr: IpAddr, port: u16) -> String {
+    match addr {
+        IpAddr::V4(a) => format!("{a}:{port}"),
+        IpAddr::V6(a) => format!("[{a}]:{port}"),
+    }
+}
+
+type Anchor = (&'static schema::SetDef, super::nft::Element);
+
+/// The container address as anchor, and the (source range . address)
+/// elements: its subnet (hairpin) and 127.0.0.0/8 (localhost) with snat, or
+/// every source with masqAll (which covers both).
+fn masq_elements(net: IpNet, m: Masquerade, owner: &str) -> Option<(Anchor, Vec<Derived>)> {
+    if !m.snat && !m.masq_all {
+        return None;
+    }
+    let addr = net.addr();
+    let v4 = addr.is_ipv4();
+    let sources: Vec<IpNet> = match (m.masq_all, v4) {
+        (true, true) => vec![ANY4],
+        (true, false) => vec![ANY6],
+        (false, true) => vec![net.trunc(), LOOPBACK4],
+        (false, false) => vec![net.trunc()],
+    };
+    let elems = sources
+        .into_iter()
+        .map(|src| {
+            let (first, last) = range(src);
+            owned_range(
+                key(&[first, Value::Ip(addr)]),
+                key(&[last, Value::Ip(addr)]),
+                owner,
+            )
+        })
+        .collect();
+    let (anchor, set) = if v4 {
+        (&PM4_ADDR, &PM4_MASQ)
+    } else {
+        (&PM6_ADDR, &PM6_MASQ)
+    };
+    let subject = if v4 { 4 } else { 16 };
+    Some((
+        (anchor, owned(key(&[Value::Ip(addr)]), None, owner)),
+        vec![Derived {
+            set,
+            subject,
+            elems,
+        }],
+    ))
+}
+
+const ANY4: IpNet = IpNet::new_assert(IpAddr::V4(Ipv4Addr::UNSPECIFIED), 0);
+const ANY6: IpNet = IpNet::new_assert(IpAddr::V6(Ipv6Addr::UNSPECIFIED), 0);
+/// Localhost sources (IPv6 has no counterpart: the kernel never routes ::1
+/// off the loopback device, so [::1]:hostPort cannot reach a container).
+const LOOPBACK4: IpNet = IpNet::new_assert(IpAddr::V4(Ipv4Addr::new(127, 0, 0, 0)), 8);
+
+/// CHECK: present and ours.
+fn expect_ours(have: Option<&super::nft::Element>, owner: &str, what: &str) -> Result<()> {
+    match have.map(owner_of) {
+        None => Err(mismatch(format!("{what} is missing"))),
+        Some(Some(o)) if o == owner => Ok(()),
+        Some(o) => Err(mismatch(format!(
+            "{what} belongs to {}",
+            o.map_or("an entry cnikit did not tag".into(), |o| tag::describe(&o))
+        ))),
+    }
+}
+
+fn mismatch(msg: String) -> Error {
+    Error::new(ErrorKind::Mismatch, format!("CHECK: {msg}"))
+}

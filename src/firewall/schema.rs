@@ -1,0 +1,508 @@
+//! The layout cnikit owns: tables, sets/maps and chains with their rules, per
+//! feature (port mappings, masquerade, MAC spoof check). See the module docs
+//! in `mod.rs` for the picture; this file is the exact definition.
+//!
+//! "Chains created on first use": an ADD creates its feature's skeleton
+//! (table, sets, chains and their few fixed rules) in its own batch when the
+//! skeleton's last chain is missing. The check is a read inside the
+//! transaction, so two first ADDs cannot both create it (the second one's
+//! batch is refused and re-planned). An existing skeleton is not re-asserted:
+//! that would delete and re-add the rules every call, and any deletion makes
+//! the kernel wait for an RCU grace period (≈10 ms here) when our netlink
+//! socket closes.
+
+use super::nft::{
+    and_mask, cmp, ct_status, dnat, fib_daddr_type, lookup, masq, meta_load, payload, reg_at,
+    verdict, BaseHook, Expr, Jump, SetSpec, Table, IPS_DST_NAT, LINK_HEADER, NETWORK_HEADER,
+    NFPROTO_IPV4, NFPROTO_IPV6, RTN_LOCAL, TRANSPORT_HEADER,
+};
+use super::store::{Nft, Tx};
+use super::Result;
+use ipnet::IpNet;
+use netlink_packet_netfilter::nftables::{InetHookNumber, MetaKey, Operator};
+use netlink_packet_netfilter::NetfilterProtoFamily;
+use std::net::IpAddr;
+
+pub(crate) const INET: Table = Table {
+    family: NetfilterProtoFamily::Inet,
+    name: "cnikit",
+};
+/// Bridge-family filtering (MAC spoof check) needs a bridge-family table:
+/// inet tables never see bridged frames.
+pub(crate) const BRIDGE: Table = Table {
+    family: NetfilterProtoFamily::Bridge,
+    name: "cnikit",
+};
+
+/// One field of a set key or map value, as nft types it.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub(crate) enum Field {
+    V4,
+    V6,
+    Proto,
+    Port,
+    Ifname,
+    Ether,
+}
+
+impl Field {
+    /// nft's datatype numbers (TYPE_IPADDR, …), so `nft list` can print us.
+    fn nft_type(self) -> u32 {
+        match self {
+            Field::V4 => 7,
+            Field::V6 => 8,
+            Field::Proto => 12,
+            Field::Port => 13,
+            Field::Ifname => 41,
+            Field::Ether => 9,
+        }
+    }
+
+    fn len(self) -> u32 {
+        match self {
+            Field::V4 => 4,
+            Field::V6 | Field::Ifname => 16,
+            Field::Proto => 1,
+            Field::Port => 2,
+            Field::Ether => 6,
+        }
+    }
+
+    /// Fields of a concatenation each occupy whole 32-bit registers.
+    fn reg_len(self) -> u32 {
+        (self.len() + 3) & !3
+    }
+}
+
+/// A named set or map of ours.
+#[derive(Debug)]
+pub(crate) struct SetDef {
+    pub name: &'static str,
+    pub key: &'static [Field],
+    /// Map values; empty for plain sets.
+    pub data: &'static [Field],
+    /// Interval concatenation (ranges per field).
+    pub interval: bool,
+}
+
+impl SetDef {
+    fn spec(&self, id: u32) -> SetSpec<'static> {
+        SetSpec {
+            name: self.name,
+            key_type: concat_type(self.key),
+            key_len: concat_len(self.key),
+            data: (!self.data.is_empty()).then(|| (concat_type(self.data), concat_len(self.data))),
+            interval_fields: self
+                .interval
+                .then(|| self.key.iter().map(|f| f.len()).collect()),
+            id,
+        }
+    }
+}
+
+/// nft encodes a concatenation's type as 6 bits per member.
+fn concat_type(fields: &[Field]) -> u32 {
+    fields.iter().fold(0, |acc, f| (acc << 6) | f.nft_type())
+}
+
+fn concat_len(fields: &[Field]) -> u32 {
+    fields.iter().map(|f| f.reg_len()).sum()
+}
+
+/// A value of one field, encoded as the kernel stores it in a register.
+#[derive(Debug, Clone)]
+pub(crate) enum Value<'a> {
+    Ip(IpAddr),
+    Proto(u8),
+    Port(u16),
+    Ifname(&'a str),
+    Ether([u8; 6]),
+}
+
+/// The bytes of a concatenation: each value padded to whole 32-bit words.
+pub(crate) fn key(values: &[Value]) -> Vec<u8> {
+    let mut out = Vec::new();
+    for v in values {
+        match v {
+            Value::Ip(IpAddr::V4(a)) => out.extend(a.octets()),
+            Value::Ip(IpAddr::V6(a)) => out.extend(a.octets()),
+            Value::Proto(p) => out.push(*p),
+            Value::Port(p) => out.extend(p.to_be_bytes()),
+            Value::Ifname(name) => {
+                let mut b = name.as_bytes().to_vec();
+                b.resize(16, 0);
+                out.extend(b);
+            }
+            Value::Ether(mac) => out.extend(mac),
+        }
+        out.resize((out.len() + 3) & !3, 0);
+    }
+    out
+}
+
+/// First and last address of a prefix: one field of an interval key.
+pub(crate) fn range(net: IpNet) -> (Value<'static>, Value<'static>) {
+    (Value::Ip(net.network()), Value::Ip(net.broadcast()))
+}
+
+// ------------------------------------------------------------------ features
+
+/// A feature's skeleton: its sets and chains (regular chains first, so base
+/// chains can jump to them).
+pub(crate) struct Skeleton {
+    pub table: Table,
+    pub sets: &'static [&'static SetDef],
+    pub chains: fn() -> Vec<Chain>,
+}
+
+pub(crate) struct Chain {
+    pub name: &'static str,
+    pub hook: Option<BaseHook>,
+    pub rules: Vec<Vec<Expr>>,
+}
+
+/// Adds the skeleton's table, sets and chains (with their fixed rules) to
+/// `tx`, unless it exists. Its last chain is created in the same batch as the
+/// rest, so finding it means the whole skeleton is there.
+pub(crate) fn ensure(nft: &mut Nft, tx: &mut Tx, s: &Skeleton) -> Result<()> {
+    let chains = (s.chains)();
+    if let Some(last) = chains.last() {
+        if nft.chain_exists(s.table, last.name)? {
+            return Ok(());
+        }
+    }
+    tx.new_table(s.table);
+    for (id, set) in (1..).zip(s.sets.iter()) {
+        tx.new_set(s.table, &set.spec(id), set.name);
+    }
+    for c in &chains {
+        tx.new_chain(s.table, c.name, c.hook);
+    }
+    for c in chains {
+        // Only a half-built skeleton (someone deleted our last chain) has
+        // rules to remove; a new chain has none.
+        tx.flush_chain(s.table, c.name);
+        for rule in c.rules {
+            tx.new_rule(s.table, c.name, rule);
+        }
+    }
+    Ok(())
+}
+
+const fn nat_hook(hook: InetHookNumber, priority: i32) -> Option<BaseHook> {
+    Some(BaseHook {
+        kind: "nat",
+        hook,
+        priority,
+    })
+}
+
+/// NF_IP_PRI_NAT_DST / NF_IP_PRI_NAT_SRC, nft's `dstnat` / `srcnat`.
+const DSTNAT: i32 = -100;
+const SRCNAT: i32 = 100;
+
+// ---- port mappings: DNAT maps keyed by (hostIP?, proto, hostPort)
+
+pub(crate) static PM4_ANY: SetDef = map(
+    "pm4-any",
+    &[Field::Proto, Field::Port],
+    &[Field::V4, Field::Port],
+);
+pub(crate) static PM4_IP: SetDef = map(
+    "pm4-ip",
+    &[Field::V4, Field::Proto, Field::Port],
+    &[Field::V4, Field::Port],
+);
+pub(crate) static PM6_ANY: SetDef = map(
+    "pm6-any",
+    &[Field::Proto, Field::Port],
+    &[Field::V6, Field::Port],
+);
+pub(crate) static PM6_IP: SetDef = map(
+    "pm6-ip",
+    &[Field::V6, Field::Proto, Field::Port],
+    &[Field::V6, Field::Port],
+);
+/// Container addresses whose mapped traffic may need masquerading: the
+/// owner anchor of the `pm*-masq` elements below.
+pub(crate) static PM4_ADDR: SetDef = set("pm4-addr", &[Field::V4], false);
+pub(crate) static PM6_ADDR: SetDef = set("pm6-addr", &[Field::V6], false);
+/// (source range . container address): DNATed connections to be masqueraded
+/// (hairpin from the container's subnet, localhost, or everything for masqAll).
+pub(crate) static PM4_MASQ: SetDef = set("pm4-masq", &[Field::V4, Field::V4], true);
+pub(crate) static PM6_MASQ: SetDef = set("pm6-masq", &[Field::V6, Field::V6], true);
+
+pub(crate) static PORTMAP: Skeleton = Skeleton {
+    table: INET,
+    sets: &[
+        &PM4_ANY, &PM4_IP, &PM6_ANY, &PM6_IP, &PM4_ADDR, &PM6_ADDR, &PM4_MASQ, &PM6_MASQ,
+    ],
+    chains: portmap_chains,
+};
+
+pub(crate) const PM_CHAINS: [&str; 4] = [
+    "pm-hostports",
+    "pm-prerouting",
+    "pm-output",
+    "pm-postrouting",
+];
+
+fn portmap_chains() -> Vec<Chain> {
+    let to_local = || {
+        vec![
+            fib_daddr_type(),
+            cmp(Operator::Equal, &RTN_LOCAL.to_ne_bytes()),
+            verdict(Jump::Goto("pm-hostports")),
+        ]
+    };
+    vec![
+        Chain {
+            name: "pm-hostports",
+            hook: None,
+            rules: vec![
+                dnat_rule(NFPROTO_IPV4, true),
+                dnat_rule(NFPROTO_IPV4, false),
+                dnat_rule(NFPROTO_IPV6, true),
+                dnat_rule(NFPROTO_IPV6, false),
+            ],
+        },
+        Chain {
+            name: "pm-prerouting",
+            hook: nat_hook(InetHookNumber::PreRouting, DSTNAT),
+            rules: vec![to_local()],
+        },
+        Chain {
+            name: "pm-output",
+            hook: nat_hook(InetHookNumber::LocalOut, DSTNAT),
+            rules: vec![to_local()],
+        },
+        Chain {
+            name: "pm-postrouting",
+            hook: nat_hook(InetHookNumber::PostRouting, SRCNAT),
+            rules: vec![
+                hairpin_rule(NFPROTO_IPV4, PM4_MASQ.name),
+                hairpin_rule(NFPROTO_IPV6, PM6_MASQ.name),
+            ],
+        },
+    ]
+}
+
+/// `meta nfproto X [ip daddr .] meta l4proto . th dport dnat to map @pmX-…`
+fn dnat_rule(nfproto: u8, with_ip: bool) -> Vec<Expr> {
+    let alen = addr_len(nfproto);
+    let (set, mut at) = match (nfproto == NFPROTO_IPV4, with_ip) {
+        (true, true) => (PM4_IP.name, alen),
+        (true, false) => (PM4_ANY.name, 0),
+        (false, true) => (PM6_IP.name, alen),
+        (false, false) => (PM6_ANY.name, 0),
+    };
+    let mut rule = is_family(nfproto);
+    if with_ip {
+        rule.push(payload(
+            NETWORK_HEADER,
+            daddr_offset(nfproto),
+            alen,
+            reg_at(0),
+        ));
+    }
+    rule.push(meta_load(MetaKey::L4Proto, reg_at(at)));
+    at += 4;
+    rule.push(payload(TRANSPORT_HEADER, 2, 2, reg_at(at)));
+    rule.push(lookup(set, true));
+    // The value is address . port: the port sits right after the address.
+    rule.push(dnat(nfproto, reg_at(alen)));
+    rule
+}
+
+/// `ct status dnat meta nfproto X ip saddr . ip daddr @pmX-masq masquerade`
+fn hairpin_rule(nfproto: u8, set: &str) -> Vec<Expr> {
+    let mut rule = vec![
+        ct_status(),
+        and_mask(&IPS_DST_NAT.to_ne_bytes()),
+        cmp(Operator::NotEqual, &[0; 4]),
+    ];
+    rule.extend(is_family(nfproto));
+    rule.extend(saddr_daddr(nfproto));
+    rule.push(lookup(set, false));
+    rule.push(masq());
+    rule
+}
+
+// ---- bridge ipMasq: masquerade container sources leaving their subnets
+
+pub(crate) static MASQ4: SetDef = set("masq4", &[Field::V4], false);
+pub(crate) static MASQ6: SetDef = set("masq6", &[Field::V6], false);
+/// (container address . subnet of its network): destinations not masqueraded.
+pub(crate) static MASQ4_SKIP: SetDef = set("masq4-skip", &[Field::V4, Field::V4], true);
+pub(crate) static MASQ6_SKIP: SetDef = set("masq6-skip", &[Field::V6, Field::V6], true);
+
+pub(crate) static MASQ: Skeleton = Skeleton {
+    table: INET,
+    sets: &[&MASQ4, &MASQ6, &MASQ4_SKIP, &MASQ6_SKIP],
+    chains: masq_chains,
+};
+
+fn masq_chains() -> Vec<Chain> {
+    let mut rules = Vec::new();
+    for (nfproto, set, skip) in [
+        (NFPROTO_IPV4, MASQ4.name, MASQ4_SKIP.name),
+        (NFPROTO_IPV6, MASQ6.name, MASQ6_SKIP.name),
+    ] {
+        rules.push(multicast_return(nfproto));
+        let mut r = is_family(nfproto);
+        r.extend(saddr_daddr(nfproto));
+        r.extend([lookup(skip, false), verdict(Jump::Return)]);
+        rules.push(r);
+        let mut r = is_family(nfproto);
+        r.push(payload(
+            NETWORK_HEADER,
+            saddr_offset(nfproto),
+            addr_len(nfproto),
+            reg_at(0),
+        ));
+        r.extend([lookup(set, false), masq()]);
+        rules.push(r);
+    }
+    vec![Chain {
+        name: "masq-postrouting",
+        hook: nat_hook(InetHookNumber::PostRouting, SRCNAT),
+        rules,
+    }]
+}
+
+/// `ip daddr 224.0.0.0/4 return` / `ip6 daddr ff00::/8 return`.
+fn multicast_return(nfproto: u8) -> Vec<Expr> {
+    let mut r = is_family(nfproto);
+    if nfproto == NFPROTO_IPV4 {
+        r.push(payload(NETWORK_HEADER, 16, 4, reg_at(0)));
+        r.push(and_mask(&[0xf0, 0, 0, 0]));
+        r.push(cmp(Operator::Equal, &[0xe0, 0, 0, 0]));
+    } else {
+        r.push(payload(NETWORK_HEADER, 24, 1, reg_at(0)));
+        r.push(cmp(Operator::Equal, &[0xff]));
+    }
+    r.push(verdict(Jump::Return));
+    r
+}
+
+// ---- bridge macspoofchk: frames from a container port must carry its MAC
+
+pub(crate) static SPOOF_PORTS: SetDef = set("macspoof-ports", &[Field::Ifname], false);
+pub(crate) static SPOOF_ALLOW: SetDef =
+    set("macspoof-allow", &[Field::Ifname, Field::Ether], false);
+
+pub(crate) static MACSPOOF: Skeleton = Skeleton {
+    table: BRIDGE,
+    sets: &[&SPOOF_PORTS, &SPOOF_ALLOW],
+    chains: macspoof_chains,
+};
+
+fn macspoof_chains() -> Vec<Chain> {
+    let allowed = vec![
+        meta_load(MetaKey::Iifname, reg_at(0)),
+        payload(LINK_HEADER, 6, 6, reg_at(16)),
+        lookup(SPOOF_ALLOW.name, false),
+        verdict(Jump::Return),
+    ];
+    let guarded = vec![
+        meta_load(MetaKey::Iifname, reg_at(0)),
+        lookup(SPOOF_PORTS.name, false),
+        verdict(Jump::Drop),
+    ];
+    vec![Chain {
+        name: "macspoof",
+        // NF_BR_PRI_NAT_DST_BRIDGED: before anything else sees the frame.
+        hook: Some(BaseHook {
+            kind: "filter",
+            hook: InetHookNumber::PreRouting,
+            priority: -300,
+        }),
+        rules: vec![allowed, guarded],
+    }]
+}
+
+// ------------------------------------------------------------------ helpers
+
+const fn map(name: &'static str, key: &'static [Field], data: &'static [Field]) -> SetDef {
+    SetDef {
+        name,
+        key,
+        data,
+        interval: false,
+    }
+}
+
+const fn set(name: &'static str, key: &'static [Field], interval: bool) -> SetDef {
+    SetDef {
+        name,
+        key,
+        data: &[],
+        interval,
+    }
+}
+
+fn is_family(nfproto: u8) -> Vec<Expr> {
+    vec![
+        meta_load(MetaKey::Nfproto, reg_at(0)),
+        cmp(Operator::Equal, &[nfproto]),
+    ]
+}
+
+/// `ip saddr . ip daddr` into reg1 onwards.
+fn saddr_daddr(nfproto: u8) -> Vec<Expr> {
+    let alen = addr_len(nfproto);
+    vec![
+        payload(NETWORK_HEADER, saddr_offset(nfproto), alen, reg_at(0)),
+        payload(NETWORK_HEADER, daddr_offset(nfproto), alen, reg_at(alen)),
+    ]
+}
+
+fn addr_len(nfproto: u8) -> u32 {
+    if nfproto == NFPROTO_IPV4 {
+        4
+    } else {
+        16
+    }
+}
+
+fn saddr_offset(nfproto: u8) -> u32 {
+    if nfproto == NFPROTO_IPV4 {
+        12
+    } else {
+        8
+    }
+}
+
+fn daddr_offset(nfproto: u8) -> u32 {
+    if nfproto == NFPROTO_IPV4 {
+        16
+    } else {
+        24
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn concat_types_match_nft() {
+        // Values read back from `nft --debug=mnl` for the same declarations.
+        assert_eq!(concat_type(PM4_IP.key), 0x730d);
+        assert_eq!(concat_type(PM4_IP.data), 0x1cd);
+        assert_eq!(concat_len(PM4_IP.key), 12);
+        assert_eq!(concat_type(PM4_MASQ.key), 0x1c7);
+    }
+
+    #[test]
+    fn keys_are_register_padded() {
+        let k = key(&[
+            Value::Ip("10.0.0.2".parse().unwrap()),
+            Value::Proto(6),
+            Value::Port(80),
+        ]);
+        assert_eq!(k, vec![10, 0, 0, 2, 6, 0, 0, 0, 0, 80, 0, 0]);
+        assert_eq!(key(&[Value::Ifname("veth1")]).len(), 16);
+        assert_eq!(key(&[Value::Ether([1; 6])]).len(), 8);
+    }
+}

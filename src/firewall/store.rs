@@ -1,0 +1,358 @@
+//! Reading our sets and changing them in one transaction, with ownership.
+//!
+//! A call reads what it needs (single-key GETs, or a dump of a set on
+//! DEL/GC), plans its changes into a [`Tx`], and commits the Tx as one batch
+//! tagged with the ruleset generation it read. If anything changed the
+//! ruleset in between, the kernel refuses the batch (ERESTART) and the call
+//! starts over, so the read and the write are atomic. cnikit's own calls also
+//! queue on a lock file, so they do not keep restarting each other.
+
+use super::nft::{self, BaseHook, Element, Expr, SetSpec, Table};
+use super::schema::SetDef;
+use super::socket::{Failure, Nfnl};
+use super::tag;
+use super::{Error, ErrorKind, Result};
+use netlink_packet_core::{NLM_F_APPEND, NLM_F_CREATE, NLM_F_DUMP};
+use netlink_packet_netfilter::NetfilterMessage;
+use std::fs::File;
+use std::os::fd::AsRawFd;
+
+const LOCK_DIR: &str = "/run/cnikit";
+const LOCK_FILE: &str = "/run/cnikit/nftables.lock";
+/// Restarts after a generation change by someone else (not cnikit) before
+/// giving up.
+const MAX_TRIES: usize = 20;
+
+/// The messages of one transaction, each with a description for errors.
+#[derive(Default)]
+pub(crate) struct Tx {
+    msgs: Vec<(NetfilterMessage, u16, String)>,
+}
+
+impl Tx {
+    pub(crate) fn is_empty(&self) -> bool {
+        self.msgs.is_empty()
+    }
+
+    fn push(&mut self, msg: NetfilterMessage, flags: u16, what: String) {
+        self.msgs.push((msg, flags, what));
+    }
+
+    pub(crate) fn new_table(&mut self, t: Table) {
+        self.push(
+            nft::new_table(t),
+            NLM_F_CREATE,
+            format!("create table {}", t.name),
+        );
+    }
+
+    pub(crate) fn new_set(&mut self, t: Table, spec: &SetSpec, name: &str) {
+        self.push(
+            nft::new_set(t, spec),
+            NLM_F_CREATE,
+            format!("create set {name}"),
+        );
+    }
+
+    pub(crate) fn new_chain(&mut self, t: Table, name: &str, hook: Option<BaseHook>) {
+        let msg = nft::new_chain(t, name, hook);
+        self.push(msg, NLM_F_CREATE, format!("create chain {name}"));
+    }
+
+    pub(crate) fn flush_chain(&mut self, t: Table, name: &str) {
+        self.push(nft::flush_chain(t, name), 0, format!("flush chain {name}"));
+    }
+
+    pub(crate) fn new_rule(&mut self, t: Table, chain: &str, exprs: Vec<Expr>) {
+        let msg = nft::new_rule(t, chain, exprs);
+        // APPEND: rules keep the order they are given in (specific hostIP first).
+        self.push(
+            msg,
+            NLM_F_CREATE | NLM_F_APPEND,
+            format!("add rule to chain {chain}"),
+        );
+    }
+
+    pub(crate) fn add(&mut self, t: Table, set: &SetDef, elems: Vec<Element>) {
+        if !elems.is_empty() {
+            let msg = nft::set_elems(t, set.name, &elems, true);
+            self.push(
+                msg,
+                NLM_F_CREATE,
+                format!("add elements to set {}", set.name),
+            );
+        }
+    }
+
+    pub(crate) fn del(&mut self, t: Table, set: &SetDef, elems: Vec<Element>) {
+        if !elems.is_empty() {
+            let msg = nft::set_elems(t, set.name, &elems, false);
+            self.push(msg, 0, format!("delete elements from set {}", set.name));
+        }
+    }
+}
+
+/// Reads and commits on this process's netfilter socket (see `socket.rs`
+/// for why it is shared and never closed early).
+pub(crate) struct Nft<'a> {
+    nl: &'a mut Nfnl,
+}
+
+impl Nft<'_> {
+    fn generation(&mut self) -> Result<u32> {
+        let replies = self
+            .nl
+            .request(nft::get_gen(), 0)
+            .map_err(|f| f.context("read the nftables ruleset generation"))?;
+        replies
+            .iter()
+            .find_map(|r| nft::gen_id(&r.payload))
+            .ok_or_else(|| {
+                Error::new(
+                    ErrorKind::Other,
+                    "the kernel sent no nftables generation id",
+                )
+            })
+    }
+
+    /// The element with exactly `key` (hash sets), if any. A missing table or
+    /// set simply has no elements.
+    pub(crate) fn get(&mut self, t: Table, set: &SetDef, key: &[u8]) -> Result<Option<Element>> {
+        match self.nl.request(nft::get_elems(t, set.name, Some(key)), 0) {
+            Ok(replies) => Ok(replies
+                .iter()
+                .flat_map(|r| nft::elements_of(&r.payload))
+                .next()),
+            Err(f) if f.errno() == Some(libc::ENOENT) => Ok(None),
+            Err(f) => Err(f.context(&format!("read set {}", set.name))),
+        }
+    }
+
+    /// Every element of a set.
+    pub(crate) fn dump(&mut self, t: Table, set: &SetDef) -> Result<Vec<Element>> {
+        match self
+            .nl
+            .request(nft::get_elems(t, set.name, None), NLM_F_DUMP)
+        {
+            Ok(replies) => Ok(replies
+                .iter()
+                .flat_map(|r| nft::elements_of(&r.payload))
+                .collect()),
+            Err(f) if f.errno() == Some(libc::ENOENT) => Ok(Vec::new()),
+            Err(f) => Err(f.context(&format!("list set {}", set.name))),
+        }
+    }
+
+    pub(crate) fn chain_exists(&mut self, t: Table, name: &str) -> Result<bool> {
+        match self.nl.request(nft::get_chain(t, name), 0) {
+            Ok(_) => Ok(true),
+            Err(f) if f.errno() == Some(libc::ENOENT) => Ok(false),
+            Err(f) => Err(f.context(&format!("read chain {name}"))),
+        }
+    }
+
+    /// Ok(false): the generation changed since `genid`; nothing was applied.
+    fn commit(&mut self, tx: Tx, genid: u32) -> Result<bool> {
+        let mut whats = Vec::with_capacity(tx.msgs.len());
+        let mut msgs = Vec::with_capacity(tx.msgs.len());
+        for (msg, flags, what) in tx.msgs {
+            msgs.push((msg, flags));
+            whats.push(what);
+        }
+        match self.nl.batch(msgs, Some(genid)) {
+            Ok(()) => Ok(true),
+            Err(f) if f.errno() == Some(libc::ERESTART) => Ok(false),
+            Err(f) => {
+                let what = match &f {
+                    Failure::Kernel { index: Some(i), .. } => whats.get(*i).cloned(),
+                    _ => None,
+                };
+                let what = what.unwrap_or_else(|| "apply nftables changes".into());
+                Err(f.context(&format!("{what} (nothing was changed)")))
+            }
+        }
+    }
+}
+
+/// Runs `plan` (read state, fill the Tx) and commits its Tx atomically,
+/// re-planning when the ruleset changed in between. An empty plan sends
+/// nothing.
+pub(crate) fn transact(mut plan: impl FnMut(&mut Nft, &mut Tx) -> Result<()>) -> Result<()> {
+    Nfnl::with(|nl| {
+        let _turn = lock();
+        let mut nft = Nft { nl };
+        for _ in 0..MAX_TRIES {
+            let genid = nft.generation()?;
+            let mut tx = Tx::default();
+            plan(&mut nft, &mut tx)?;
+            if tx.is_empty() || nft.commit(tx, genid)? {
+                return Ok(());
+            }
+        }
+        Err(Error::new(
+            ErrorKind::Other,
+            "the nftables ruleset kept changing under us; nothing was changed, try again",
+        ))
+    })
+}
+
+/// Runs `f` on the current ruleset, changing nothing (CHECK).
+pub(crate) fn read<T>(f: impl FnOnce(&mut Nft) -> Result<T>) -> Result<T> {
+    Nfnl::with(|nl| f(&mut Nft { nl }))
+}
+
+/// cnikit's firewall transactions take turns (flock, released when the
+/// returned file is dropped at the end of the transaction). Without the
+/// directory we still work: the generation check alone keeps us correct,
+/// just with more restarts.
+fn lock() -> Option<File> {
+    let _ = std::fs::create_dir_all(LOCK_DIR);
+    let file = File::options()
+        .create(true)
+        .truncate(false)
+        .write(true)
+        .open(LOCK_FILE)
+        .ok()?;
+    // SAFETY: flock on a descriptor we own; blocks until the lock is ours.
+    let rc = unsafe { libc::flock(file.as_raw_fd(), libc::LOCK_EX) };
+    (rc == 0).then_some(file)
+}
+
+// ------------------------------------------------------------------ ownership
+
+/// An element tagged with its owner.
+pub(crate) fn owned(key: Vec<u8>, data: Option<Vec<u8>>, owner: &str) -> Element {
+    Element {
+        key,
+        key_end: None,
+        data,
+        userdata: tag::userdata(owner),
+    }
+}
+
+/// An interval element (inclusive `end`) tagged with its owner.
+pub(crate) fn owned_range(start: Vec<u8>, end: Vec<u8>, owner: &str) -> Element {
+    Element {
+        key_end: Some(end),
+        ..owned(start, None, owner)
+    }
+}
+
+pub(crate) fn owner_of(e: &Element) -> Option<String> {
+    tag::from_userdata(&e.userdata)
+}
+
+/// An element only one attachment may hold (a host port): another owner is
+/// a conflict; our own with another value is replaced.
+pub(crate) fn claim_exclusive(
+    nft: &mut Nft,
+    tx: &mut Tx,
+    t: Table,
+    set: &SetDef,
+    want: Element,
+    what: &str,
+) -> Result<()> {
+    let ours = owner_of(&want);
+    match nft.get(t, set, &want.key)? {
+        Some(have) if owner_of(&have) != ours => Err(Error::new(
+            ErrorKind::Conflict,
+            format!(
+                "{what} is already mapped by {}; nothing was changed",
+                owner_of(&have).map_or("an entry cnikit did not tag".into(), |o| tag::describe(&o))
+            ),
+        )),
+        Some(have) if have.data == want.data => Ok(()),
+        Some(have) => {
+            tx.del(t, set, vec![have]);
+            tx.add(t, set, vec![want]);
+            Ok(())
+        }
+        None => {
+            tx.add(t, set, vec![want]);
+            Ok(())
+        }
+    }
+}
+
+/// Elements derived from an anchor, in another set, with the anchor's key at
+/// byte `subject` of their key.
+pub(crate) struct Derived {
+    pub set: &'static SetDef,
+    pub subject: usize,
+    pub elems: Vec<Element>,
+}
+
+/// An anchor keyed by something a new attachment may inherit from a stale
+/// one (a reused container address). The newest claimant takes it over,
+/// together with the old owner's derived elements on the same subject, so
+/// the old owner's later DEL (which goes by tag) cannot remove what the new
+/// one relies on.
+pub(crate) fn claim_anchor(
+    nft: &mut Nft,
+    tx: &mut Tx,
+    t: Table,
+    anchor: (&SetDef, Element),
+    derived: Vec<Derived>,
+) -> Result<()> {
+    let (set, want) = anchor;
+    let ours = owner_of(&want);
+    if let Some(have) = nft.get(t, set, &want.key)? {
+        let previous = owner_of(&have);
+        if previous != ours {
+            drop_derived(nft, tx, t, &derived, &want.key, previous.as_deref())?;
+            tx.del(t, set, vec![have]);
+        }
+    }
+    tx.add(t, set, vec![want]);
+    for d in derived {
+        tx.add(t, d.set, d.elems);
+    }
+    Ok(())
+}
+
+fn drop_derived(
+    nft: &mut Nft,
+    tx: &mut Tx,
+    t: Table,
+    derived: &[Derived],
+    subject: &[u8],
+    owner: Option<&str>,
+) -> Result<()> {
+    for d in derived {
+        let stale = nft
+            .dump(t, d.set)?
+            .into_iter()
+            .filter(|e| owner_of(e).as_deref() == owner)
+            .filter(|e| e.key.get(d.subject..d.subject + subject.len()) == Some(subject))
+            .collect();
+        tx.del(t, d.set, stale);
+    }
+    Ok(())
+}
+
+/// Deletes, in every set of `sets`, the elements whose owner tag `doomed`
+/// selects (DEL: one tag; GC: a network's tags not in the valid list).
+pub(crate) fn release(
+    nft: &mut Nft,
+    tx: &mut Tx,
+    t: Table,
+    sets: &[&'static SetDef],
+    doomed: &dyn Fn(&str) -> bool,
+) -> Result<()> {
+    for set in sets {
+        let gone = nft
+            .dump(t, set)?
+            .into_iter()
+            .filter(|e| owner_of(e).is_some_and(|o| doomed(&o)))
+            .collect();
+        tx.del(t, set, gone);
+    }
+    Ok(())
+}
+
+/// The GC predicate: tags of `network` that belong to no valid attachment.
+pub(crate) fn not_valid(network: &str, valid: &[tag::Attachment]) -> impl Fn(&str) -> bool {
+    let prefix = tag::network_prefix(network);
+    let keep: Vec<String> = valid.iter().map(tag::Attachment::tag).collect();
+    move |owner: &str| owner.starts_with(&prefix) && !keep.iter().any(|k| k == owner)
+}
