@@ -357,6 +357,23 @@ fn matrix(version: &str, kind: Ipam) {
         assert!(link(None, &p).is_none(), "host veth {p} still exists");
     }
     assert_eq!(env.lease_count(&ipam, NET), 0, "all leases released");
+    if kind == Ipam::IpamdDaemon {
+        assert!(
+            ipamd_daemon_allocations(&ipam) >= 2,
+            "the daemon, not the in-process fallback, served the ADDs"
+        );
+    }
+}
+
+/// Proves: bridge with ipamd served by its daemon (0.4.0: CHECK too).
+#[test]
+fn matrix_0_4_0_ipamd_daemon() {
+    matrix("0.4.0", Ipam::IpamdDaemon);
+}
+/// Proves: bridge with ipamd served by its daemon, 1.1.0 layout.
+#[test]
+fn matrix_1_1_0_ipamd_daemon() {
+    matrix("1.1.0", Ipam::IpamdDaemon);
 }
 
 // One test per cell, so a failure names its version and IPAM.

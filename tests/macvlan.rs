@@ -139,11 +139,12 @@ fn matrix_1_1_0() {
 }
 
 /// Proves: two containers on the same master in bridge mode ping each other
-/// (IPv4) with the reference host-local IPAM as well as with ipamd.
+/// (IPv4) with the reference host-local IPAM as well as with ipamd, both
+/// in-process and served by its daemon.
 #[test]
 fn two_containers_ping_v4_both_ipams() {
     let env = TestEnv::new("two_containers_ping_v4_both_ipams");
-    for kind in Ipam::BOTH {
+    for kind in [Ipam::HostLocal, Ipam::Ipamd, Ipam::IpamdDaemon] {
         let (master, _) = env.veth_pair();
         let nets = env.subnets();
         let ipam = env.ipam(kind, nets.v4_ranges());
@@ -173,6 +174,12 @@ fn two_containers_ping_v4_both_ipams() {
                 .ok_silent();
         }
         assert_eq!(env.lease_count(&ipam, NET), 0, "{kind:?}");
+        if kind == Ipam::IpamdDaemon {
+            assert!(
+                ipamd_daemon_allocations(&ipam) >= 2,
+                "the daemon served the ADDs"
+            );
+        }
     }
 }
 

@@ -158,9 +158,12 @@ impl Subnets {
         format!("10.{}.{}.{host}", self.p, self.n)
     }
 
-    /// The IPv6 address `fdcb:p:n::host`.
+    /// The IPv6 address `fdcb:p:n::host`, in canonical form (as plugins print it).
     pub fn v6_addr(&self, host: u16) -> String {
-        format!("fdcb:{}:{}::{host:x}", self.p, self.n)
+        let text = format!("fdcb:{}:{}::{host:x}", self.p, self.n);
+        text.parse::<std::net::Ipv6Addr>()
+            .map(|a| a.to_string())
+            .unwrap_or(text)
     }
 
     /// A /30 inside the /24 (hosts .{4k+1} and .{4k+2}).
@@ -363,6 +366,9 @@ pub enum Ipam {
     HostLocal,
     /// Our ipamd (no daemon socket → in-process store).
     Ipamd,
+    /// Our ipamd with `cnikit ipamd daemon` serving the store (started by
+    /// `TestEnv::ipam`, stopped on drop).
+    IpamdDaemon,
 }
 
 impl Ipam {
@@ -371,7 +377,7 @@ impl Ipam {
     pub fn type_name(self) -> &'static str {
         match self {
             Ipam::HostLocal => "host-local",
-            Ipam::Ipamd => "ipamd",
+            Ipam::Ipamd | Ipam::IpamdDaemon => "ipamd",
         }
     }
 }
@@ -395,6 +401,7 @@ pub struct TestEnv {
     pub ref_bin: PathBuf,
     netns: Mutex<Vec<String>>,
     links: Mutex<Vec<String>>,
+    daemons: Mutex<Vec<std::process::Child>>,
 }
 
 impl TestEnv {
@@ -416,6 +423,7 @@ impl TestEnv {
             tmp,
             netns: Mutex::new(Vec::new()),
             links: Mutex::new(Vec::new()),
+            daemons: Mutex::new(Vec::new()),
         };
         let out = Command::new(cnikit_exe())
             .args(["install", "--dir"])
@@ -493,6 +501,11 @@ impl TestEnv {
     pub fn ipam(&self, kind: Ipam, ranges: Value) -> Value {
         let data = self.dir(kind.type_name());
         match kind {
+            Ipam::IpamdDaemon => {
+                let socket = data.join("ipamd.sock");
+                self.start_ipamd_daemon(&socket, &data);
+                json!({"type": "ipamd", "dataDir": data, "socket": socket, "ranges": ranges})
+            }
             Ipam::HostLocal => json!({
                 "type": "host-local",
                 "dataDir": data,
@@ -505,6 +518,31 @@ impl TestEnv {
                 "socket": data.join("no-daemon.sock"),
                 "ranges": ranges,
             }),
+        }
+    }
+
+    /// Start `cnikit ipamd daemon` on `socket` for `data` and wait until it answers.
+    pub fn start_ipamd_daemon(&self, socket: &Path, data: &Path) {
+        let log = std::fs::File::create(data.with_extension("daemon.log")).expect("daemon log");
+        let child = Command::new(cnikit_exe())
+            .args(["ipamd", "daemon", "--log-level", "warn", "--socket"])
+            .arg(socket)
+            .arg("--data-dir")
+            .arg(data)
+            .stdin(Stdio::null())
+            .stdout(log.try_clone().expect("dup daemon log"))
+            .stderr(log)
+            .spawn()
+            .expect("spawn cnikit ipamd daemon");
+        lock(&self.daemons).push(child);
+        let deadline = Instant::now() + Duration::from_secs(10);
+        while ipamd_get(socket, "/healthz").is_none() {
+            assert!(
+                Instant::now() < deadline,
+                "ipamd daemon on {} never answered",
+                socket.display()
+            );
+            std::thread::sleep(Duration::from_millis(20));
         }
     }
 
@@ -581,6 +619,10 @@ impl TestEnv {
 
 impl Drop for TestEnv {
     fn drop(&mut self) {
+        for d in lock(&self.daemons).iter_mut() {
+            let _ = d.kill();
+            let _ = d.wait();
+        }
         for ns in lock(&self.netns).iter() {
             let _ = sh("ip", &["netns", "del", ns]);
         }
@@ -972,4 +1014,29 @@ pub fn keys(v: &Value) -> Vec<String> {
         .unwrap_or_default();
     k.sort();
     k
+}
+
+/// GET `path` from the ipamd daemon on `socket`; None when nothing answers.
+pub fn ipamd_get(socket: &Path, path: &str) -> Option<String> {
+    let mut s = std::os::unix::net::UnixStream::connect(socket).ok()?;
+    s.set_read_timeout(Some(Duration::from_secs(5))).ok()?;
+    write!(
+        s,
+        "GET {path} HTTP/1.1\r\nHost: ipamd\r\nConnection: close\r\n\r\n"
+    )
+    .ok()?;
+    let mut out = String::new();
+    s.read_to_string(&mut out).ok()?;
+    out.starts_with("HTTP/1.1 200").then_some(out)
+}
+
+/// How many allocate requests the daemon behind `ipam` served (its /metrics).
+pub fn ipamd_daemon_allocations(ipam: &Value) -> u64 {
+    let socket = Path::new(ipam["socket"].as_str().expect("ipam.socket"));
+    let metrics = ipamd_get(socket, "/metrics").expect("the ipamd daemon answers /metrics");
+    metrics
+        .lines()
+        .filter(|l| l.starts_with("ipamd_requests_total") && l.contains("verb=\"allocate\""))
+        .filter_map(|l| l.rsplit(' ').next()?.parse::<f64>().ok())
+        .sum::<f64>() as u64
 }
