@@ -143,6 +143,11 @@ fn ipamd(command: IpamdCmd) -> Result<(), String> {
             reclaim_previous_boot,
             log_level,
             allowed_gid,
+            // The daemon also applies the plugins' firewall changes: its
+            // netfilter socket never closes (see firewall/remote.rs).
+            extension: Some(ipamd::daemon::Extension(std::sync::Arc::new(
+                crate::firewall::remote::dispatch,
+            ))),
         })
         .map_err(|e| e.to_string()),
         IpamdCmd::Leases {

@@ -246,7 +246,17 @@ fn outside(env: &TestEnv) -> (Netns, Subnets) {
 
 #[test]
 fn ip_masq_outside_sees_the_host_address() {
-    let env = TestEnv::new("fw-ipmasq");
+    ip_masq_outside(false);
+}
+
+/// The same with `cnikit ipamd daemon` applying the firewall changes.
+#[test]
+fn ip_masq_outside_sees_the_host_address_via_daemon() {
+    ip_masq_outside(true);
+}
+
+fn ip_masq_outside(daemon: bool) {
+    let env = TestEnv::new(if daemon { "fw-ipmasq-d" } else { "fw-ipmasq" });
     // Someone else's table must come through untouched.
     let other = format!("other{}", short_hash());
     let (ok, out) = nft(&[
@@ -264,8 +274,14 @@ fn ip_masq_outside_sees_the_host_address() {
     let net = net_name();
     let nets = env.subnets();
     let br = env.link_name("fwbr");
-    let ipam = env.ipam(Ipam::Ipamd, nets.dual_ranges());
-    let conf = bridge_conf(&net, &br, ipam, json!({"ipMasq": true}));
+    let kind = if daemon {
+        Ipam::IpamdDaemon
+    } else {
+        Ipam::Ipamd
+    };
+    let ipam = env.ipam(kind, nets.dual_ranges());
+    let mut conf = bridge_conf(&net, &br, ipam.clone(), json!({"ipMasq": true}));
+    let socket = daemon.then(|| use_daemon(&mut conf, &ipam));
     let a = add(&env, &conf);
     let b = add(&env, &conf);
     let _b_servers = Servers::start(&b.ns.path, "B", 9000, 9001);
@@ -309,16 +325,39 @@ fn ip_masq_outside_sees_the_host_address() {
 
     assert_eq!(nft(&["list", "table", "inet", &other]).1, other_before);
     nft(&["delete", "table", "inet", &other]);
+    if let Some(s) = socket {
+        assert_eq!(daemon_fw_ops(&s, "masq-add"), 3, "the daemon did every ADD");
+        assert_eq!(daemon_fw_ops(&s, "masq-del"), 3, "the daemon did every DEL");
+    }
 }
 
 #[test]
 fn ip_masq_gc_keeps_only_valid_attachments() {
-    let env = TestEnv::new("fw-ipmasq-gc");
+    ip_masq_gc(false);
+}
+
+#[test]
+fn ip_masq_gc_keeps_only_valid_attachments_via_daemon() {
+    ip_masq_gc(true);
+}
+
+fn ip_masq_gc(daemon: bool) {
+    let env = TestEnv::new(if daemon {
+        "fw-ipmasq-gc-d"
+    } else {
+        "fw-ipmasq-gc"
+    });
     let net = net_name();
     let nets = env.subnets();
     let br = env.link_name("fwbr");
-    let ipam = env.ipam(Ipam::Ipamd, nets.v4_ranges());
-    let conf = bridge_conf(&net, &br, ipam, json!({"ipMasq": true}));
+    let kind = if daemon {
+        Ipam::IpamdDaemon
+    } else {
+        Ipam::Ipamd
+    };
+    let ipam = env.ipam(kind, nets.v4_ranges());
+    let mut conf = bridge_conf(&net, &br, ipam.clone(), json!({"ipMasq": true}));
+    let socket = daemon.then(|| use_daemon(&mut conf, &ipam));
     let a = add(&env, &conf);
     let b = add(&env, &conf);
     let mut gc = conf.clone();
@@ -334,18 +373,41 @@ fn ip_masq_gc_keeps_only_valid_attachments() {
     del(&env, &conf, &a, false);
     del(&env, &conf, &b, false);
     assert_no_trace("after DEL", &a);
+    if let Some(s) = socket {
+        assert_eq!(daemon_fw_ops(&s, "masq-gc"), 1, "the daemon did the GC");
+        assert_eq!(daemon_fw_ops(&s, "macspoof-gc"), 1, "the daemon did the GC");
+    }
 }
 
 // ------------------------------------------------------------------ macspoofchk
 
 #[test]
 fn macspoofchk_drops_frames_with_another_source_mac() {
-    let env = TestEnv::new("fw-macspoof");
+    macspoofchk(false);
+}
+
+#[test]
+fn macspoofchk_drops_frames_with_another_source_mac_via_daemon() {
+    macspoofchk(true);
+}
+
+fn macspoofchk(daemon: bool) {
+    let env = TestEnv::new(if daemon {
+        "fw-macspoof-d"
+    } else {
+        "fw-macspoof"
+    });
     let net = net_name();
     let nets = env.subnets();
     let br = env.link_name("fwbr");
-    let ipam = env.ipam(Ipam::Ipamd, nets.v4_ranges());
-    let conf = bridge_conf(&net, &br, ipam, json!({"macspoofchk": true}));
+    let kind = if daemon {
+        Ipam::IpamdDaemon
+    } else {
+        Ipam::Ipamd
+    };
+    let ipam = env.ipam(kind, nets.v4_ranges());
+    let mut conf = bridge_conf(&net, &br, ipam.clone(), json!({"macspoofchk": true}));
+    let socket = daemon.then(|| use_daemon(&mut conf, &ipam));
     let a = add(&env, &conf);
     let gw = nets.v4_addr(1);
     assert_ping(&a.ns.name, &gw);
@@ -375,5 +437,57 @@ fn macspoofchk_drops_frames_with_another_source_mac() {
     assert!(
         !rules.contains(&host_veth) && !rules.contains(&a.id),
         "{rules}"
+    );
+    if let Some(s) = socket {
+        assert_eq!(
+            daemon_fw_ops(&s, "macspoof-add"),
+            1,
+            "the daemon did the ADD"
+        );
+        assert_eq!(
+            daemon_fw_ops(&s, "macspoof-del"),
+            1,
+            "the daemon did the DEL"
+        );
+    }
+}
+
+// ------------------------------------------------------------------ the daemon
+
+/// A plugin in another network namespace than the daemon's: the daemon
+/// declines (it would change the wrong ruleset) and the plugin does the
+/// work itself, in its own namespace.
+#[test]
+fn daemon_in_another_netns_declines_and_the_plugin_does_it_itself() {
+    let env = TestEnv::new("fw-daemon-netns");
+    let ns = env.netns();
+    let ipam = env.ipam(Ipam::IpamdDaemon, json!([]));
+    let id = format!("declined-{}", short_hash());
+    let mut conf = json!({
+        "cniVersion": "1.0.0", "name": id, "type": "portmap",
+        "runtimeConfig": {"portMappings": [{"hostPort": 8080, "containerPort": 80}]},
+        "prevResult": {
+            "cniVersion": "1.0.0",
+            "interfaces": [{"name": "eth0", "sandbox": "/run/netns/fake"}],
+            "ips": [{"address": "10.66.0.2/24", "interface": 0}],
+        },
+    });
+    let socket = use_daemon(&mut conf, &ipam);
+    let (ok, out) = portmap_in(&env, &ns, &conf);
+    assert!(ok, "{out}");
+    let listing = nft_in(&ns, &["list", "ruleset"]);
+    assert!(
+        listing.contains(&id),
+        "not applied in the plugin's netns:\n{listing}"
+    );
+    assert!(
+        !ruleset_json().contains(&id),
+        "applied in the daemon's netns"
+    );
+    assert_eq!(daemon_fw_ops(&socket, "portmap-add"), 0);
+    let metrics = ipamd_get(std::path::Path::new(socket.as_str().unwrap()), "/metrics").unwrap();
+    assert!(
+        metrics.contains("op=\"firewall.portmap-add\",outcome=\"declined\"} 1"),
+        "{metrics}"
     );
 }

@@ -67,6 +67,8 @@ struct Pod {
     ns: Netns,
     id: String,
     result: Value,
+    /// The bridge config's `daemonSocket` (null: none), used by portmap too.
+    daemon: Value,
 }
 
 fn attach(env: &TestEnv, net: &str, bridge: &Value, mappings: Option<&Value>) -> Pod {
@@ -78,22 +80,31 @@ fn attach(env: &TestEnv, net: &str, bridge: &Value, mappings: Option<&Value>) ->
         .conf(bridge)
         .run()
         .result();
+    let daemon = bridge["daemonSocket"].clone();
     if let Some(m) = mappings {
+        let mut conf = portmap_conf(net, m.clone(), Some(&result));
+        conf["daemonSocket"] = daemon.clone();
         let pm = env
             .plugin("portmap")
             .attach("ADD", &id, &ns, "eth0")
-            .conf(&portmap_conf(net, m.clone(), Some(&result)))
+            .conf(&conf)
             .run()
             .result();
         // portmap passes prevResult through unchanged.
         assert_eq!(pm, result, "portmap must return prevResult unchanged");
     }
     wait_ipv6_ready(Some(&ns.name));
-    Pod { ns, id, result }
+    Pod {
+        ns,
+        id,
+        result,
+        daemon,
+    }
 }
 
 fn portmap_del(env: &TestEnv, net: &str, pod: &Pod, mappings: &Value, prev: bool) {
-    let conf = portmap_conf(net, mappings.clone(), prev.then_some(&pod.result));
+    let mut conf = portmap_conf(net, mappings.clone(), prev.then_some(&pod.result));
+    conf["daemonSocket"] = pod.daemon.clone();
     env.plugin("portmap")
         .attach("DEL", &pod.id, &pod.ns, "eth0")
         .conf(&conf)
@@ -127,7 +138,9 @@ fn traffic(kind: Ipam) {
     let net = net_name();
     let nets = env.subnets();
     let br = env.link_name("pmbr");
-    let mut bridge = bridge_conf(&net, &br, env.ipam(kind, nets.dual_ranges()));
+    let ipam = env.ipam(kind, nets.dual_ranges());
+    let mut bridge = bridge_conf(&net, &br, ipam.clone());
+    let socket = (kind == Ipam::IpamdDaemon).then(|| use_daemon(&mut bridge, &ipam));
     // A container reaching its own mapping gets its packets back on the port
     // they came in on; with br_netfilter loaded that is bridged, which needs
     // hairpin mode on the port (as with the reference plugins).
@@ -172,7 +185,8 @@ fn traffic(kind: Ipam) {
         "hairpin from B must be masqueraded"
     );
 
-    let check = portmap_conf(&net, mappings.clone(), Some(&a.result));
+    let mut check = portmap_conf(&net, mappings.clone(), Some(&a.result));
+    check["daemonSocket"] = a.daemon.clone();
     env.plugin("portmap")
         .attach("CHECK", &a.id, &a.ns, "eth0")
         .conf(&check)
@@ -200,11 +214,25 @@ fn traffic(kind: Ipam) {
             .run()
             .ok_silent();
     }
+    if let Some(s) = socket {
+        for op in ["portmap-add", "portmap-check", "portmap-del"] {
+            assert_eq!(daemon_fw_ops(&s, op), 1, "{op} by the daemon");
+        }
+        // The UDP mapping's stale-conntrack flush on ADD, too.
+        assert_eq!(daemon_fw_ops(&s, "conntrack-flush-udp"), 1);
+    }
 }
 
 #[test]
 fn traffic_ipamd() {
     traffic(Ipam::Ipamd);
+}
+
+/// The same with `cnikit ipamd daemon` applying every firewall change: the
+/// daemon's metrics prove the plugins used it.
+#[test]
+fn traffic_ipamd_daemon() {
+    traffic(Ipam::IpamdDaemon);
 }
 
 #[test]
@@ -325,7 +353,28 @@ fn pm_call(env: &TestEnv, cmd: &str, id: &str, conf: &Value) -> Outcome {
 
 #[test]
 fn collision_is_refused_and_changes_nothing() {
+    collision(false);
+}
+
+/// Through the daemon the error keeps its CNI code (105) and message.
+#[test]
+fn collision_is_refused_and_changes_nothing_via_daemon() {
+    collision(true);
+}
+
+fn collision(daemon: bool) {
     let env = TestEnv::new("portmap-collision");
+    // Every conf below gets the daemon socket (null: none).
+    let socket = if daemon {
+        env.ipam(Ipam::IpamdDaemon, json!([]))["socket"].clone()
+    } else {
+        Value::Null
+    };
+    let portmap_conf = |net: &str, m: Value, prev: Option<&Value>| {
+        let mut c = portmap_conf(net, m, prev);
+        c["daemonSocket"] = socket.clone();
+        c
+    };
     let net = net_name();
     let nets = env.subnets();
     let (p1, p2) = (host_port(), host_port());
@@ -357,6 +406,18 @@ fn collision_is_refused_and_changes_nothing() {
         pm_call(&env, "DEL", id, conf).ok_silent();
     }
     assert_no_trace("after DEL", &[a, b]);
+    if daemon {
+        assert_eq!(
+            daemon_fw_ops(&socket, "portmap-add"),
+            3,
+            "ADDs by the daemon"
+        );
+        assert_eq!(
+            daemon_fw_ops(&socket, "portmap-del"),
+            2,
+            "DELs by the daemon"
+        );
+    }
 }
 
 #[test]
@@ -393,7 +454,26 @@ fn del_without_prev_result_after_netns_gone_and_twice() {
 
 #[test]
 fn gc_removes_attachments_not_in_the_valid_list() {
+    gc_valid_list(false);
+}
+
+#[test]
+fn gc_removes_attachments_not_in_the_valid_list_via_daemon() {
+    gc_valid_list(true);
+}
+
+fn gc_valid_list(daemon: bool) {
     let env = TestEnv::new("portmap-gc");
+    let socket = if daemon {
+        env.ipam(Ipam::IpamdDaemon, json!([]))["socket"].clone()
+    } else {
+        Value::Null
+    };
+    let portmap_conf = |net: &str, m: Value, prev: Option<&Value>| {
+        let mut c = portmap_conf(net, m, prev);
+        c["daemonSocket"] = socket.clone();
+        c
+    };
     let net = net_name();
     let other_net = net_name();
     let nets = env.subnets();
@@ -408,6 +488,7 @@ fn gc_removes_attachments_not_in_the_valid_list() {
         let conf = json!({
             "cniVersion": "1.1.0", "name": net, "type": "portmap",
             "cni.dev/valid-attachments": valid,
+            "daemonSocket": socket,
         });
         env.plugin("portmap")
             .command("GC")
@@ -425,6 +506,9 @@ fn gc_removes_attachments_not_in_the_valid_list() {
     let m = json!([{"hostPort": 1, "containerPort": 80}]);
     pm_call(&env, "DEL", &ids[2], &portmap_conf(&other_net, m, None)).ok_silent();
     assert_no_trace("after DEL", &ids);
+    if daemon {
+        assert_eq!(daemon_fw_ops(&socket, "portmap-gc"), 2, "GCs by the daemon");
+    }
 }
 
 #[test]

@@ -95,6 +95,7 @@ fn run(args: &Args) -> Result<(), String> {
     churn::warm_up(&mut setups);
     let runs = churn::run_all(&plan, &setups, &pb);
     pb.finish_and_clear();
+    setup::stop_daemon();
     write_outputs(&out, &runs, args)
 }
 

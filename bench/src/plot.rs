@@ -95,6 +95,8 @@ fn color(imp: Impl, variant: Variant) -> RGBColor {
         (Impl::Reference, Variant::Bare) => RGBColor(240, 140, 40),
         (Impl::Cnikit, Variant::Full) => RGBColor(30, 60, 200),
         (Impl::Cnikit, Variant::Bare) => RGBColor(40, 170, 220),
+        (Impl::CnikitDaemon, Variant::Full) => RGBColor(120, 40, 180),
+        (Impl::CnikitDaemon, Variant::Bare) => RGBColor(190, 110, 230),
         (Impl::Floor, _) => RGBColor(30, 150, 60),
     }
 }

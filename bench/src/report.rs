@@ -51,10 +51,10 @@ pub fn table(runs: &[Run]) -> String {
     let mut t = String::new();
     let _ = writeln!(
         t,
-        "{:>3} {:<5} {:<10} {:>5} {:>4} | {:>8} {:>8} {:>8} {:>8} | {:>8} {:>8} {:>8} {:>8} | {:>7}",
+        "{:>3} {:<5} {:<13} {:>5} {:>4} | {:>8} {:>8} {:>8} {:>8} | {:>8} {:>8} {:>8} {:>8} | {:>7}",
         "W", "var", "impl", "pods", "fail", "ADD p50", "p95", "p99", "max", "DEL p50", "p95", "p99", "max", "pods/s"
     );
-    let _ = writeln!(t, "{}", "-".repeat(127));
+    let _ = writeln!(t, "{}", "-".repeat(130));
     let mut last_group = None;
     for run in runs {
         let group = (run.workers, run.variant);
@@ -75,7 +75,7 @@ pub fn table(runs: &[Run]) -> String {
 
 fn row(t: &mut String, run: &Run) {
     let head = format!(
-        "{:>3} {:<5} {:<10} {:>5} {:>4} |",
+        "{:>3} {:<5} {:<13} {:>5} {:>4} |",
         run.workers,
         run.variant.name(),
         run.imp.name(),
@@ -119,7 +119,7 @@ fn ratio_row(t: &mut String, runs: &[Run], group: Option<(usize, crate::setup::V
     let q: Vec<f64> = (0..8).map(|i| r[i] / c[i]).collect();
     let _ = writeln!(
         t,
-        "{:>3} {:<5} {:<10} {:>5} {:>4} | {} | {} | {:>6.1}x",
+        "{:>3} {:<5} {:<13} {:>5} {:>4} | {} | {} | {:>6.1}x",
         w,
         v.name(),
         "ratio",

@@ -17,6 +17,9 @@ pub enum Impl {
     Reference,
     /// cnikit through its symlinks: bridge + ipamd + portmap.
     Cnikit,
+    /// The same with `cnikit ipamd daemon` running: it serves the leases and
+    /// applies the firewall changes (its netfilter socket never closes).
+    CnikitDaemon,
     /// The kernel work of a bridge attach in one process: no exec, no IPAM.
     Floor,
 }
@@ -35,7 +38,18 @@ impl Impl {
         match self {
             Impl::Reference => "reference",
             Impl::Cnikit => "cnikit",
+            Impl::CnikitDaemon => "cnikit-daemon",
             Impl::Floor => "floor",
+        }
+    }
+
+    /// For bridge names (at most 15 bytes with the rest).
+    fn short(self) -> &'static str {
+        match self {
+            Impl::Reference => "ref",
+            Impl::Cnikit => "cni",
+            Impl::CnikitDaemon => "cnd",
+            Impl::Floor => "flo",
         }
     }
 }
@@ -76,6 +90,10 @@ impl Setup {
     pub fn new(variant: Variant, imp: Impl, plugins: &Plugins) -> Result<Setup, String> {
         match imp {
             Impl::Floor => Floor::new().map(Setup::Floor),
+            Impl::CnikitDaemon => {
+                start_daemon(&plugins.cnikit_bin)?;
+                Chain::new(variant, imp, plugins).map(|c| Setup::Chain(Box::new(c)))
+            }
             Impl::Cnikit | Impl::Reference => {
                 Chain::new(variant, imp, plugins).map(|c| Setup::Chain(Box::new(c)))
             }
@@ -104,8 +122,10 @@ impl Setup {
 fn subnet(variant: Variant, imp: Impl) -> u8 {
     match (variant, imp) {
         (Variant::Full, Impl::Reference) => 80,
+        (Variant::Full, Impl::CnikitDaemon) => 84,
         (Variant::Full, _) => 81,
         (Variant::Bare, Impl::Reference) => 82,
+        (Variant::Bare, Impl::CnikitDaemon) => 85,
         (Variant::Bare, _) => 83,
     }
 }
@@ -113,10 +133,13 @@ fn subnet(variant: Variant, imp: Impl) -> u8 {
 /// The list both plugin sets run; only the IPAM type (and its state dir)
 /// differs, exactly as a user migrating from host-local would change it.
 pub fn conflist(variant: Variant, imp: Impl) -> Value {
-    let tag = format!("{}-{}", &imp.name()[..3], variant.name());
+    let tag = format!("{}-{}", imp.short(), variant.name());
     let net = subnet(variant, imp);
     let ipam = match imp {
         Impl::Reference => json!({"type": "host-local", "dataDir": format!("{STATE}/host-local"),
+            "ranges": [[{"subnet": format!("10.{net}.0.0/16")}]]}),
+        Impl::CnikitDaemon => json!({"type": "ipamd", "dataDir": DAEMON_DATA_DIR,
+            "socket": DAEMON_SOCKET,
             "ranges": [[{"subnet": format!("10.{net}.0.0/16")}]]}),
         _ => json!({"type": "ipamd", "dataDir": format!("{STATE}/ipamd"),
             // Nothing listens there: the embedded store, no daemon.
@@ -130,6 +153,13 @@ pub fn conflist(variant: Variant, imp: Impl) -> Value {
     })];
     if full {
         plugins.push(json!({"type": "portmap", "capabilities": {"portMappings": true}}));
+    }
+    if imp == Impl::Cnikit {
+        // The firewall work in-process too: not the daemon that cnikit-daemon
+        // runs on the default socket.
+        for p in &mut plugins {
+            p["daemonSocket"] = json!(format!("{STATE}/no-daemon.sock"));
+        }
     }
     json!({"cniVersion": "1.0.0", "name": format!("bench-{tag}"), "plugins": plugins})
 }
@@ -276,4 +306,61 @@ fn floor_address(n: u64) -> Result<IpNet, String> {
     let host = (n % 65000) as u32 + 2;
     let addr = Ipv4Addr::from(u32::from(Ipv4Addr::new(10, 84, 0, 0)) + host);
     IpNet::new(IpAddr::V4(addr), 16).map_err(|e| e.to_string())
+}
+
+// ------------------------------------------------------------ the daemon
+
+/// `cnikit ipamd daemon` of the cnikit-daemon set: on the default socket, the
+/// one the plugins' firewall operations go to without `daemonSocket`.
+const DAEMON_SOCKET: &str = "/run/cnikit/ipamd.sock";
+const DAEMON_DATA_DIR: &str = "/run/cnikit-bench/ipamd-daemon";
+
+static DAEMON: std::sync::Mutex<Option<std::process::Child>> = std::sync::Mutex::new(None);
+
+/// Start the daemon (once) inside the sandbox and wait until it accepts.
+fn start_daemon(cnikit: &Path) -> Result<(), String> {
+    use std::os::unix::process::CommandExt;
+    let mut slot = DAEMON.lock().unwrap_or_else(|e| e.into_inner());
+    if slot.is_some() {
+        return Ok(());
+    }
+    let mut cmd = std::process::Command::new(cnikit);
+    cmd.args(["ipamd", "daemon", "--log-level", "warn", "--socket"])
+        .arg(DAEMON_SOCKET)
+        .arg("--data-dir")
+        .arg(DAEMON_DATA_DIR)
+        .stdin(std::process::Stdio::null())
+        .stdout(std::process::Stdio::null());
+    // SAFETY: prctl in the child before exec; async-signal-safe.
+    unsafe {
+        cmd.pre_exec(|| {
+            // Dies with the benchmark, even on SIGKILL.
+            libc::prctl(libc::PR_SET_PDEATHSIG, libc::SIGKILL);
+            Ok(())
+        });
+    }
+    let child = cmd
+        .spawn()
+        .map_err(|e| format!("starting cnikit ipamd daemon: {e}"))?;
+    *slot = Some(child);
+    let deadline = std::time::Instant::now() + std::time::Duration::from_secs(10);
+    while std::os::unix::net::UnixStream::connect(DAEMON_SOCKET).is_err() {
+        if std::time::Instant::now() > deadline {
+            return Err(format!(
+                "cnikit ipamd daemon never listened on {DAEMON_SOCKET}"
+            ));
+        }
+        std::thread::sleep(std::time::Duration::from_millis(20));
+    }
+    Ok(())
+}
+
+/// Stop the daemon, if one was started.
+pub fn stop_daemon() {
+    let mut slot = DAEMON.lock().unwrap_or_else(|e| e.into_inner());
+    if let Some(mut child) = slot.take() {
+        // SAFETY: kill(2) on our own child's pid.
+        unsafe { libc::kill(child.id() as libc::pid_t, libc::SIGTERM) };
+        let _ = child.wait();
+    }
 }

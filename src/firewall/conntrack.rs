@@ -36,7 +36,7 @@ const IPPROTO_UDP: u8 = 17;
 
 /// One flush: UDP entries of one family whose original destination is
 /// `port` (on `dst`, or on any address when None).
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+#[derive(Debug, Clone, Copy, PartialEq, Eq, serde::Serialize, serde::Deserialize)]
 pub struct UdpPort {
     pub port: u16,
     pub dst: Option<IpAddr>,
@@ -44,8 +44,17 @@ pub struct UdpPort {
 }
 
 /// Deletes the entries of every target; the first failure
-/// is returned after all were tried.
+/// is returned after all were tried. By the ipamd daemon when one runs.
 pub fn flush_udp(targets: &[UdpPort]) -> Result<()> {
+    if targets.is_empty() {
+        return Ok(());
+    }
+    super::remote::run(super::remote::Request::ConntrackFlushUdp {
+        targets: targets.to_vec(),
+    })
+}
+
+pub(super) fn flush_udp_here(targets: &[UdpPort]) -> Result<()> {
     if targets.is_empty() {
         return Ok(());
     }

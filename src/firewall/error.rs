@@ -4,7 +4,8 @@
 use std::fmt;
 use std::io;
 
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+#[derive(Debug, Clone, Copy, PartialEq, Eq, serde::Serialize, serde::Deserialize)]
+#[serde(rename_all = "lowercase")]
 pub enum ErrorKind {
     /// A host port (or another keyed entry) belongs to another attachment;
     /// nothing was changed.
@@ -17,7 +18,7 @@ pub enum ErrorKind {
     Other,
 }
 
-#[derive(Debug, Clone)]
+#[derive(Debug, Clone, serde::Serialize, serde::Deserialize)]
 pub struct Error {
     pub kind: ErrorKind,
     /// What was being done and why it failed.

@@ -1,13 +1,37 @@
 //! bridge `macspoofchk`: frames entering the bridge from a container's port
 //! must carry the container's MAC address; others are dropped.
 
+use super::remote::{self, Request};
 use super::schema::{self, key, Value, BRIDGE, SPOOF_ALLOW, SPOOF_PORTS};
 use super::store::{claim_anchor, not_valid, owned, release, transact, Derived};
 use super::tag::Attachment;
 use super::{Error, ErrorKind, Result};
 
 /// ADD: guard host port `host_ifname`; only `mac` ("aa:bb:…") may send.
+/// By the ipamd daemon when one runs, like every public operation here.
 pub fn add(att: &Attachment, host_ifname: &str, mac: &str) -> Result<()> {
+    parse_mac(mac)?;
+    remote::run(Request::MacspoofAdd {
+        att: att.clone(),
+        host_ifname: host_ifname.to_string(),
+        mac: mac.to_string(),
+    })
+}
+
+/// DEL: this attachment's entries, found by tag.
+pub fn del(att: &Attachment) -> Result<()> {
+    remote::run(Request::MacspoofDel { att: att.clone() })
+}
+
+/// GC: entries of `network` whose attachment is not in `valid`.
+pub fn gc(network: &str, valid: &[Attachment]) -> Result<()> {
+    remote::run(Request::MacspoofGc {
+        network: network.to_string(),
+        valid: valid.to_vec(),
+    })
+}
+
+pub(super) fn add_here(att: &Attachment, host_ifname: &str, mac: &str) -> Result<()> {
     let owner = att.tag();
     let mac = parse_mac(mac)?;
     transact(|nft, tx| {
@@ -27,14 +51,12 @@ pub fn add(att: &Attachment, host_ifname: &str, mac: &str) -> Result<()> {
     })
 }
 
-/// DEL: this attachment's entries, found by tag.
-pub fn del(att: &Attachment) -> Result<()> {
+pub(super) fn del_here(att: &Attachment) -> Result<()> {
     let owner = att.tag();
     transact(|nft, tx| release(nft, tx, BRIDGE, schema::MACSPOOF.sets, &|o| o == owner))
 }
 
-/// GC: entries of `network` whose attachment is not in `valid`.
-pub fn gc(network: &str, valid: &[Attachment]) -> Result<()> {
+pub(super) fn gc_here(network: &str, valid: &[Attachment]) -> Result<()> {
     let doomed = not_valid(network, valid);
     transact(|nft, tx| release(nft, tx, BRIDGE, schema::MACSPOOF.sets, &doomed))
 }

@@ -1,6 +1,7 @@
 //! bridge `ipMasq`: masquerade what a container sends outside its network's
 //! subnets (multicast excluded), keyed by the container address.
 
+use super::remote::{self, Request};
 use super::schema::{self, key, range, Value, INET, MASQ4, MASQ4_SKIP, MASQ6, MASQ6_SKIP};
 use super::store::{claim_anchor, not_valid, owned, owned_range, release, transact, Derived};
 use super::tag::Attachment;
@@ -9,7 +10,29 @@ use ipnet::IpNet;
 use std::net::IpAddr;
 
 /// ADD: masquerade traffic from `addrs` to anywhere but `subnets`.
+/// By the ipamd daemon when one runs, like every public operation here.
 pub fn add(att: &Attachment, addrs: &[IpAddr], subnets: &[IpNet]) -> Result<()> {
+    remote::run(Request::MasqAdd {
+        att: att.clone(),
+        addrs: addrs.to_vec(),
+        subnets: subnets.to_vec(),
+    })
+}
+
+/// DEL: this attachment's entries, found by tag (works with the netns gone).
+pub fn del(att: &Attachment) -> Result<()> {
+    remote::run(Request::MasqDel { att: att.clone() })
+}
+
+/// GC: entries of `network` whose attachment is not in `valid`.
+pub fn gc(network: &str, valid: &[Attachment]) -> Result<()> {
+    remote::run(Request::MasqGc {
+        network: network.to_string(),
+        valid: valid.to_vec(),
+    })
+}
+
+pub(super) fn add_here(att: &Attachment, addrs: &[IpAddr], subnets: &[IpNet]) -> Result<()> {
     let owner = att.tag();
     transact(|nft, tx| {
         schema::ensure(nft, tx, &schema::MASQ)?;
@@ -44,14 +67,12 @@ pub fn add(att: &Attachment, addrs: &[IpAddr], subnets: &[IpNet]) -> Result<()> 
     })
 }
 
-/// DEL: this attachment's entries, found by tag (works with the netns gone).
-pub fn del(att: &Attachment) -> Result<()> {
+pub(super) fn del_here(att: &Attachment) -> Result<()> {
     let owner = att.tag();
     transact(|nft, tx| release(nft, tx, INET, schema::MASQ.sets, &|o| o == owner))
 }
 
-/// GC: entries of `network` whose attachment is not in `valid`.
-pub fn gc(network: &str, valid: &[Attachment]) -> Result<()> {
+pub(super) fn gc_here(network: &str, valid: &[Attachment]) -> Result<()> {
     let doomed = not_valid(network, valid);
     transact(|nft, tx| release(nft, tx, INET, schema::MASQ.sets, &doomed))
 }

@@ -32,6 +32,9 @@
 //! container). Each element carries its attachment's tag (see `tag.rs`); DEL
 //! and GC delete by tag, so they need neither the netns nor prevResult.
 //! Every call is one netlink batch: it applies whole or not at all.
+//!
+//! Every public operation goes to the ipamd daemon first when one runs, and
+//! is done in-process otherwise (`remote.rs`: why, and the fallback rules).
 
 mod error;
 mod nft;
@@ -44,6 +47,7 @@ pub mod conntrack;
 pub mod macspoof;
 pub mod masq;
 pub mod portmap;
+pub mod remote;
 
 pub use error::{Error, ErrorKind};
 pub use tag::Attachment;

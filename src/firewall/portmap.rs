@@ -2,6 +2,7 @@
 //! elements hairpin and localhost connections need so replies come back
 //! through the host.
 
+use super::remote::{self, Request};
 use super::schema::{
     self, key, range, Value, INET, PM4_ADDR, PM4_ANY, PM4_IP, PM4_MASQ, PM6_ADDR, PM6_ANY, PM6_IP,
     PM6_MASQ, PM_CHAINS,
@@ -13,10 +14,12 @@ use super::store::{
 use super::tag::{self, Attachment};
 use super::{Error, ErrorKind, Result};
 use ipnet::IpNet;
+use serde::{Deserialize, Serialize};
 use std::fmt;
 use std::net::{IpAddr, Ipv4Addr, Ipv6Addr};
 
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "lowercase")]
 pub enum Proto {
     Tcp,
     Udp,
@@ -44,7 +47,7 @@ impl fmt::Display for Proto {
 }
 
 /// One `runtimeConfig.portMappings` entry.
-#[derive(Debug, Clone, PartialEq, Eq)]
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
 pub struct Mapping {
     /// None: every local address of the container's families.
     pub host_ip: Option<IpAddr>,
@@ -54,7 +57,7 @@ pub struct Mapping {
 }
 
 /// Which DNATed connections to a container get masqueraded.
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
 pub struct Masquerade {
     /// Hairpin (from the container's own subnet) and localhost connections.
     pub snat: bool,
@@ -64,8 +67,52 @@ pub struct Masquerade {
 
 /// ADD: map `mappings` to the container's addresses (at most one per family,
 /// with their prefix). A host port another attachment holds is an error and
-/// nothing is changed; our own mapping again is fine.
+/// nothing is changed; our own mapping again is fine. Like every public
+/// operation here, done by the ipamd daemon when one runs (`remote.rs`).
 pub fn add(
+    att: &Attachment,
+    container: &[IpNet],
+    mappings: &[Mapping],
+    m: Masquerade,
+) -> Result<()> {
+    remote::run(Request::PortmapAdd {
+        att: att.clone(),
+        container: container.to_vec(),
+        mappings: mappings.to_vec(),
+        masq: m,
+    })
+}
+
+/// CHECK: the chains exist and every mapping (and masquerade anchor) is
+/// present, ours, and points at the container.
+pub fn check(
+    att: &Attachment,
+    container: &[IpNet],
+    mappings: &[Mapping],
+    m: Masquerade,
+) -> Result<()> {
+    remote::run(Request::PortmapCheck {
+        att: att.clone(),
+        container: container.to_vec(),
+        mappings: mappings.to_vec(),
+        masq: m,
+    })
+}
+
+/// DEL: every entry tagged with this attachment, whatever it mapped.
+pub fn del(att: &Attachment) -> Result<()> {
+    remote::run(Request::PortmapDel { att: att.clone() })
+}
+
+/// GC: entries of `network` whose attachment is not in `valid`.
+pub fn gc(network: &str, valid: &[Attachment]) -> Result<()> {
+    remote::run(Request::PortmapGc {
+        network: network.to_string(),
+        valid: valid.to_vec(),
+    })
+}
+
+pub(super) fn add_here(
     att: &Attachment,
     container: &[IpNet],
     mappings: &[Mapping],
@@ -86,9 +133,7 @@ pub fn add(
     })
 }
 
-/// CHECK: the chains exist and every mapping (and masquerade anchor) is
-/// present, ours, and points at the container.
-pub fn check(
+pub(super) fn check_here(
     att: &Attachment,
     container: &[IpNet],
     mappings: &[Mapping],
@@ -123,14 +168,12 @@ pub fn check(
     })
 }
 
-/// DEL: every entry tagged with this attachment, whatever it mapped.
-pub fn del(att: &Attachment) -> Result<()> {
+pub(super) fn del_here(att: &Attachment) -> Result<()> {
     let owner = att.tag();
     transact(|nft, tx| release(nft, tx, INET, schema::PORTMAP.sets, &|o| o == owner))
 }
 
-/// GC: entries of `network` whose attachment is not in `valid`.
-pub fn gc(network: &str, valid: &[Attachment]) -> Result<()> {
+pub(super) fn gc_here(network: &str, valid: &[Attachment]) -> Result<()> {
     let doomed = not_valid(network, valid);
     transact(|nft, tx| release(nft, tx, INET, schema::PORTMAP.sets, &doomed))
 }

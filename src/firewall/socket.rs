@@ -287,7 +287,7 @@ impl Nfnl {
 }
 
 /// The identity (nsfs inode) of the calling thread's network namespace.
-fn current_netns() -> Result<u64> {
+pub(crate) fn current_netns() -> Result<u64> {
     use std::os::unix::fs::MetadataExt;
     std::fs::metadata("/proc/thread-self/ns/net")
         .map(|m| m.ino())

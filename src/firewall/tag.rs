@@ -4,7 +4,7 @@
 //! prevResult), and `nft list ruleset` shows whose entry it is.
 
 /// One attachment: the CNI key (network name, container ID, ifname).
-#[derive(Debug, Clone, PartialEq, Eq)]
+#[derive(Debug, Clone, PartialEq, Eq, serde::Serialize, serde::Deserialize)]
 pub struct Attachment {
     pub network: String,
     pub container_id: String,

@@ -48,6 +48,9 @@ struct Conf {
     disable_container_interface: bool,
     #[serde(default)]
     port_isolation: bool,
+    /// The ipamd daemon that applies ipMasq/macspoofchk (see firewall/remote.rs).
+    #[serde(default)]
+    daemon_socket: Option<std::path::PathBuf>,
 }
 
 #[derive(Debug, Deserialize)]
@@ -68,6 +71,7 @@ fn default_bridge() -> String {
 impl Conf {
     fn load(req: &Request) -> Result<Conf, Error> {
         let mut c: Conf = req.conf.typed()?;
+        firewall::remote::set_daemon_socket(c.daemon_socket.as_deref());
         if c.is_default_gateway {
             c.is_gateway = true;
         }

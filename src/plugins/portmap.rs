@@ -33,6 +33,9 @@ struct Conf {
     conditions_v4: Option<Vec<String>>,
     #[serde(default, rename = "conditionsV6")]
     conditions_v6: Option<Vec<String>>,
+    /// The ipamd daemon that applies the firewall changes (see firewall/remote.rs).
+    #[serde(default)]
+    daemon_socket: Option<std::path::PathBuf>,
 }
 
 fn yes() -> bool {
@@ -42,6 +45,7 @@ fn yes() -> bool {
 impl Conf {
     fn load(req: &Request) -> Result<Conf, Error> {
         let c: Conf = req.conf.typed()?;
+        crate::firewall::remote::set_daemon_socket(c.daemon_socket.as_deref());
         if let Some(bit) = c.mark_masq_bit.filter(|b| !(0..=31).contains(b)) {
             return Err(Error::invalid_config(format!(
                 "markMasqBit {bit} must be between 0 and 31"

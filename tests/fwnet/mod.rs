@@ -212,3 +212,24 @@ pub fn nft(args: &[&str]) -> (bool, String) {
         String::from_utf8_lossy(&out.stdout).into_owned() + &String::from_utf8_lossy(&out.stderr);
     (out.status.success(), text)
 }
+
+/// How many firewall operations `op` (e.g. "portmap-add") the ipamd daemon on
+/// `socket` applied successfully (its /metrics): proof that the plugins used it.
+pub fn daemon_fw_ops(socket: &serde_json::Value, op: &str) -> u64 {
+    let socket = std::path::Path::new(socket.as_str().expect("daemon socket path"));
+    let metrics =
+        crate::common::ipamd_get(socket, "/metrics").expect("the daemon answers /metrics");
+    let series = format!("ipamd_ext_requests_total{{op=\"firewall.{op}\",outcome=\"ok\"}} ");
+    metrics
+        .lines()
+        .find_map(|l| l.strip_prefix(series.as_str())?.trim().parse().ok())
+        .unwrap_or(0)
+}
+
+/// Make `conf` send its firewall operations to the daemon of `ipam` (a
+/// `Ipam::IpamdDaemon` object); returns the socket.
+pub fn use_daemon(conf: &mut serde_json::Value, ipam: &serde_json::Value) -> serde_json::Value {
+    let socket = ipam["socket"].clone();
+    conf["daemonSocket"] = socket.clone();
+    socket
+}

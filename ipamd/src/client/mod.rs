@@ -41,6 +41,11 @@ impl Client {
         }
     }
 
+    /// A client for [`Client::call_ext`] only: no store to fall back to.
+    pub fn without_store(socket: &Path) -> Client {
+        Client::new(socket, Path::new(crate::config::DEFAULT_DATA_DIR))
+    }
+
     /// Override the connect and read/write timeouts of daemon calls.
     pub fn with_timeouts(mut self, connect: Duration, io: Duration) -> Client {
         self.connect_timeout = connect;
@@ -206,6 +211,51 @@ impl Client {
                 local()
             }
             Err(Transport::Failed(why)) => Err(Error::new(ErrorKind::Unavailable, why)),
+        }
+    }
+}
+
+impl Client {
+    /// `POST /v1/ext/<op>` with `body` (see [`crate::daemon::ExtensionFn`]). None when no
+    /// daemon served it: nothing listens, the daemon died mid-request, refused us, has no
+    /// such extension, or declined (421) — the caller then does the work itself, so an
+    /// extension operation must be idempotent. Otherwise the extension's own answer:
+    /// `Ok(body)` on 2xx, `Err((status, body))` else.
+    pub fn call_ext(&self, op: &str, body: &[u8]) -> Option<crate::daemon::ExtReply> {
+        let target = format!("/v1/ext/{op}");
+        let resp = http::request_with(
+            &self.socket,
+            "POST",
+            &target,
+            &[],
+            Some(body),
+            self.connect_timeout,
+            self.io_timeout,
+        );
+        match resp {
+            Ok(r) if (200..300).contains(&r.status) => Some(Ok(r.body)),
+            Ok(r) if matches!(r.status, 403 | 404 | 405 | 421 | 503) => {
+                log_at!(
+                    Level::Debug,
+                    "ipamd at {} did not serve {target} ({}); doing it in-process",
+                    self.socket.display(),
+                    r.status
+                );
+                None
+            }
+            Ok(r) => Some(Err((r.status, r.body))),
+            Err(Transport::NoDaemon(why)) => {
+                log_at!(Level::Debug, "{why}; doing {op} in-process");
+                None
+            }
+            Err(Transport::Died(why)) => {
+                log_at!(Level::Warn, "{why}; retrying {op} in-process");
+                None
+            }
+            Err(Transport::Failed(why)) => {
+                log_at!(Level::Debug, "{why}; doing {op} in-process");
+                None
+            }
         }
     }
 }

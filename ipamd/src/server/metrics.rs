@@ -25,6 +25,8 @@ struct Hist {
 pub(crate) struct Metrics {
     requests: Mutex<BTreeMap<(&'static str, &'static str), u64>>,
     latency: Mutex<BTreeMap<&'static str, Hist>>,
+    /// Extension operations by op and outcome (ops are named by the embedding program).
+    ext: Mutex<BTreeMap<(String, &'static str), u64>>,
 }
 
 /// Per-network gauges, computed at scrape time.
@@ -51,6 +53,15 @@ impl Metrics {
         }
         h.sum += secs;
         h.count += 1;
+    }
+
+    /// An extension operation: counted per op, timed under verb "ext".
+    pub(crate) fn observe_ext(&self, op: &str, outcome: &'static str, took: Duration) {
+        {
+            let mut e = self.ext.lock().unwrap_or_else(|e| e.into_inner());
+            *e.entry((op.to_string(), outcome)).or_default() += 1;
+        }
+        self.observe("ext", outcome, took);
     }
 
     pub(crate) fn render(&self, usage: &[NetworkUsage]) -> String {
@@ -94,6 +105,19 @@ impl Metrics {
                     out,
                     "ipamd_request_duration_seconds_count{{verb=\"{verb}\"}} {}",
                     h.count
+                );
+            }
+        }
+        out.push_str(
+            "# HELP ipamd_ext_requests_total Extension operations (e.g. cnikit's firewall) by op and outcome.\n",
+        );
+        out.push_str("# TYPE ipamd_ext_requests_total counter\n");
+        {
+            let e = self.ext.lock().unwrap_or_else(|e| e.into_inner());
+            for ((op, outcome), n) in e.iter() {
+                let _ = writeln!(
+                    out,
+                    "ipamd_ext_requests_total{{op=\"{op}\",outcome=\"{outcome}\"}} {n}"
                 );
             }
         }

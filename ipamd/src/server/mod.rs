@@ -15,6 +15,7 @@ use hyper_util::rt::{TokioIo, TokioTimer};
 use tokio::net::UnixListener;
 use tokio::sync::Semaphore;
 
+use crate::daemon::Extension;
 use crate::log::Level;
 use crate::log_at;
 
@@ -32,6 +33,7 @@ const DRAIN_TIMEOUT: Duration = Duration::from_secs(15);
 pub(crate) async fn serve(
     listener: UnixListener,
     reg: Arc<Registry>,
+    extension: Option<Extension>,
     shutdown: impl Future<Output = ()>,
 ) {
     let graceful = hyper_util::server::graceful::GracefulShutdown::new();
@@ -70,10 +72,12 @@ pub(crate) async fn serve(
             }
         };
         let reg = Arc::clone(&reg);
+        let extension = extension.clone();
         let svc = service_fn(move |req| {
             let reg = Arc::clone(&reg);
             let peer = peer.clone();
-            async move { Ok::<_, Infallible>(routes::handle(reg, peer, req).await) }
+            let extension = extension.clone();
+            async move { Ok::<_, Infallible>(routes::handle(reg, extension, peer, req).await) }
         });
         let conn = builder.serve_connection(TokioIo::new(stream), svc);
         let conn = graceful.watch(conn);

@@ -16,6 +16,7 @@ use crate::api::{
     AllocateRequest, AllocateResponse, ErrorBody, GcRequest, GcResponse, LeaseKey, LeasesResponse,
     StatusRequest,
 };
+use crate::daemon::Extension;
 use crate::store::{unexpected, Op, Reply};
 use crate::{Error, ErrorKind};
 
@@ -29,7 +30,12 @@ const BODY_TIMEOUT: Duration = Duration::from_secs(10);
 
 pub(crate) type Resp = Response<Full<Bytes>>;
 
-pub(crate) async fn handle(reg: Arc<Registry>, peer: Option<Peer>, req: Request<Incoming>) -> Resp {
+pub(crate) async fn handle(
+    reg: Arc<Registry>,
+    extension: Option<Extension>,
+    peer: Option<Peer>,
+    req: Request<Incoming>,
+) -> Resp {
     let allowed = peer.as_ref().is_some_and(|p| p.allowed(reg.allowed_gid));
     if !allowed {
         let who = match &peer {
@@ -50,6 +56,10 @@ pub(crate) async fn handle(reg: Arc<Registry>, peer: Option<Peer>, req: Request<
     }
     let path = req.uri().path().to_string();
     let query = req.uri().query().unwrap_or("").to_string();
+    if let Some(op) = path.strip_prefix("/v1/ext/") {
+        let op = op.to_string();
+        return ext(reg, extension, peer, op, req).await;
+    }
     if path.starts_with("/v1/") {
         let header = req
             .headers()
@@ -211,7 +221,97 @@ where
     }
 }
 
+/// `POST /v1/ext/<op>`: the embedding program's extension, root peers only (it may change
+/// the host, e.g. its firewall), on a blocking thread.
+async fn ext(
+    reg: Arc<Registry>,
+    extension: Option<Extension>,
+    peer: Option<Peer>,
+    op: String,
+    req: Request<Incoming>,
+) -> Resp {
+    let started = Instant::now();
+    let Some(Extension(f)) = extension else {
+        return error(
+            StatusCode::NOT_FOUND,
+            &Error::new(
+                ErrorKind::NotFound,
+                "this ipamd daemon serves no extension operations",
+            ),
+        );
+    };
+    if req.method() != Method::POST {
+        return error(
+            StatusCode::METHOD_NOT_ALLOWED,
+            &Error::invalid(format!(
+                "method {} not allowed on /v1/ext/{op}",
+                req.method()
+            )),
+        );
+    }
+    if peer.as_ref().map(|p| p.uid) != Some(0) {
+        return error(
+            StatusCode::FORBIDDEN,
+            &Error::new(
+                ErrorKind::Unavailable,
+                "ipamd serves extension operations to root only",
+            ),
+        );
+    }
+    let valid = !op.is_empty()
+        && op.len() <= 64
+        && op
+            .bytes()
+            .all(|b| b.is_ascii_alphanumeric() || b"-_.".contains(&b));
+    if !valid {
+        return error(
+            StatusCode::NOT_FOUND,
+            &Error::new(
+                ErrorKind::NotFound,
+                format!("no such extension operation {op:?}"),
+            ),
+        );
+    }
+    let bytes = match raw_body(req).await {
+        Ok(b) => b,
+        Err((code, e)) => {
+            reg.metrics.observe_ext(&op, "invalid", started.elapsed());
+            return error(code, &e);
+        }
+    };
+    let name = op.clone();
+    let res = tokio::task::spawn_blocking(move || f(&name, &bytes)).await;
+    let (code, body, outcome) = match res {
+        Ok(Ok(body)) => (StatusCode::OK, body, "ok"),
+        Ok(Err((status, body))) => {
+            let code = StatusCode::from_u16(status).unwrap_or(StatusCode::INTERNAL_SERVER_ERROR);
+            let outcome = if status == 421 { "declined" } else { "error" };
+            (code, body, outcome)
+        }
+        Err(e) => {
+            crate::log_at!(crate::log::Level::Error, "ext {op}: {e}");
+            let body = serde_json::to_vec(&ErrorBody::from(&Error::internal(format!(
+                "extension operation {op} failed: {e}"
+            ))))
+            .unwrap_or_default();
+            (StatusCode::INTERNAL_SERVER_ERROR, body, "panic")
+        }
+    };
+    reg.metrics.observe_ext(&op, outcome, started.elapsed());
+    with_type(code, "application/json", body.into())
+}
+
 async fn body<B: DeserializeOwned>(req: Request<Incoming>) -> Result<B, (StatusCode, Error)> {
+    let bytes = raw_body(req).await?;
+    serde_json::from_slice(&bytes).map_err(|e| {
+        (
+            StatusCode::BAD_REQUEST,
+            Error::invalid(format!("malformed request body: {e}")),
+        )
+    })
+}
+
+async fn raw_body(req: Request<Incoming>) -> Result<Bytes, (StatusCode, Error)> {
     let limited = Limited::new(req.into_body(), MAX_BODY);
     let collected = tokio::time::timeout(BODY_TIMEOUT, limited.collect())
         .await
@@ -229,12 +329,7 @@ async fn body<B: DeserializeOwned>(req: Request<Incoming>) -> Result<B, (StatusC
                 )),
             )
         })?;
-    serde_json::from_slice(&collected.to_bytes()).map_err(|e| {
-        (
-            StatusCode::BAD_REQUEST,
-            Error::invalid(format!("malformed request body: {e}")),
-        )
-    })
+    Ok(collected.to_bytes())
 }
 
 fn status_for(kind: ErrorKind) -> StatusCode {

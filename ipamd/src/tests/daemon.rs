@@ -19,6 +19,7 @@ pub(super) fn daemon_opts(dir: &Path) -> DaemonOptions {
         reclaim_previous_boot: true,
         log_level: "error".into(),
         allowed_gid: None,
+        extension: None,
     }
 }
 
@@ -404,4 +405,53 @@ fn data_dir_header_round_trips() {
         None
     );
     assert!(crate::api::parse_data_dir_header(b"1:x /a").is_none());
+}
+
+#[test]
+fn extension_ops_are_served_counted_and_declined_to_the_caller() {
+    // Root only (the tests run as root in tests/run; skip elsewhere).
+    // SAFETY: getuid cannot fail.
+    if unsafe { libc::getuid() } != 0 {
+        return;
+    }
+    let t = TempDir::new("ext");
+    let sock = t.path().join("ipamd.sock");
+    // No daemon: the caller does it itself.
+    assert!(Client::without_store(&sock).call_ext("x", b"{}").is_none());
+    let mut opts = daemon_opts(t.path());
+    opts.extension = Some(crate::daemon::Extension(Arc::new(
+        |op: &str, body: &[u8]| match op {
+            "echo" => Ok(body.to_vec()),
+            "fail" => Err((409, b"{\"kind\":\"conflict\"}".to_vec())),
+            _ => Err((421, Vec::new())),
+        },
+    )));
+    let d = start_with(opts, StoreOptions::default()).unwrap();
+    let c = Client::without_store(&sock);
+    assert_eq!(c.call_ext("echo", b"hi"), Some(Ok(b"hi".to_vec())));
+    assert_eq!(
+        c.call_ext("fail", b""),
+        Some(Err((409, b"{\"kind\":\"conflict\"}".to_vec())))
+    );
+    assert_eq!(c.call_ext("other", b""), None, "421: declined");
+    assert_eq!(c.call_ext("bad/op", b""), None, "404: no such op");
+    assert_eq!(
+        metric(
+            &sock,
+            "ipamd_ext_requests_total{op=\"echo\",outcome=\"ok\"}"
+        ),
+        1
+    );
+    assert_eq!(
+        metric(
+            &sock,
+            "ipamd_ext_requests_total{op=\"other\",outcome=\"declined\"}"
+        ),
+        1
+    );
+    d.stop().unwrap();
+    // A daemon without an extension answers 404: the caller does it itself.
+    let d = start(t.path());
+    assert!(c.call_ext("echo", b"hi").is_none());
+    d.stop().unwrap();
 }
