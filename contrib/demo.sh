@@ -1,17 +1,21 @@
 #!/usr/bin/env bash
 # End-to-end demonstration on a fresh machine (run as root): build cnikit,
 # install its plugin links into a scratch CNI bin dir, and, inside a throwaway
-# host network namespace, attach two containers to a bridge with ipamd IPAM,
-# ping between them and the gateway (IPv4 and IPv6), CHECK, then DEL
-# everything and show nothing is left.
+# host network namespace:
+#  1. attach two containers to a bridge with ipamd IPAM by calling the plugin as
+#     a runtime does, ping between them and the gateway (IPv4 and IPv6), CHECK,
+#     then DEL everything (also after the netns is gone) and show nothing is left;
+#  2. start the ipamd daemon and run a network list (bridge with ipMasq + ipamd +
+#     portmap) with `cnikit net`, serve HTTP in the pod, fetch it through the host
+#     port on 127.0.0.1, DEL, and show the nftables sets are empty again.
 set -euo pipefail
 cd "$(dirname "$0")/.."
 if [ "${1:-}" != "--inside" ]; then
   [ "$(id -u)" = 0 ] || { echo "demo.sh: run as root" >&2; exit 1; }
-  for p in iproute2 iputils-ping python3; do
+  for p in iproute2 iputils-ping python3 curl nftables; do
     dpkg-query -W -f='${Status}' $p 2>/dev/null | grep -q 'ok installed' && continue
     apt-get update && DEBIAN_FRONTEND=noninteractive apt-get install -y --no-install-recommends \
-      iproute2 iputils-ping python3
+      iproute2 iputils-ping python3 curl nftables
     break
   done
   cargo build --release
@@ -61,4 +65,36 @@ step "DEL both (twice, and once after the netns is gone)"
 for c in pod-a pod-b; do cni DEL $c; cni DEL $c; ip netns del $c; cni DEL $c; done
 echo "veths left on the host: $(ip -j link show type veth | python3 -c 'import json,sys; print(len(json.load(sys.stdin)))')"
 target/release/cnikit ipamd leases --data-dir "$DATA"
+
+step "ipamd daemon + cnikit net: bridge(ipMasq) + ipamd + portmap"
+target/release/cnikit ipamd daemon --data-dir "$DATA" --log-level warn &
+DAEMON=$!
+trap 'kill $DAEMON 2>/dev/null' EXIT
+for _ in $(seq 50); do [ -S /run/cnikit/ipamd.sock ] && break; sleep 0.1; done
+NETD=$(mktemp -d)
+cat > "$NETD/web.conflist" <<JSON
+{"cniVersion": "1.1.0", "name": "web", "plugins": [
+  {"type": "bridge", "bridge": "cniweb0", "isDefaultGateway": true, "ipMasq": true,
+   "hairpinMode": true,
+   "ipam": {"type": "ipamd", "dataDir": "$DATA", "ranges": [[{"subnet": "10.78.0.0/24"}]]}},
+  {"type": "portmap", "capabilities": {"portMappings": true}}]}
+JSON
+ip netns add pod-c
+net() { target/release/cnikit net --conf-dir "$NETD" --cni-path "$BIN" "$@"; }
+MAP='{"portMappings": [{"hostPort": 18080, "containerPort": 8080, "protocol": "tcp"}]}'
+net add web /run/netns/pod-c --cap-args "$MAP"
+mkdir -p /tmp/demo-www && echo "hello from pod-c" > /tmp/demo-www/index.html
+ip netns exec pod-c python3 -m http.server 8080 --directory /tmp/demo-www >/dev/null 2>&1 &
+WEB=$!
+for _ in $(seq 50); do curl -s -o /dev/null http://127.0.0.1:18080/ && break; sleep 0.1; done
+echo "curl http://127.0.0.1:18080/ → $(curl -s http://127.0.0.1:18080/)"
+echo "daemon: $(curl -s --unix-socket /run/cnikit/ipamd.sock http://ipamd/metrics | grep -c '^ipamd_ext_requests_total') firewall request kinds served"
+nft list map inet cnikit pm4-any
+kill $WEB
+net check web /run/netns/pod-c --cap-args "$MAP" && echo "CHECK ok"
+net del web /run/netns/pod-c --cap-args "$MAP"
+echo "after DEL:"
+nft list map inet cnikit pm4-any
+echo "curl after DEL: $(curl -s -m 2 http://127.0.0.1:18080/ || echo 'connection fails, as it should')"
+ip netns del pod-c
 echo "demo ok"
