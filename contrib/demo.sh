@@ -88,7 +88,8 @@ ip netns exec pod-c python3 -m http.server 8080 --directory /tmp/demo-www >/dev/
 WEB=$!
 for _ in $(seq 50); do curl -s -o /dev/null http://127.0.0.1:18080/ && break; sleep 0.1; done
 echo "curl http://127.0.0.1:18080/ → $(curl -s http://127.0.0.1:18080/)"
-echo "daemon: $(curl -s --unix-socket /run/cnikit/ipamd.sock http://ipamd/metrics | grep -c '^ipamd_ext_requests_total') firewall request kinds served"
+echo "firewall changes applied by the daemon (its /metrics):"
+curl -s --unix-socket /run/cnikit/ipamd.sock http://ipamd/metrics | grep '^ipamd_ext_requests_total'
 nft list map inet cnikit pm4-any
 kill $WEB
 net check web /run/netns/pod-c --cap-args "$MAP" && echo "CHECK ok"
