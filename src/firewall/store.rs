@@ -19,6 +19,11 @@ use std::os::fd::AsRawFd;
 
 const LOCK_DIR: &str = "/run/cnikit";
 const LOCK_FILE: &str = "/run/cnikit/nftables.lock";
+/// Elements per NEWSETELEM/DELSETELEM message. A netlink attribute's length
+/// is 16 bits: a tagged element is up to ~300 bytes, so a GC freeing
+/// hundreds of attachments must be split (the messages stay in one batch,
+/// so the change is still atomic).
+const ELEMS_PER_MESSAGE: usize = 100;
 /// Restarts after a generation change by someone else (not cnikit) before
 /// giving up.
 const MAX_TRIES: usize = 20;
@@ -74,8 +79,8 @@ impl Tx {
     }
 
     pub(crate) fn add(&mut self, t: Table, set: &SetDef, elems: Vec<Element>) {
-        if !elems.is_empty() {
-            let msg = nft::set_elems(t, set.name, &elems, true);
+        for chunk in elems.chunks(ELEMS_PER_MESSAGE) {
+            let msg = nft::set_elems(t, set.name, chunk, true);
             self.push(
                 msg,
                 NLM_F_CREATE,
@@ -85,8 +90,8 @@ impl Tx {
     }
 
     pub(crate) fn del(&mut self, t: Table, set: &SetDef, elems: Vec<Element>) {
-        if !elems.is_empty() {
-            let msg = nft::set_elems(t, set.name, &elems, false);
+        for chunk in elems.chunks(ELEMS_PER_MESSAGE) {
+            let msg = nft::set_elems(t, set.name, chunk, false);
             self.push(msg, 0, format!("delete elements from set {}", set.name));
         }
     }

@@ -79,7 +79,7 @@ pub struct MacvlanSpec<'a> {
     pub mode: MacvlanMode,
     pub mtu: Option<u32>,
     pub mac: Option<String>,
-    pub txqueuelen: Option<u32>,
+    pub bc_queue_len: Option<u32>,
     /// Move into this netns as part of the create (IFLA_NET_NS_FD); None = stay.
     pub netns: Option<&'a NetNs>,
 }

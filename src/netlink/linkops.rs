@@ -205,14 +205,13 @@ impl Netlink {
         if let Some(mac) = &spec.mac {
             attrs.push(LinkAttribute::Address(parse_mac(mac)?));
         }
-        if let Some(qlen) = spec.txqueuelen {
-            attrs.push(LinkAttribute::TxQueueLen(qlen));
+        let mut data = vec![InfoMacVlan::Mode(spec.mode.to_kernel())];
+        if let Some(qlen) = spec.bc_queue_len {
+            data.push(InfoMacVlan::BcQueueLen(qlen));
         }
         attrs.push(LinkAttribute::LinkInfo(vec![
             LinkInfo::Kind(InfoKind::MacVlan),
-            LinkInfo::Data(InfoData::MacVlan(vec![InfoMacVlan::Mode(
-                spec.mode.to_kernel(),
-            )])),
+            LinkInfo::Data(InfoData::MacVlan(data)),
         ]));
         self.new_link(link_message(0, attrs))
             .map_err(|f| create_error(f, "macvlan", &what))?;

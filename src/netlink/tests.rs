@@ -274,7 +274,7 @@ fn macvlan_and_ipvlan() {
             mode: MacvlanMode::Bridge,
             mtu: Some(1300),
             mac: Some("02:11:22:33:44:55".into()),
-            txqueuelen: None,
+            bc_queue_len: None,
             netns: Some(&cont.ns),
         })
         .expect("macvlan");

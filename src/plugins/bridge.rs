@@ -72,6 +72,14 @@ impl Conf {
     fn load(req: &Request) -> Result<Conf, Error> {
         let mut c: Conf = req.conf.typed()?;
         firewall::remote::set_daemon_socket(c.daemon_socket.as_deref());
+        // 0 means "not set" in the reference's Go structs; generated configs send it.
+        c.mtu = c.mtu.filter(|&m| m != 0);
+        c.vlan = c.vlan.filter(|&v| v != 0);
+        if c.disable_container_interface && req.conf.ipam_type.is_some() {
+            return Err(Error::invalid_config(
+                "disableContainerInterface cannot be used with IPAM: a down interface loses its addresses and routes",
+            ));
+        }
         if c.is_default_gateway {
             c.is_gateway = true;
         }
@@ -162,18 +170,18 @@ impl Plugin for Bridge {
                     pair.peer_index,
                 )
             })
+            .and_then(|mut r| {
+                ipam_rollback_on_error(req, || {
+                    r.interfaces = interfaces(&mut host, &mut cont, &conf, req, pair)?;
+                    Ok(r)
+                })
+            })
             .and_then(|r| firewall_add(req, &conf, &host_name, &mut cont, pair.peer_index, r));
-        let mut result = match attached {
-            Ok(r) => r,
-            Err(e) => {
-                if let Err(ce) = host.delete_link(pair.host_index) {
-                    eprintln!("cleanup after failed ADD: {ce}");
-                }
-                return Err(e);
+        attached.inspect_err(|_| {
+            if let Err(ce) = host.delete_link(pair.host_index) {
+                eprintln!("cleanup after failed ADD: {ce}");
             }
-        };
-        result.interfaces = interfaces(&mut host, &mut cont, &conf, req, pair)?;
-        Ok(result)
+        })
     }
 
     // ---------------------------------------------------------------- CHECK
@@ -242,10 +250,13 @@ impl Plugin for Bridge {
     // ---------------------------------------------------------------- GC
     fn gc(&self, req: &Request) -> Result<(), Error> {
         Conf::load(req)?;
-        if req.conf.ipam_type.is_some() {
-            delegate::ipam(req, Command::Gc)?;
-        }
-        firewall_gc(req)
+        // The spec: continue past individual errors, report them.
+        let ipam = match req.conf.ipam_type {
+            Some(_) => delegate::ipam(req, Command::Gc).map(|_| ()),
+            None => Ok(()),
+        };
+        let firewall = firewall_gc(req);
+        ipam.and(firewall)
     }
 }
 
@@ -315,7 +326,7 @@ fn firewall_add(
         return Ok(result);
     }
     let att = attachment(req);
-    let mut step = || -> Result<(), Error> {
+    let step = || -> Result<(), Error> {
         if conf.ip_masq && !result.ips.is_empty() {
             let addrs: Vec<IpAddr> = result.ips.iter().map(|ip| ip.address.addr()).collect();
             let subnets: Vec<IpNet> = result.ips.iter().map(|ip| ip.address.trunc()).collect();
@@ -331,11 +342,7 @@ fn firewall_add(
         }
         Ok(())
     };
-    if req.conf.ipam_type.is_some() {
-        ipam_rollback_on_error(req, step)?;
-    } else {
-        step()?;
-    }
+    ipam_rollback_on_error(req, step)?;
     Ok(result)
 }
 
@@ -360,9 +367,9 @@ fn firewall_gc(req: &Request) -> Result<(), Error> {
         .iter()
         .map(|a| Attachment::new(&req.conf.name, &a.container_id, &a.ifname))
         .collect();
-    firewall::masq::gc(&req.conf.name, &valid)?;
-    firewall::macspoof::gc(&req.conf.name, &valid)?;
-    Ok(())
+    let masq = firewall::masq::gc(&req.conf.name, &valid);
+    let spoof = firewall::macspoof::gc(&req.conf.name, &valid);
+    masq.and(spoof).map_err(Error::from)
 }
 
 /// Enslave the host end, set port flags and VLANs, bring it up.
@@ -425,8 +432,17 @@ fn apply_gateways(conf: &Conf, result: &mut CniResult) {
     }
 }
 
+/// The subnet's network address + 1, as the reference computes the gateway
+/// (ipnet's `hosts()` would give the IPv6 subnet-router anycast address).
 fn first_host(net: IpNet) -> Option<IpAddr> {
-    net.hosts().next()
+    match net.trunc().network() {
+        IpAddr::V4(a) => u32::from(a)
+            .checked_add(1)
+            .map(|n| IpAddr::from(n.to_be_bytes())),
+        IpAddr::V6(a) => u128::from(a)
+            .checked_add(1)
+            .map(|n| IpAddr::from(n.to_be_bytes())),
+    }
 }
 
 /// Put each family's gateway on the bridge (idempotent; safe when ADDs race)
@@ -488,43 +504,63 @@ fn gateway_link(host: &mut Netlink, conf: &Conf, bridge: &Link) -> Result<Link, 
             "VLAN gateway interface name {name:?} {why}; use a shorter bridge name"
         ))
     })?;
-    if let Some(link) = host.link_by_name(&name)? {
-        return Ok(link);
-    }
-    let here = NetNs::current()?;
-    let created = host.create_veth(VethSpec {
-        host_name: name.clone(),
-        peer_name: random_veth_name(),
-        peer_netns: &here,
-        mtu: conf.mtu,
-        peer_mac: None,
-    });
-    let pair = match created {
-        Ok(pair) => pair,
-        // A concurrent ADD made it first; it also finishes setting it up.
-        Err(e) if e.kind == crate::netlink::ErrorKind::AlreadyExists => {
-            return host.link_by_name(&name)?.ok_or_else(|| {
-                Error::new(
-                    Code::Kernel,
-                    format!("{name} disappeared while being set up"),
-                )
+    let (index, peer, created) = match host.link_by_name(&name)? {
+        Some(link) => (link.index, link.link, false),
+        None => {
+            let here = NetNs::current()?;
+            let created = host.create_veth(VethSpec {
+                host_name: name.clone(),
+                peer_name: random_veth_name(),
+                peer_netns: &here,
+                mtu: conf.mtu,
+                peer_mac: None,
             });
+            match created {
+                Ok(pair) => (pair.host_index, Some(pair.peer_index), true),
+                // A concurrent ADD made it first: wire it up below all the same.
+                Err(e) if e.kind == crate::netlink::ErrorKind::AlreadyExists => {
+                    let link = host.link_by_name(&name)?.ok_or_else(|| gone(&name))?;
+                    (link.index, link.link, false)
+                }
+                Err(e) => return Err(e.into()),
+            }
         }
-        Err(e) => return Err(e.into()),
     };
-    host.set_master(pair.peer_index, bridge.index)?;
-    host.bridge_vlan_add(pair.peer_index, vid, true, true, false)?;
-    if conf.preserve_default_vlan == Some(false) {
-        host.bridge_vlan_del(pair.peer_index, 1)?;
+    let peer = peer.ok_or_else(|| gone(&name))?;
+    // Idempotent, so also re-applied to an existing link: a half-made one
+    // (an ADD that died midway) is repaired instead of used as it is.
+    let wired = wire_vlan_gateway(host, conf, bridge.index, vid, index, peer);
+    if let (Err(_), true) = (&wired, created) {
+        let _ = host.delete_link(index);
     }
-    host.set_up(pair.peer_index)?;
-    host.set_up(pair.host_index)?;
-    host.link_by_index(pair.host_index)?.ok_or_else(|| {
-        Error::new(
-            Code::Kernel,
-            format!("{name} disappeared while being set up"),
-        )
-    })
+    wired?;
+    host.link_by_index(index)?.ok_or_else(|| gone(&name))
+}
+
+fn gone(name: &str) -> Error {
+    Error::new(
+        Code::Kernel,
+        format!("{name} disappeared while being set up"),
+    )
+}
+
+/// The `<bridge>.<vid>` end up, its peer an untagged PVID port of `vid`.
+fn wire_vlan_gateway(
+    host: &mut Netlink,
+    conf: &Conf,
+    bridge: u32,
+    vid: u16,
+    index: u32,
+    peer: u32,
+) -> Result<(), Error> {
+    host.set_master(peer, bridge)?;
+    host.bridge_vlan_add(peer, vid, true, true, false)?;
+    if conf.preserve_default_vlan == Some(false) {
+        host.bridge_vlan_del(peer, 1)?;
+    }
+    host.set_up(peer)?;
+    host.set_up(index)?;
+    Ok(())
 }
 
 fn enable_forwarding(gw: IpAddr) -> Result<(), Error> {

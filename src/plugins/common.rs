@@ -61,12 +61,15 @@ pub fn validate_mac(mac: &str, key: &str) -> Result<String, Error> {
 }
 
 /// Run `step`; if it fails, release what IPAM gave out for this attachment so
-/// a failed ADD leaves no reservation behind.
+/// a failed ADD leaves no reservation behind (nothing to do without IPAM).
 pub fn ipam_rollback_on_error<T>(
     req: &Request,
     step: impl FnOnce() -> Result<T, Error>,
 ) -> Result<T, Error> {
     step().inspect_err(|_| {
+        if req.conf.ipam_type.is_none() {
+            return;
+        }
         if let Err(e) = delegate::ipam(req, Command::Del) {
             eprintln!("cleanup after failed ADD: {e}");
         }
@@ -156,13 +159,16 @@ pub fn check_iface_state(
         }
     }
     let routes = nl.routes()?;
-    for want in &result.routes {
+    // `routes()` dumps the main table; routes for other tables are not verified.
+    for want in result
+        .routes
+        .iter()
+        .filter(|r| r.table.is_none_or(|t| t == MAIN_TABLE))
+    {
         let gw = want.gw.or_else(|| family_gateway(result, want.dst.addr()));
-        let found = routes.iter().any(|r| {
-            r.dst == want.dst.trunc()
-                && r.gateway == gw
-                && r.table.unwrap_or(MAIN_TABLE) == want.table.unwrap_or(MAIN_TABLE)
-        });
+        let found = routes
+            .iter()
+            .any(|r| r.dst == want.dst.trunc() && r.gateway == gw);
         if !found {
             return Err(Error::new(
                 Code::Kernel,

@@ -57,15 +57,16 @@ impl Plugin for Ipamd {
     // ---------------------------------------------------------------- ADD
     fn add(&self, req: &Request) -> Result<CniResult, Error> {
         let call = Call::new(req)?;
+        // Read resolvConf first: failing after the allocation would leave a lease.
+        let dns = match &call.conf.resolv_conf {
+            Some(path) => ipamd::config::parse_resolv_conf(path)?,
+            None => Default::default(),
+        };
         let allocations = call.client.allocate(&AllocateRequest {
             key: call.key(req),
             range_sets: call.conf.range_sets.clone(),
             requested: requested_ips(req)?,
         })?;
-        let dns = match &call.conf.resolv_conf {
-            Some(path) => ipamd::config::parse_resolv_conf(path)?,
-            None => Default::default(),
-        };
         Ok(CniResult {
             interfaces: Vec::new(),
             ips: allocations

@@ -27,7 +27,9 @@ struct Conf {
 
 impl Conf {
     fn load(req: &Request) -> Result<(Conf, IpvlanMode), Error> {
-        let c: Conf = req.conf.typed()?;
+        let mut c: Conf = req.conf.typed()?;
+        // 0 means "not set" in the reference's Go structs.
+        c.mtu = c.mtu.filter(|&m| m != 0);
         let mode = match c.mode.as_deref().unwrap_or("l2") {
             "l2" | "" => IpvlanMode::L2,
             "l3" => IpvlanMode::L3,

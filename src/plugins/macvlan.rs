@@ -31,7 +31,9 @@ struct Conf {
 
 impl Conf {
     fn load(req: &Request) -> Result<(Conf, MacvlanMode), Error> {
-        let c: Conf = req.conf.typed()?;
+        let mut c: Conf = req.conf.typed()?;
+        // 0 means "not set" in the reference's Go structs.
+        c.mtu = c.mtu.filter(|&m| m != 0);
         let mode = match c.mode.as_deref().unwrap_or("bridge") {
             "bridge" | "" => MacvlanMode::Bridge,
             "private" => MacvlanMode::Private,
@@ -82,7 +84,7 @@ impl Plugin for Macvlan {
                 mode,
                 mtu: conf.mtu,
                 mac,
-                txqueuelen: conf.bcqueuelen,
+                bc_queue_len: conf.bcqueuelen,
                 netns: if conf.link_in_container {
                     None
                 } else {
