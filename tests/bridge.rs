@@ -1135,3 +1135,53 @@ fn differential_against_reference_bridge() {
         "kernel state (left: ours, right: reference)"
     );
 }
+
+/// Proves: `"mtu": 0` and `"vlan": 0` mean "not set", as in the reference
+/// (configs generated from Go structs send them); ADD, CHECK-free DEL work.
+#[test]
+fn zero_mtu_and_vlan_mean_unset() {
+    let env = TestEnv::new("zero_mtu_and_vlan_mean_unset");
+    let nets = env.subnets();
+    let br = env.link_name("cbr");
+    let c = with(
+        conf("1.0.0", &br, env.ipam(Ipam::Ipamd, nets.v4_ranges())),
+        json!({"mtu": 0, "vlan": 0}),
+    );
+    let ns = env.netns();
+    let id = cid("zero");
+    env.plugin("bridge")
+        .attach("ADD", &id, &ns, "eth0")
+        .conf(&c)
+        .run()
+        .result();
+    assert_eq!(link(Some(&ns.name), "eth0").unwrap()["mtu"], 1500);
+    assert_ping(&ns.name, &nets.v4_addr(1));
+    env.plugin("bridge")
+        .attach("DEL", &id, &ns, "eth0")
+        .conf(&c)
+        .run()
+        .ok_silent();
+}
+
+/// Proves: disableContainerInterface with IPAM is refused (code 7, as the
+/// reference does: a down interface would lose the addresses and routes the
+/// result claims), before anything is created or leased.
+#[test]
+fn disable_container_interface_with_ipam_is_invalid() {
+    let env = TestEnv::new("disable_container_interface_with_ipam_is_invalid");
+    let nets = env.subnets();
+    let br = env.link_name("cbr");
+    let ipam = env.ipam(Ipam::Ipamd, nets.v4_ranges());
+    let c = with(
+        conf("1.0.0", &br, ipam.clone()),
+        json!({"disableContainerInterface": true}),
+    );
+    let ns = env.netns();
+    env.plugin("bridge")
+        .attach("ADD", &cid("dci"), &ns, "eth0")
+        .conf(&c)
+        .run()
+        .expect_err(7, &["disableContainerInterface"]);
+    assert_eq!(link_names(Some(&ns.name)), ["lo".to_string()].into());
+    assert_eq!(env.lease_count(&ipam, NET), 0);
+}

@@ -449,3 +449,27 @@ fn failed_add_leaves_nothing() {
         .ok_silent();
     assert_eq!(env.lease_count(&ipam, NET), 0);
 }
+
+/// Proves: `bcqueuelen` sets the macvlan broadcast queue length
+/// (IFLA_MACVLAN_BC_QUEUE_LEN), as in the reference, not the tx queue.
+#[test]
+fn bcqueuelen_sets_the_broadcast_queue() {
+    let env = TestEnv::new("bcqueuelen_sets_the_broadcast_queue");
+    let (master, _) = env.veth_pair();
+    let mut c = conf("1.0.0", &master, None);
+    c["bcqueuelen"] = json!(321);
+    let ns = env.netns();
+    let id = cid("bcq");
+    env.plugin("macvlan")
+        .attach("ADD", &id, &ns, "eth0")
+        .conf(&c)
+        .run()
+        .result();
+    let l = assert_macvlan(&ns, "bridge");
+    assert_eq!(l["linkinfo"]["info_data"]["bcqueuelen"], 321, "{l}");
+    env.plugin("macvlan")
+        .attach("DEL", &id, &ns, "eth0")
+        .conf(&c)
+        .run()
+        .ok_silent();
+}

@@ -659,3 +659,16 @@ fn check_peer_on_bridge(host: &mut Netlink, cont_link: &Link, bridge: &Link) -> 
         )),
     }
 }
+
+#[cfg(test)]
+mod tests {
+    use super::first_host;
+
+    #[test]
+    fn gateway_is_network_plus_one() {
+        let gw = |net: &str| first_host(net.parse().unwrap()).unwrap().to_string();
+        assert_eq!(gw("10.1.2.77/24"), "10.1.2.1");
+        assert_eq!(gw("fd00:1::42/64"), "fd00:1::1");
+        assert_eq!(gw("10.9.0.0/16"), "10.9.0.1");
+    }
+}
