@@ -6,7 +6,7 @@
 
 // Shared with the cnikit binary by path, so the benchmark measures the very
 // runtime and netlink code cnikit ships. Not every item is used here.
-#[allow(unused_imports)] // its re-exports serve the plugins
+#[allow(unused_imports, dead_code)] // the plugins use more of it than the bench
 #[path = "../../src/netlink/mod.rs"]
 mod netlink;
 #[path = "../../src/runtime/mod.rs"]

@@ -69,6 +69,11 @@ impl Netlink {
                 ),
             ));
         }
+        if spec.vlan_filtering && !self.bridge_vlan_filtering(link.index)? {
+            // A bridge made by an earlier non-VLAN config: port VLANs would be
+            // ignored and VLANs not isolated without filtering.
+            self.enable_vlan_filtering(link.index, &spec.name)?;
+        }
         if spec.promisc && !link.promisc {
             self.set_promisc(link.index, true)?;
         }
@@ -187,6 +192,24 @@ impl Netlink {
         match self.bridge_request(index, msg, &what, false, Some(VLAN_FEATURE)) {
             Err(e) if e.errno == Some(libc::ENOENT) => Ok(()),
             other => other,
+        }
+    }
+
+    /// Turns VLAN filtering on for an existing bridge: RTM_NEWLINK without
+    /// NLM_F_CREATE changes its link-info data (RTM_SETLINK cannot).
+    fn enable_vlan_filtering(&mut self, index: u32, name: &str) -> Result<()> {
+        let what = format!("enable VLAN filtering on bridge {name}");
+        let info = vec![
+            LinkInfo::Kind(InfoKind::Bridge),
+            LinkInfo::Data(InfoData::Bridge(vec![InfoBridge::VlanFiltering(true)])),
+        ];
+        let msg = link_message(index, vec![LinkAttribute::LinkInfo(info)]);
+        match self.request(RouteNetlinkMessage::NewLink(msg), 0) {
+            Ok(_) => Ok(()),
+            Err(f) if f.errno() == Some(libc::EOPNOTSUPP) => {
+                Err(unsupported_feature(&what, VLAN_FEATURE, f.errno()))
+            }
+            Err(f) => Err(f.context(&what)),
         }
     }
 

@@ -1,12 +1,16 @@
 //! Link operations: read-back, veth / macvlan / ipvlan creation, and RTM_SETLINK
 //! setters.
 use super::link::parse_mac;
-use super::socket::{Failure, Reply};
+use super::socket::Failure;
+#[cfg(test)]
+use super::socket::Reply;
 use super::{
     Error, ErrorKind, IpvlanSpec, Link, MacvlanSpec, NetNs, Netlink, Result, VethPair, VethSpec,
 };
 use netlink_packet_core::ParseableParametrized;
-use netlink_packet_core::{NlasIterator, NLM_F_CREATE, NLM_F_DUMP, NLM_F_EXCL};
+#[cfg(test)]
+use netlink_packet_core::NLM_F_DUMP;
+use netlink_packet_core::{NlasIterator, NLM_F_CREATE, NLM_F_EXCL};
 use netlink_packet_route::link::{
     InfoData, InfoIpVlan, InfoKind, InfoMacVlan, InfoVeth, LinkAttribute, LinkFlags, LinkHeader,
     LinkInfo, LinkMessage,
@@ -34,6 +38,7 @@ pub(crate) fn decode_link(payload: &[u8]) -> Option<RawLink> {
     Some((header, attrs))
 }
 
+#[cfg(test)]
 fn decode_links(replies: Vec<Reply>) -> Vec<Link> {
     replies
         .iter()
@@ -105,6 +110,7 @@ impl Netlink {
         Ok(raw.map(|(h, a)| Link::from_message(&h, &a)))
     }
 
+    #[cfg(test)]
     /// Every link of this socket's netns.
     pub fn links(&mut self) -> Result<Vec<Link>> {
         let msg = RouteNetlinkMessage::GetLink(LinkMessage::default());
@@ -277,27 +283,6 @@ impl Netlink {
         let attrs = vec![LinkAttribute::Controller(master_index)];
         let master = self.describe(master_index);
         self.set_link(index, attrs, &format!("master {master}"))
-    }
-
-    /// Releases the link from its master.
-    pub fn set_nomaster(&mut self, index: u32) -> Result<()> {
-        self.set_link(index, vec![LinkAttribute::Controller(0)], "nomaster")
-    }
-
-    pub fn set_mtu(&mut self, index: u32, mtu: u32) -> Result<()> {
-        self.set_link(index, vec![LinkAttribute::Mtu(mtu)], &format!("mtu {mtu}"))
-    }
-
-    /// `mac` as "aa:bb:cc:dd:ee:ff".
-    pub fn set_mac(&mut self, index: u32, mac: &str) -> Result<()> {
-        let attrs = vec![LinkAttribute::Address(parse_mac(mac)?)];
-        self.set_link(index, attrs, &format!("address {mac}"))
-    }
-
-    /// Renames the link (kernels before 6.2 refuse with EBUSY while it is up).
-    pub fn rename(&mut self, index: u32, new_name: &str) -> Result<()> {
-        let attrs = vec![LinkAttribute::IfName(new_name.to_string())];
-        self.set_link(index, attrs, &format!("name {new_name}"))
     }
 
     /// Deletes the link (for a veth, both ends). ENODEV is `ErrorKind::NotFound`.

@@ -41,7 +41,6 @@
 // The contract is the crate's whole kernel API; not every build path calls
 // every operation (e.g. `links()` or `set_nomaster`), which must not fail
 // `clippy -D warnings` for the binary.
-#![allow(dead_code)]
 
 mod addr;
 mod bridge;

@@ -10,7 +10,6 @@ use super::{Error, ErrorKind, Result};
 use std::fs::File;
 use std::io;
 use std::os::fd::{AsFd, AsRawFd, BorrowedFd, OwnedFd, RawFd};
-use std::os::unix::fs::MetadataExt;
 use std::path::{Path, PathBuf};
 
 const THREAD_NETNS: &str = "/proc/thread-self/ns/net";
@@ -50,11 +49,6 @@ impl NetNs {
         self.fd.as_raw_fd()
     }
 
-    /// True when both handles refer to the same namespace (same nsfs inode).
-    pub fn is_same(&self, other: &NetNs) -> Result<bool> {
-        Ok(self.identity()? == other.identity()?)
-    }
-
     /// Runs `f` with the calling thread inside this namespace and always switches
     /// back afterwards (also when `f` panics, via a drop guard). The outer
     /// `Result` only reports entering / leaving the namespace; `f`'s own result
@@ -89,18 +83,6 @@ impl NetNs {
             ErrorKind::NetnsNotFound,
             format!("{} is not a network namespace", self.display()),
         ))
-    }
-
-    fn identity(&self) -> Result<(u64, u64)> {
-        let file = File::from(
-            self.fd
-                .try_clone()
-                .map_err(|e| Error::io(&format!("duplicate netns fd {}", self.display()), &e))?,
-        );
-        let meta = file
-            .metadata()
-            .map_err(|e| Error::io(&format!("stat {}", self.display()), &e))?;
-        Ok((meta.dev(), meta.ino()))
     }
 }
 

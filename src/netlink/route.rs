@@ -225,6 +225,7 @@ impl Netlink {
         }
     }
 
+    #[cfg(test)]
     /// Deletes the route matching dst/gateway/oif/priority/table (scope
     /// "nowhere" matches any scope unless given). Missing is `ErrorKind::NotFound`.
     pub fn del_route(&mut self, route: &Route) -> Result<()> {

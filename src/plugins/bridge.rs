@@ -456,11 +456,12 @@ fn gateway_on_bridge(
 ) -> Result<(), Error> {
     let gw_link = gateway_link(host, conf, bridge)?;
     let bridge = &gw_link;
+    // One dump for all families: each family only looks at its own addresses.
+    let present = host.addresses(bridge.index)?;
     for ip in &result.ips {
         let Some(gw) = ip.gateway else { continue };
         let want = IpNet::new(gw, ip.address.prefix_len())
             .map_err(|e| Error::new(Code::Internal, e.to_string()))?;
-        let present = host.addresses(bridge.index)?;
         if present.contains(&want) {
             continue;
         }
