@@ -6,12 +6,13 @@ use super::common::{
     ensure_ifname_free, ipam_rollback_on_error, open_netns, random_veth_name, requested_mac,
 };
 use crate::cni::delegate;
-use crate::cni::{CniResult, Code, Command, Error, Interface, Plugin, Request, Route};
-use crate::firewall::{self, Attachment};
-use crate::netlink::{sysctl, BridgePort, BridgeSpec, Link, NetNs, Netlink, VethSpec};
-use ipnet::IpNet;
+use crate::cni::{CniResult, Code, Command, Error, Interface, Plugin, Request};
+use crate::netlink::{BridgePort, BridgeSpec, Link, NetNs, Netlink, VethSpec};
+use gateway::{apply_gateways, gateway_on_bridge};
 use serde::Deserialize;
-use std::net::IpAddr;
+
+mod firewall;
+mod gateway;
 
 pub struct Bridge;
 
@@ -71,7 +72,7 @@ fn default_bridge() -> String {
 impl Conf {
     fn load(req: &Request) -> Result<Conf, Error> {
         let mut c: Conf = req.conf.typed()?;
-        firewall::remote::set_daemon_socket(c.daemon_socket.as_deref());
+        crate::firewall::remote::set_daemon_socket(c.daemon_socket.as_deref());
         // 0 means "not set" in the reference's Go structs; generated configs send it.
         c.mtu = c.mtu.filter(|&m| m != 0);
         c.vlan = c.vlan.filter(|&v| v != 0);
@@ -176,7 +177,7 @@ impl Plugin for Bridge {
                     Ok(r)
                 })
             })
-            .and_then(|r| firewall_add(req, &conf, &host_name, &mut cont, pair.peer_index, r));
+            .and_then(|r| firewall::add(req, &conf, &host_name, &mut cont, pair.peer_index, r));
         attached.inspect_err(|_| {
             if let Err(ce) = host.delete_link(pair.host_index) {
                 eprintln!("cleanup after failed ADD: {ce}");
@@ -234,7 +235,7 @@ impl Plugin for Bridge {
         if req.conf.ipam_type.is_some() {
             delegate::ipam(req, Command::Del)?;
         }
-        firewall_del(req, &conf)?;
+        firewall::del(req, &conf)?;
         delete_container_link(req.netns(), req.ifname())
     }
 
@@ -255,8 +256,8 @@ impl Plugin for Bridge {
             Some(_) => delegate::ipam(req, Command::Gc).map(|_| ()),
             None => Ok(()),
         };
-        let firewall = firewall_gc(req);
-        ipam.and(firewall)
+        let rules = firewall::gc(req);
+        ipam.and(rules)
     }
 }
 
@@ -305,73 +306,6 @@ impl Bridge {
     }
 }
 
-// ---------------------------------------------------------------- firewall
-
-fn attachment(req: &Request) -> Attachment {
-    Attachment::new(&req.conf.name, req.container_id(), req.ifname())
-}
-
-/// ipMasq and macspoofchk, once addressing succeeded. A failure releases the
-/// IPAM reservation (the caller removes the veth); each firewall call is one
-/// atomic batch, and macspoofchk failing removes what ipMasq added.
-fn firewall_add(
-    req: &Request,
-    conf: &Conf,
-    host_veth: &str,
-    cont: &mut Netlink,
-    peer_index: u32,
-    result: CniResult,
-) -> Result<CniResult, Error> {
-    if !conf.ip_masq && !conf.macspoofchk {
-        return Ok(result);
-    }
-    let att = attachment(req);
-    let step = || -> Result<(), Error> {
-        if conf.ip_masq && !result.ips.is_empty() {
-            let addrs: Vec<IpAddr> = result.ips.iter().map(|ip| ip.address.addr()).collect();
-            let subnets: Vec<IpNet> = result.ips.iter().map(|ip| ip.address.trunc()).collect();
-            firewall::masq::add(&att, &addrs, &subnets)?;
-        }
-        if conf.macspoofchk {
-            let mac = cont.link_by_index(peer_index)?.and_then(|l| l.mac);
-            let spoof = firewall::macspoof::add(&att, host_veth, &mac.unwrap_or_default());
-            if let (Err(_), true) = (&spoof, conf.ip_masq) {
-                let _ = firewall::masq::del(&att);
-            }
-            spoof?;
-        }
-        Ok(())
-    };
-    ipam_rollback_on_error(req, step)?;
-    Ok(result)
-}
-
-/// By tag: works when the netns (and the veth with it) is already gone.
-fn firewall_del(req: &Request, conf: &Conf) -> Result<(), Error> {
-    if conf.ip_masq {
-        firewall::masq::del(&attachment(req))?;
-    }
-    if conf.macspoofchk {
-        firewall::macspoof::del(&attachment(req))?;
-    }
-    Ok(())
-}
-
-/// Whatever this network's attachments left behind, whatever the config
-/// says now.
-fn firewall_gc(req: &Request) -> Result<(), Error> {
-    let Some(valid) = req.conf.valid_attachments()? else {
-        return Ok(());
-    };
-    let valid: Vec<Attachment> = valid
-        .iter()
-        .map(|a| Attachment::new(&req.conf.name, &a.container_id, &a.ifname))
-        .collect();
-    let masq = firewall::masq::gc(&req.conf.name, &valid);
-    let spoof = firewall::macspoof::gc(&req.conf.name, &valid);
-    masq.and(spoof).map_err(Error::from)
-}
-
 /// Enslave the host end, set port flags and VLANs, bring it up.
 fn attach_port(
     host: &mut Netlink,
@@ -400,179 +334,6 @@ fn attach_port(
         host.bridge_vlan_del(index, 1)?;
     }
     host.set_up(index)?;
-    Ok(())
-}
-
-/// isGateway: gateway-less IPs get the subnet's first address as gateway;
-/// isDefaultGateway: add a default route per family via that gateway.
-fn apply_gateways(conf: &Conf, result: &mut CniResult) {
-    if !conf.is_gateway {
-        return;
-    }
-    for ip in &mut result.ips {
-        if ip.gateway.is_none() {
-            ip.gateway = first_host(ip.address);
-        }
-    }
-    if !conf.is_default_gateway {
-        return;
-    }
-    let gateways: Vec<IpAddr> = result.ips.iter().filter_map(|ip| ip.gateway).collect();
-    for gw in gateways {
-        let default: IpNet = if gw.is_ipv4() {
-            IpNet::new(IpAddr::from([0u8; 4]), 0)
-        } else {
-            IpNet::new(IpAddr::from([0u16; 8]), 0)
-        }
-        .unwrap_or_default();
-        let exists = result.routes.iter().any(|r| r.dst == default);
-        if !exists {
-            result.routes.push(Route::new(default, Some(gw)));
-        }
-    }
-}
-
-/// The subnet's network address + 1, as the reference computes the gateway
-/// (ipnet's `hosts()` would give the IPv6 subnet-router anycast address).
-fn first_host(net: IpNet) -> Option<IpAddr> {
-    match net.trunc().network() {
-        IpAddr::V4(a) => u32::from(a)
-            .checked_add(1)
-            .map(|n| IpAddr::from(n.to_be_bytes())),
-        IpAddr::V6(a) => u128::from(a)
-            .checked_add(1)
-            .map(|n| IpAddr::from(n.to_be_bytes())),
-    }
-}
-
-/// Put each family's gateway on the bridge (idempotent; safe when ADDs race)
-/// and enable forwarding. With forceAddress, an older gateway in the same
-/// family is replaced; without it, a conflicting one is an error.
-fn gateway_on_bridge(
-    host: &mut Netlink,
-    conf: &Conf,
-    bridge: &Link,
-    result: &CniResult,
-) -> Result<(), Error> {
-    let gw_link = gateway_link(host, conf, bridge)?;
-    let bridge = &gw_link;
-    // One dump for all families: each family only looks at its own addresses.
-    let present = host.addresses(bridge.index)?;
-    for ip in &result.ips {
-        let Some(gw) = ip.gateway else { continue };
-        let want = IpNet::new(gw, ip.address.prefix_len())
-            .map_err(|e| Error::new(Code::Internal, e.to_string()))?;
-        if present.contains(&want) {
-            continue;
-        }
-        for other in present
-            .iter()
-            .filter(|a| a.addr().is_ipv4() == gw.is_ipv4() && a.contains(&gw))
-        {
-            if !conf.force_address {
-                return Err(Error::new(
-                    Code::Kernel,
-                    format!(
-                        "{} already has address {other}, not the gateway {want}; set forceAddress to replace it",
-                        bridge.name
-                    ),
-                ));
-            }
-            host.del_address(bridge.index, *other)?;
-        }
-        if gw.is_ipv6() {
-            // A tentative gateway would black-hole the first second of traffic.
-            sysctl::set(&format!("net/ipv6/conf/{}/accept_dad", bridge.name), "0")?;
-        }
-        host.add_address(bridge.index, want)?;
-        enable_forwarding(gw)?;
-    }
-    Ok(())
-}
-
-/// The link that carries the gateway: the bridge itself, or with `vlan` a
-/// veth `<bridge>.<vid>` whose peer is an untagged port of that VLAN. Frames
-/// of a VLAN reach the bridge device tagged, so an address on the bridge is
-/// unreachable from the VLAN; this is the reference's layout, and unlike an
-/// 802.1q device it needs no VLAN support in the kernel beyond filtering.
-fn gateway_link(host: &mut Netlink, conf: &Conf, bridge: &Link) -> Result<Link, Error> {
-    let Some(vid) = conf.vlan else {
-        return Ok(bridge.clone());
-    };
-    let name = format!("{}.{vid}", conf.bridge);
-    crate::cni::env::validate_ifname(&name).map_err(|why| {
-        Error::invalid_config(format!(
-            "VLAN gateway interface name {name:?} {why}; use a shorter bridge name"
-        ))
-    })?;
-    let (index, peer, created) = match host.link_by_name(&name)? {
-        Some(link) => (link.index, link.link, false),
-        None => {
-            let here = NetNs::current()?;
-            let created = host.create_veth(VethSpec {
-                host_name: name.clone(),
-                peer_name: random_veth_name(),
-                peer_netns: &here,
-                mtu: conf.mtu,
-                peer_mac: None,
-            });
-            match created {
-                Ok(pair) => (pair.host_index, Some(pair.peer_index), true),
-                // A concurrent ADD made it first: wire it up below all the same.
-                Err(e) if e.kind == crate::netlink::ErrorKind::AlreadyExists => {
-                    let link = host.link_by_name(&name)?.ok_or_else(|| gone(&name))?;
-                    (link.index, link.link, false)
-                }
-                Err(e) => return Err(e.into()),
-            }
-        }
-    };
-    let peer = peer.ok_or_else(|| gone(&name))?;
-    // Idempotent, so also re-applied to an existing link: a half-made one
-    // (an ADD that died midway) is repaired instead of used as it is.
-    let wired = wire_vlan_gateway(host, conf, bridge.index, vid, index, peer);
-    if let (Err(_), true) = (&wired, created) {
-        let _ = host.delete_link(index);
-    }
-    wired?;
-    host.link_by_index(index)?.ok_or_else(|| gone(&name))
-}
-
-fn gone(name: &str) -> Error {
-    Error::new(
-        Code::Kernel,
-        format!("{name} disappeared while being set up"),
-    )
-}
-
-/// The `<bridge>.<vid>` end up, its peer an untagged PVID port of `vid`.
-fn wire_vlan_gateway(
-    host: &mut Netlink,
-    conf: &Conf,
-    bridge: u32,
-    vid: u16,
-    index: u32,
-    peer: u32,
-) -> Result<(), Error> {
-    host.set_master(peer, bridge)?;
-    host.bridge_vlan_add(peer, vid, true, true, false)?;
-    if conf.preserve_default_vlan == Some(false) {
-        host.bridge_vlan_del(peer, 1)?;
-    }
-    host.set_up(peer)?;
-    host.set_up(index)?;
-    Ok(())
-}
-
-fn enable_forwarding(gw: IpAddr) -> Result<(), Error> {
-    let key = if gw.is_ipv4() {
-        "net/ipv4/ip_forward"
-    } else {
-        "net/ipv6/conf/all/forwarding"
-    };
-    if sysctl::get(key).ok().as_deref() != Some("1") {
-        sysctl::set(key, "1")?;
-    }
     Ok(())
 }
 
@@ -658,18 +419,5 @@ fn check_peer_on_bridge(host: &mut Netlink, cont_link: &Link, bridge: &Link) -> 
             Code::Kernel,
             format!("CHECK: the host end of {} is missing", cont_link.name),
         )),
-    }
-}
-
-#[cfg(test)]
-mod tests {
-    use super::first_host;
-
-    #[test]
-    fn gateway_is_network_plus_one() {
-        let gw = |net: &str| first_host(net.parse().unwrap()).unwrap().to_string();
-        assert_eq!(gw("10.1.2.77/24"), "10.1.2.1");
-        assert_eq!(gw("fd00:1::42/64"), "fd00:1::1");
-        assert_eq!(gw("10.9.0.0/16"), "10.9.0.1");
     }
 }
