@@ -740,3 +740,33 @@ fn scale_200_attachments() {
         del_ms[199]
     );
 }
+
+/// Proves: a DEL whose runtime did not pass `runtimeConfig.portMappings`
+/// again (cnitool/libcni 1.1.2 does this) still removes the attachment's
+/// mappings, found by the marker its ADD left; and a DEL of an attachment
+/// that never had mappings stays a no-op.
+#[test]
+fn del_without_mappings_still_removes_what_add_mapped() {
+    let env = TestEnv::new("portmap-del-nomap");
+    let net = net_name();
+    let nets = env.subnets();
+    let br = env.link_name("pmbr");
+    let bridge = bridge_conf(&net, &br, env.ipam(Ipam::Ipamd, nets.dual_ranges()));
+    let mappings = two_mappings(host_port(), host_port());
+    let a = attach(&env, &net, &bridge, Some(&mappings));
+    let trace = traces(&a);
+    let conf = portmap_conf(&net, json!(null), None);
+    env.plugin("portmap")
+        .command("DEL")
+        .container(&a.id)
+        .ifname("eth0")
+        .conf(&conf)
+        .run()
+        .ok_silent();
+    assert_no_trace("after DEL without portMappings", &trace);
+    env.plugin("bridge")
+        .attach("DEL", &a.id, &a.ns, "eth0")
+        .conf(&bridge)
+        .run()
+        .ok_silent();
+}

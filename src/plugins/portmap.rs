@@ -103,6 +103,7 @@ impl Plugin for Portmap {
             allow_localhost(&container)?;
         }
         fw::add(&attachment(req), &container, &mappings, conf.masquerade())?;
+        mapped_marker::set(req);
         flush_stale_udp(&mappings, &container);
         Ok(prev)
     }
@@ -125,14 +126,16 @@ impl Plugin for Portmap {
     }
 
     // ---------------------------------------------------------------- DEL
-    /// By tag, so it works without netns or prevResult. Without mappings there
-    /// is nothing of ours to find, and no firewall work is done at all.
+    /// By tag, so it works without netns or prevResult. A DEL without
+    /// mappings does no firewall work (plugins#510) unless this attachment's
+    /// ADD left a marker, i.e. the runtime forgot to pass its mappings again.
     fn del(&self, req: &Request) -> Result<(), Error> {
         Conf::load(req)?;
-        if mappings(req)?.is_empty() {
+        if mappings(req)?.is_empty() && !mapped_marker::is_set(req) {
             return Ok(());
         }
         fw::del(&attachment(req))?;
+        mapped_marker::clear(req);
         Ok(())
     }
 
@@ -154,6 +157,43 @@ impl Plugin for Portmap {
             .collect();
         fw::gc(&req.conf.name, &valid)?;
         Ok(())
+    }
+}
+
+/// A file per attachment that has port mappings, under /run (cleared on
+/// reboot, like the rules themselves). It lets DEL without
+/// `runtimeConfig.portMappings` find out, with one stat and no netlink,
+/// whether there is anything to remove. Best effort: a missing marker only
+/// means such a DEL leaves the entries to GC, as the reference always does.
+mod mapped_marker {
+    use crate::cni::Request;
+    use std::path::PathBuf;
+
+    const DIR: &str = "/run/cnikit/portmap";
+
+    /// `:` cannot occur in a network name, a container ID or an ifname.
+    fn path(req: &Request) -> PathBuf {
+        PathBuf::from(DIR).join(format!(
+            "{}:{}:{}",
+            req.conf.name,
+            req.container_id(),
+            req.ifname()
+        ))
+    }
+
+    pub(super) fn set(req: &Request) {
+        let made = std::fs::create_dir_all(DIR).and_then(|()| std::fs::write(path(req), b""));
+        if let Err(e) = made {
+            eprintln!("portmap: cannot record the mapping marker in {DIR}: {e}");
+        }
+    }
+
+    pub(super) fn is_set(req: &Request) -> bool {
+        path(req).exists()
+    }
+
+    pub(super) fn clear(req: &Request) {
+        let _ = std::fs::remove_file(path(req));
     }
 }
 
