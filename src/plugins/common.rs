@@ -3,6 +3,7 @@
 
 use crate::cni::delegate;
 use crate::cni::{CniResult, Code, Command, Error, Request};
+use crate::firewall::Attachment;
 use crate::netlink::{sysctl, Link, NetNs, Netlink, Route as KernelRoute};
 use ipnet::IpNet;
 use serde_json::Value;
@@ -295,10 +296,34 @@ pub fn check_single_iface(req: &Request, kind: &str) -> Result<(Link, CniResult)
     let Some(prev) = req.conf.prev_result.clone() else {
         return Err(Error::invalid_config("CHECK needs prevResult"));
     };
-    if req.conf.ipam_type.is_some() {
-        delegate::ipam(req, Command::Check)?;
+    ipam_if_configured(req, Command::Check)?;
+    let mut found = find_container_link(req, &prev)?;
+    if found.link.kind.as_deref() != Some(kind) {
+        return Err(Error::new(
+            Code::Kernel,
+            format!("CHECK: {} is not a {kind}", req.ifname()),
+        ));
     }
-    let pos = container_iface_pos(&prev, req.ifname(), req.netns()).ok_or_else(|| {
+    check_iface_state(
+        &mut found.nl,
+        found.link.index,
+        req.ifname(),
+        found.pos,
+        &prev,
+    )?;
+    Ok((found.link, prev))
+}
+
+/// CHECK's view of the container interface: where prevResult lists it, and
+/// the link as it is in the netns (with a socket there for further reads).
+pub struct ContainerLink {
+    pub pos: usize,
+    pub nl: Netlink,
+    pub link: Link,
+}
+
+pub fn find_container_link(req: &Request, prev: &CniResult) -> Result<ContainerLink, Error> {
+    let pos = container_iface_pos(prev, req.ifname(), req.netns()).ok_or_else(|| {
         Error::invalid_config(format!(
             "CHECK: prevResult has no interface {} in {}",
             req.ifname(),
@@ -306,8 +331,8 @@ pub fn check_single_iface(req: &Request, kind: &str) -> Result<(Link, CniResult)
         ))
     })?;
     let ns = open_netns(req.netns())?;
-    let mut cont = Netlink::open_in(&ns)?;
-    let link = cont.link_by_name(req.ifname())?.ok_or_else(|| {
+    let mut nl = Netlink::open_in(&ns)?;
+    let link = nl.link_by_name(req.ifname())?.ok_or_else(|| {
         Error::new(
             Code::Kernel,
             format!(
@@ -317,21 +342,30 @@ pub fn check_single_iface(req: &Request, kind: &str) -> Result<(Link, CniResult)
             ),
         )
     })?;
-    if link.kind.as_deref() != Some(kind) {
-        return Err(Error::new(
-            Code::Kernel,
-            format!("CHECK: {} is not a {kind}", req.ifname()),
-        ));
+    Ok(ContainerLink { pos, nl, link })
+}
+
+/// Run the IPAM plugin for `command` when the config has one (STATUS, GC,
+/// CHECK and DEL of plugins whose only other state is in the netns).
+pub fn ipam_if_configured(req: &Request, command: Command) -> Result<(), Error> {
+    if req.conf.ipam_type.is_some() {
+        delegate::ipam(req, command)?;
     }
-    check_iface_state(&mut cont, link.index, req.ifname(), pos, &prev)?;
-    Ok((link, prev))
+    Ok(())
+}
+
+/// GC's valid list as firewall attachments of this network; None without one.
+pub fn valid_attachments(req: &Request) -> Result<Option<Vec<Attachment>>, Error> {
+    Ok(req.conf.valid_attachments()?.map(|list| {
+        list.iter()
+            .map(|a| Attachment::new(&req.conf.name, &a.container_id, &a.ifname))
+            .collect()
+    }))
 }
 
 /// DEL for macvlan/ipvlan: IPAM first (so the lease goes even if the netns is
 /// gone), then the link; the master is never needed (plugins#953).
 pub fn del_single_iface(req: &Request) -> Result<(), Error> {
-    if req.conf.ipam_type.is_some() {
-        delegate::ipam(req, Command::Del)?;
-    }
+    ipam_if_configured(req, Command::Del)?;
     delete_container_link(req.netns(), req.ifname())
 }

@@ -3,7 +3,8 @@
 
 use super::common::{
     address_single_iface, check_mtu_against_master, check_single_iface, del_single_iface,
-    ensure_ifname_free, ipam_rollback_on_error, open_netns, requested_mac, resolve_master,
+    ensure_ifname_free, ipam_if_configured, ipam_rollback_on_error, open_netns, requested_mac,
+    resolve_master,
 };
 use crate::cni::delegate;
 use crate::cni::{CniResult, Code, Command, Error, Interface, Plugin, Request};
@@ -126,19 +127,13 @@ impl Plugin for Macvlan {
     // ---------------------------------------------------------------- STATUS
     fn status(&self, req: &Request) -> Result<(), Error> {
         Conf::load(req)?;
-        if req.conf.ipam_type.is_some() {
-            delegate::ipam(req, Command::Status)?;
-        }
-        Ok(())
+        ipam_if_configured(req, Command::Status)
     }
 
     // ---------------------------------------------------------------- GC
     fn gc(&self, req: &Request) -> Result<(), Error> {
         Conf::load(req)?;
-        if req.conf.ipam_type.is_some() {
-            delegate::ipam(req, Command::Gc)?;
-        }
-        Ok(())
+        ipam_if_configured(req, Command::Gc)
     }
 }
 

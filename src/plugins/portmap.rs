@@ -148,13 +148,9 @@ impl Plugin for Portmap {
     // ---------------------------------------------------------------- GC
     fn gc(&self, req: &Request) -> Result<(), Error> {
         Conf::load(req)?;
-        let Some(valid) = req.conf.valid_attachments()? else {
+        let Some(valid) = super::common::valid_attachments(req)? else {
             return Ok(());
         };
-        let valid: Vec<Attachment> = valid
-            .iter()
-            .map(|a| Attachment::new(&req.conf.name, &a.container_id, &a.ifname))
-            .collect();
         fw::gc(&req.conf.name, &valid)?;
         Ok(())
     }

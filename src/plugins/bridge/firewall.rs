@@ -5,7 +5,7 @@ use super::Conf;
 use crate::cni::{CniResult, Error, Request};
 use crate::firewall::{self, Attachment};
 use crate::netlink::Netlink;
-use crate::plugins::common::ipam_rollback_on_error;
+use crate::plugins::common::{ipam_rollback_on_error, valid_attachments};
 use ipnet::IpNet;
 use std::net::IpAddr;
 
@@ -62,13 +62,9 @@ pub(super) fn del(req: &Request, conf: &Conf) -> Result<(), Error> {
 /// Whatever this network's attachments left behind, whatever the config
 /// says now.
 pub(super) fn gc(req: &Request) -> Result<(), Error> {
-    let Some(valid) = req.conf.valid_attachments()? else {
+    let Some(valid) = valid_attachments(req)? else {
         return Ok(());
     };
-    let valid: Vec<Attachment> = valid
-        .iter()
-        .map(|a| Attachment::new(&req.conf.name, &a.container_id, &a.ifname))
-        .collect();
     let masq = firewall::masq::gc(&req.conf.name, &valid);
     let spoof = firewall::macspoof::gc(&req.conf.name, &valid);
     masq.and(spoof).map_err(Error::from)

@@ -2,8 +2,9 @@
 //! Keys and behaviour follow the reference plugin; see README "bridge".
 
 use super::common::{
-    check_iface_state, configure_iface, container_iface_pos, delete_container_link,
-    ensure_ifname_free, ipam_rollback_on_error, open_netns, random_veth_name, requested_mac,
+    check_iface_state, configure_iface, delete_container_link, ensure_ifname_free,
+    find_container_link, ipam_if_configured, ipam_rollback_on_error, open_netns, random_veth_name,
+    requested_mac,
 };
 use crate::cni::delegate;
 use crate::cni::{CniResult, Code, Command, Error, Interface, Plugin, Request};
@@ -191,9 +192,7 @@ impl Plugin for Bridge {
         let Some(prev) = req.conf.prev_result.clone() else {
             return Err(Error::invalid_config("CHECK needs prevResult"));
         };
-        if req.conf.ipam_type.is_some() {
-            delegate::ipam(req, Command::Check)?;
-        }
+        ipam_if_configured(req, Command::Check)?;
         let mut host = Netlink::open()?;
         let bridge = host.link_by_name(&conf.bridge)?.ok_or_else(|| {
             Error::new(
@@ -203,25 +202,8 @@ impl Plugin for Bridge {
         })?;
         expect_kind(&bridge, "bridge")?;
 
-        let pos = container_iface_pos(&prev, req.ifname(), req.netns()).ok_or_else(|| {
-            Error::invalid_config(format!(
-                "CHECK: prevResult has no interface {} in {}",
-                req.ifname(),
-                req.netns()
-            ))
-        })?;
-        let ns = open_netns(req.netns())?;
-        let mut cont = Netlink::open_in(&ns)?;
-        let link = cont.link_by_name(req.ifname())?.ok_or_else(|| {
-            Error::new(
-                Code::Kernel,
-                format!(
-                    "CHECK: interface {} is missing in {}",
-                    req.ifname(),
-                    req.netns()
-                ),
-            )
-        })?;
+        let found = find_container_link(req, &prev)?;
+        let (pos, mut cont, link) = (found.pos, found.nl, found.link);
         expect_kind(&link, "veth")?;
         expect_mac(&link, &prev.interfaces[pos].mac)?;
         check_peer_on_bridge(&mut host, &link, &bridge)?;
@@ -232,9 +214,7 @@ impl Plugin for Bridge {
     fn del(&self, req: &Request) -> Result<(), Error> {
         // Parse to reject garbage, but never fail DEL on kernel state that is gone.
         let conf = Conf::load(req)?;
-        if req.conf.ipam_type.is_some() {
-            delegate::ipam(req, Command::Del)?;
-        }
+        ipam_if_configured(req, Command::Del)?;
         firewall::del(req, &conf)?;
         delete_container_link(req.netns(), req.ifname())
     }
@@ -242,20 +222,14 @@ impl Plugin for Bridge {
     // ---------------------------------------------------------------- STATUS
     fn status(&self, req: &Request) -> Result<(), Error> {
         Conf::load(req)?;
-        if req.conf.ipam_type.is_some() {
-            delegate::ipam(req, Command::Status)?;
-        }
-        Ok(())
+        ipam_if_configured(req, Command::Status)
     }
 
     // ---------------------------------------------------------------- GC
     fn gc(&self, req: &Request) -> Result<(), Error> {
         Conf::load(req)?;
         // The spec: continue past individual errors, report them.
-        let ipam = match req.conf.ipam_type {
-            Some(_) => delegate::ipam(req, Command::Gc).map(|_| ()),
-            None => Ok(()),
-        };
+        let ipam = ipam_if_configured(req, Command::Gc);
         let rules = firewall::gc(req);
         ipam.and(rules)
     }
