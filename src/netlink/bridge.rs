@@ -69,16 +69,24 @@ impl Netlink {
                 ),
             ));
         }
+        let mut changed = false;
         if spec.vlan_filtering && !self.bridge_vlan_filtering(link.index)? {
             // A bridge made by an earlier non-VLAN config: port VLANs would be
             // ignored and VLANs not isolated without filtering.
             self.enable_vlan_filtering(link.index, &spec.name)?;
+            changed = true;
         }
         if spec.promisc && !link.promisc {
             self.set_promisc(link.index, true)?;
+            changed = true;
         }
         if !link.up {
             self.set_up(link.index)?;
+            changed = true;
+        }
+        // The common case (an existing, ready bridge) costs one read, not two.
+        if !changed {
+            return Ok(link);
         }
         self.link_by_index(link.index)?.ok_or_else(gone)
     }

@@ -206,7 +206,6 @@ impl Netlink {
     /// in the same request, places it in `spec.netns`. Returns the link as seen
     /// from its final netns.
     pub fn create_macvlan(&mut self, spec: MacvlanSpec) -> Result<Link> {
-        let what = self.child_what("macvlan", &spec.name, spec.master_index, spec.netns);
         let mut attrs = child_attrs(&spec.name, spec.master_index, spec.mtu, spec.netns);
         if let Some(mac) = &spec.mac {
             attrs.push(LinkAttribute::Address(parse_mac(mac)?));
@@ -219,14 +218,15 @@ impl Netlink {
             LinkInfo::Kind(InfoKind::MacVlan),
             LinkInfo::Data(InfoData::MacVlan(data)),
         ]));
-        self.new_link(link_message(0, attrs))
-            .map_err(|f| create_error(f, "macvlan", &what))?;
-        self.read_created(&spec.name, spec.netns, &what)
+        self.new_link(link_message(0, attrs)).map_err(|f| {
+            let what = self.child_what("macvlan", &spec.name, spec.master_index, spec.netns);
+            create_error(f, "macvlan", &what)
+        })?;
+        self.read_created(&spec.name, spec.netns, "macvlan")
     }
 
     /// Like `create_macvlan`, for ipvlan (no MAC: ipvlan slaves share the master's).
     pub fn create_ipvlan(&mut self, spec: IpvlanSpec) -> Result<Link> {
-        let what = self.child_what("ipvlan", &spec.name, spec.master_index, spec.netns);
         let mut attrs = child_attrs(&spec.name, spec.master_index, spec.mtu, spec.netns);
         attrs.push(LinkAttribute::LinkInfo(vec![
             LinkInfo::Kind(InfoKind::IpVlan),
@@ -234,9 +234,11 @@ impl Netlink {
                 spec.mode.to_kernel(),
             )])),
         ]));
-        self.new_link(link_message(0, attrs))
-            .map_err(|f| create_error(f, "ipvlan", &what))?;
-        self.read_created(&spec.name, spec.netns, &what)
+        self.new_link(link_message(0, attrs)).map_err(|f| {
+            let what = self.child_what("ipvlan", &spec.name, spec.master_index, spec.netns);
+            create_error(f, "ipvlan", &what)
+        })?;
+        self.read_created(&spec.name, spec.netns, "ipvlan")
     }
 
     fn child_what(&mut self, kind: &str, name: &str, master: u32, ns: Option<&NetNs>) -> String {
@@ -251,7 +253,7 @@ impl Netlink {
     }
 
     /// A link created into another netns is only visible through a socket there.
-    fn read_created(&mut self, name: &str, ns: Option<&NetNs>, what: &str) -> Result<Link> {
+    fn read_created(&mut self, name: &str, ns: Option<&NetNs>, kind: &str) -> Result<Link> {
         let link = match ns {
             Some(ns) => Netlink::open_in(ns)?.link_by_name(name)?,
             None => self.link_by_name(name)?,
@@ -259,7 +261,7 @@ impl Netlink {
         link.ok_or_else(|| {
             Error::new(
                 ErrorKind::NotFound,
-                format!("{what}: created but {name} vanished"),
+                format!("create {kind} {name}: created but it vanished"),
             )
         })
     }
@@ -280,9 +282,14 @@ impl Netlink {
 
     /// Enslaves the link to `master_index` (a bridge).
     pub fn set_master(&mut self, index: u32, master_index: u32) -> Result<()> {
-        let attrs = vec![LinkAttribute::Controller(master_index)];
-        let master = self.describe(master_index);
-        self.set_link(index, attrs, &format!("master {master}"))
+        let msg = link_message(index, vec![LinkAttribute::Controller(master_index)]);
+        // Names are looked up only for the error message: no extra round trip per ADD.
+        self.request(RouteNetlinkMessage::SetLink(msg), 0)
+            .map(drop)
+            .map_err(|f| {
+                let (link, master) = (self.describe(index), self.describe(master_index));
+                f.context(&format!("set link {link} master {master}"))
+            })
     }
 
     /// Deletes the link (for a veth, both ends). ENODEV is `ErrorKind::NotFound`.
@@ -302,10 +309,6 @@ impl Netlink {
             msg.header.flags = flag;
         }
         self.send_setlink(index, msg, word)
-    }
-
-    fn set_link(&mut self, index: u32, attrs: Vec<LinkAttribute>, word: &str) -> Result<()> {
-        self.send_setlink(index, link_message(index, attrs), word)
     }
 
     /// RTM_SETLINK; the error names the link: "set link eth0 (index 5) up: ...".

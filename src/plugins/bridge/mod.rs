@@ -174,7 +174,7 @@ impl Plugin for Bridge {
             })
             .and_then(|mut r| {
                 ipam_rollback_on_error(req, || {
-                    r.interfaces = interfaces(&mut host, &mut cont, &conf, req, pair)?;
+                    r.interfaces = interfaces(&mut host, &mut cont, &bridge, req, pair)?;
                     Ok(r)
                 })
             })
@@ -315,12 +315,13 @@ fn attach_port(
 fn interfaces(
     host: &mut Netlink,
     cont: &mut Netlink,
-    conf: &Conf,
+    bridge: &Link,
     req: &Request,
     pair: crate::netlink::VethPair,
 ) -> Result<Vec<Interface>, Error> {
     let mac_of = |l: Option<Link>| l.and_then(|l| l.mac).unwrap_or_default();
-    let bridge_mac = mac_of(host.link_by_name(&conf.bridge)?);
+    // cnikit pins a bridge's MAC at creation, so the one read at ensure time holds.
+    let bridge_mac = bridge.mac.clone().unwrap_or_default();
     let host_link = host.link_by_index(pair.host_index)?;
     let host_name = host_link
         .as_ref()
@@ -328,7 +329,7 @@ fn interfaces(
         .unwrap_or_default();
     Ok(vec![
         Interface {
-            name: conf.bridge.clone(),
+            name: bridge.name.clone(),
             mac: bridge_mac,
             ..Default::default()
         },
