@@ -240,7 +240,7 @@ pub fn open_netns(path: &str) -> Result<NetNs, Error> {
 
 /// The master link for macvlan/ipvlan: the configured name, or the link of
 /// the default route. With `linkInContainer` the lookup happens in the netns.
-pub fn resolve_master(nl: &mut Netlink, master: Option<&str>, where_: &str) -> Result<Link, Error> {
+fn resolve_master(nl: &mut Netlink, master: Option<&str>, where_: &str) -> Result<Link, Error> {
     let link = match master {
         Some(name) => nl.link_by_name(name)?.ok_or_else(|| {
             Error::invalid_config(format!(
@@ -256,8 +256,34 @@ pub fn resolve_master(nl: &mut Netlink, master: Option<&str>, where_: &str) -> R
     Ok(link)
 }
 
+/// Create a macvlan/ipvlan child for the container and return its index in
+/// the container's netns. The master lives on the host (the child is moved
+/// into the pod by the create request itself), or, with `linkInContainer`,
+/// inside the pod already.
+pub fn create_child(
+    req: &Request,
+    ns: &NetNs,
+    cont: &mut Netlink,
+    link_in_container: bool,
+    (master, mtu): (Option<&str>, Option<u32>),
+    create: impl FnOnce(&mut Netlink, &Link, Option<&NetNs>) -> crate::netlink::Result<Link>,
+) -> Result<u32, Error> {
+    let mut host = if link_in_container {
+        None
+    } else {
+        Some(Netlink::open()?)
+    };
+    let (nl, where_, target) = match host.as_mut() {
+        Some(h) => (h, "the host".to_string(), Some(ns)),
+        None => (cont, format!("netns {}", req.netns()), None),
+    };
+    let master = resolve_master(nl, master, &where_)?;
+    check_mtu_against_master(mtu, &master)?;
+    Ok(create(nl, &master, target)?.index)
+}
+
 /// MTU may not exceed the master's (the kernel's error would be EINVAL).
-pub fn check_mtu_against_master(mtu: Option<u32>, master: &Link) -> Result<(), Error> {
+fn check_mtu_against_master(mtu: Option<u32>, master: &Link) -> Result<(), Error> {
     match mtu {
         Some(m) if m > master.mtu => Err(Error::invalid_config(format!(
             "mtu {m} is larger than the master {}'s mtu {}",

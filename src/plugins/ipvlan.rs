@@ -2,8 +2,8 @@
 //! addresses, from IPAM or, when chained, from prevResult.
 
 use super::common::{
-    address_single_iface, check_mtu_against_master, check_single_iface, del_single_iface,
-    ensure_ifname_free, ipam_if_configured, ipam_rollback_on_error, open_netns, resolve_master,
+    address_single_iface, check_single_iface, create_child, del_single_iface, ensure_ifname_free,
+    ipam_if_configured, ipam_rollback_on_error, open_netns,
 };
 use crate::cni::delegate;
 use crate::cni::{CniResult, Code, Command, Error, Plugin, Request};
@@ -75,30 +75,22 @@ impl Plugin for Ipvlan {
         let mut cont = Netlink::open_in(&ns)?;
         ensure_ifname_free(&mut cont, req.ifname(), req.netns())?;
 
-        let mut host = if conf.link_in_container {
-            None
-        } else {
-            Some(Netlink::open()?)
-        };
-        let (master_nl, where_) = match host.as_mut() {
-            Some(h) => (h, "the host".to_string()),
-            None => (&mut cont, format!("netns {}", req.netns())),
-        };
-        let master = resolve_master(master_nl, master_name.as_deref(), &where_)?;
-        check_mtu_against_master(conf.mtu, &master)?;
-        let index = master_nl
-            .create_ipvlan(IpvlanSpec {
-                name: req.ifname().to_string(),
-                master_index: master.index,
-                mode,
-                mtu: conf.mtu,
-                netns: if conf.link_in_container {
-                    None
-                } else {
-                    Some(&ns)
-                },
-            })?
-            .index;
+        let index = create_child(
+            req,
+            &ns,
+            &mut cont,
+            conf.link_in_container,
+            (master_name.as_deref(), conf.mtu),
+            |nl, master, netns| {
+                nl.create_ipvlan(IpvlanSpec {
+                    name: req.ifname().to_string(),
+                    master_index: master.index,
+                    mode,
+                    mtu: conf.mtu,
+                    netns,
+                })
+            },
+        )?;
 
         address(req, &ns, &mut cont, index).inspect_err(|_| {
             if let Err(e) = cont.delete_link(index) {

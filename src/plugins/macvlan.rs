@@ -2,9 +2,8 @@
 //! the container. IPAM is optional: without it the link is L2 only.
 
 use super::common::{
-    address_single_iface, check_mtu_against_master, check_single_iface, del_single_iface,
-    ensure_ifname_free, ipam_if_configured, ipam_rollback_on_error, open_netns, requested_mac,
-    resolve_master,
+    address_single_iface, check_single_iface, create_child, del_single_iface, ensure_ifname_free,
+    ipam_if_configured, ipam_rollback_on_error, open_netns, requested_mac,
 };
 use crate::cni::delegate;
 use crate::cni::{CniResult, Code, Command, Error, Interface, Plugin, Request};
@@ -66,33 +65,24 @@ impl Plugin for Macvlan {
         let mut cont = Netlink::open_in(&ns)?;
         ensure_ifname_free(&mut cont, req.ifname(), req.netns())?;
 
-        // The master lives on the host, or in the container with linkInContainer.
-        let mut host = if conf.link_in_container {
-            None
-        } else {
-            Some(Netlink::open()?)
-        };
-        let (master_nl, where_) = match host.as_mut() {
-            Some(h) => (h, "the host".to_string()),
-            None => (&mut cont, format!("netns {}", req.netns())),
-        };
-        let master = resolve_master(master_nl, conf.master.as_deref(), &where_)?;
-        check_mtu_against_master(conf.mtu, &master)?;
-        let index = master_nl
-            .create_macvlan(MacvlanSpec {
-                name: req.ifname().to_string(),
-                master_index: master.index,
-                mode,
-                mtu: conf.mtu,
-                mac,
-                bc_queue_len: conf.bcqueuelen,
-                netns: if conf.link_in_container {
-                    None
-                } else {
-                    Some(&ns)
-                },
-            })?
-            .index;
+        let index = create_child(
+            req,
+            &ns,
+            &mut cont,
+            conf.link_in_container,
+            (conf.master.as_deref(), conf.mtu),
+            |nl, master, netns| {
+                nl.create_macvlan(MacvlanSpec {
+                    name: req.ifname().to_string(),
+                    master_index: master.index,
+                    mode,
+                    mtu: conf.mtu,
+                    mac,
+                    bc_queue_len: conf.bcqueuelen,
+                    netns,
+                })
+            },
+        )?;
 
         let outcome = address_or_l2(req, &ns, &mut cont, index);
         outcome.inspect_err(|_| {
