@@ -1282,6 +1282,34 @@ fn reboot_reclaim() {
     assert_eq!(leases[0].cid, "new-0");
 }
 
+/// Proves: with no daemon, a full pool whose leases were made under another
+/// boot makes room by freeing those (their netns died with that boot), so
+/// host-local's "no IP addresses available" after a reboot cannot happen.
+#[test]
+fn in_process_full_pool_reclaims_previous_boot() {
+    let mut fix = Fix::new("reboot_inproc", Mode::InProcess);
+    let nets = fix.env.subnets();
+    let subnet = slash29(&nets.v4);
+    let conf = fix.conf_v4(&subnet);
+    // Fill the pool "in the previous boot": a daemon with a fake boot ID that
+    // does not reclaim.
+    let boot = fix.env.dir("boot").join("boot_id");
+    std::fs::write(&boot, "11111111-2222-3333-4444-555555555555\n").expect("write boot id");
+    fix.start_daemon(
+        &["--reclaim-previous-boot=false"],
+        &[(BOOT_ID_FILE_ENV, &boot)],
+    );
+    for i in 0..5 {
+        fix.add(&format!("old-{i}"), &conf).result();
+    }
+    fix.stop_daemon();
+    // This boot, no daemon: the ADD succeeds by reclaiming.
+    fix.add("new-0", &conf).result();
+    let leases = fix.leases();
+    assert_eq!(leases.len(), 1, "{leases:?}");
+    assert_eq!(leases[0].cid, "new-0");
+}
+
 /// Proves: a daemon that accepts the connection and dies before answering
 /// does not hang the plugin or half-make the lease: the plugin redoes the
 /// operation in-process and the lease is in the files.

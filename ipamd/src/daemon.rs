@@ -229,6 +229,10 @@ fn prepare(opts: DaemonOptions, store_opts: StoreOptions) -> Result<Prepared, Er
         }
     }
 
+    let store_opts = StoreOptions {
+        reclaim_when_full: opts.reclaim_previous_boot,
+        ..store_opts
+    };
     let registry = Arc::new(Registry::new(
         opts.data_dir.clone(),
         store_opts,

@@ -40,6 +40,13 @@ pub(crate) struct StoreOptions {
     pub compact_threshold: u64,
     /// Give up waiting for another process's lock after this long.
     pub lock_timeout: Duration,
+    /// When a range set is full and some of its leases were made under another
+    /// boot, free those and retry instead of failing. Their network namespaces
+    /// died with that boot, so nothing uses them; this is what keeps a machine
+    /// with no daemon (nobody reclaims at start) from host-local's "no IP
+    /// addresses available" after reboots. A daemon told not to reclaim
+    /// (`--reclaim-previous-boot=false`) turns this off too.
+    pub reclaim_when_full: bool,
 }
 
 impl Default for StoreOptions {
@@ -48,6 +55,7 @@ impl Default for StoreOptions {
             boot_id: current_boot_id(),
             compact_threshold: 64 << 10,
             lock_timeout: Duration::from_secs(10),
+            reclaim_when_full: true,
         }
     }
 }

@@ -117,9 +117,15 @@ impl Store {
     /// Must hold the lock. Returns the answer and whether it must be made durable first.
     fn apply_op(&mut self, op: &Op) -> Result<(Reply, bool), Error> {
         match op {
-            Op::Allocate(req) => self
-                .allocate_locked(req)
-                .map(|a| (Reply::Allocations(a), true)),
+            Op::Allocate(req) => match self.allocate_locked(req) {
+                Err(e) if e.kind() == ErrorKind::Exhausted && self.may_reclaim() => {
+                    let boot = self.opts.boot_id.clone();
+                    self.release_where(|_, h| h.boot != boot)?;
+                    self.allocate_locked(req)
+                }
+                other => other,
+            }
+            .map(|a| (Reply::Allocations(a), true)),
             Op::Release { cid, ifname } => {
                 let key: Key = (cid.clone(), ifname.clone());
                 if self.state.holders.contains_key(&key) {
@@ -199,6 +205,14 @@ impl Store {
         let allocations = holder.leases.iter().map(to_allocation).collect();
         self.append(Record::Alloc(holder))?;
         Ok(allocations)
+    }
+
+    /// Reclaiming on a full pool is allowed and would free something.
+    fn may_reclaim(&self) -> bool {
+        let boot = &self.opts.boot_id;
+        self.opts.reclaim_when_full
+            && !boot.is_empty()
+            && self.state.holders.values().any(|h| &h.boot != boot)
     }
 
     fn release_where(
@@ -436,7 +450,7 @@ fn exhausted(state: &State, boot: &str, set: &RangeSet, pool: &Pool<'_>, used: u
         .count();
     if stale > 0 {
         msg.push_str(&format!(
-            "; {stale} of them were leased before the last reboot: start the ipamd daemon (it reclaims them) or let the runtime run CNI GC"
+            "; {stale} of them were leased before the last reboot and are kept because reclaiming is off (ipamd daemon --reclaim-previous-boot=false): let the runtime run CNI GC, or restart the daemon without that flag"
         ));
     }
     Error::new(ErrorKind::Exhausted, msg)

@@ -14,6 +14,7 @@ fn opts(boot: &str) -> StoreOptions {
         boot_id: boot.into(),
         compact_threshold: 1 << 20,
         lock_timeout: Duration::from_secs(10),
+        reclaim_when_full: false,
     }
 }
 
@@ -421,4 +422,34 @@ fn bad_journal_header_is_refused_not_guessed() {
     std::fs::write(d.path().join("net1/journal"), b"garbage-garbage-garbage").unwrap();
     let e = open(d.path()).leases().unwrap_err();
     assert_eq!(e.kind(), ErrorKind::Internal);
+}
+
+#[test]
+fn full_pool_reclaims_previous_boot_leases_when_allowed() {
+    let d = TempDir::new("boot-full");
+    let rs = sets("10.22.0.0/29");
+    let mut old = Store::open(d.path(), "net1", opts("boot-a")).unwrap();
+    for i in 0..5 {
+        alloc(&mut old, &format!("c{i}"), &rs).unwrap();
+    }
+    let reclaiming = StoreOptions {
+        reclaim_when_full: true,
+        ..opts("boot-b")
+    };
+    let mut new = Store::open(d.path(), "net1", reclaiming).unwrap();
+    // A lease of this boot survives the reclaim; the full pool makes room.
+    let a = alloc(&mut new, "fresh", &rs).unwrap();
+    assert_eq!(
+        new.leases().unwrap().len(),
+        1,
+        "only this boot's lease is left"
+    );
+    assert_eq!(new.check("fresh", "eth0").unwrap(), a);
+    // Full again with this boot's leases only: a plain exhaustion error.
+    for i in 0..4 {
+        alloc(&mut new, &format!("n{i}"), &rs).unwrap();
+    }
+    let e = alloc(&mut new, "more", &rs).unwrap_err();
+    assert!(e.to_string().contains("no free address"), "{e}");
+    assert!(!e.to_string().contains("reboot"), "{e}");
 }
