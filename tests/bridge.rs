@@ -1185,3 +1185,29 @@ fn disable_container_interface_with_ipam_is_invalid() {
     assert_eq!(link_names(Some(&ns.name)), ["lo".to_string()].into());
     assert_eq!(env.lease_count(&ipam, NET), 0);
 }
+
+/// Proves: a DEL whose IPAM step fails still removes the container's veth
+/// (every DEL step runs; the first error is reported).
+#[test]
+fn del_removes_the_veth_even_when_ipam_fails() {
+    let env = TestEnv::new("del_removes_the_veth_even_when_ipam_fails");
+    let br = env.link_name("cbr");
+    let (c, _ipam, ns, id, _r) = add_one(&env, Ipam::Ipamd, &br);
+    let mut broken = c.clone();
+    broken["ipam"]["type"] = json!("no-such-ipam");
+    env.plugin("bridge")
+        .attach("DEL", &id, &ns, "eth0")
+        .conf(&broken)
+        .run()
+        .expect_err(104, &["no-such-ipam"]);
+    assert!(
+        link(Some(&ns.name), "eth0").is_none(),
+        "the veth must be gone"
+    );
+    assert!(bridge_ports(&br).is_empty(), "no port left on the bridge");
+    env.plugin("bridge")
+        .attach("DEL", &id, &ns, "eth0")
+        .conf(&c)
+        .run()
+        .ok_silent();
+}

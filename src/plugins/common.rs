@@ -392,6 +392,8 @@ pub fn valid_attachments(req: &Request) -> Result<Option<Vec<Attachment>>, Error
 /// DEL for macvlan/ipvlan: IPAM first (so the lease goes even if the netns is
 /// gone), then the link; the master is never needed (plugins#953).
 pub fn del_single_iface(req: &Request) -> Result<(), Error> {
-    ipam_if_configured(req, Command::Del)?;
-    delete_container_link(req.netns(), req.ifname())
+    // Both steps run even if the first fails: a broken IPAM must not keep the link.
+    let ipam = ipam_if_configured(req, Command::Del);
+    let link = delete_container_link(req.netns(), req.ifname());
+    ipam.and(link)
 }

@@ -214,9 +214,12 @@ impl Plugin for Bridge {
     fn del(&self, req: &Request) -> Result<(), Error> {
         // Parse to reject garbage, but never fail DEL on kernel state that is gone.
         let conf = Conf::load(req)?;
-        ipam_if_configured(req, Command::Del)?;
-        firewall::del(req, &conf)?;
-        delete_container_link(req.netns(), req.ifname())
+        // Every step runs even if an earlier one failed, so one broken piece
+        // (say, an unusable IPAM store) does not strand the others' state.
+        let ipam = ipam_if_configured(req, Command::Del);
+        let rules = firewall::del(req, &conf);
+        let link = delete_container_link(req.netns(), req.ifname());
+        ipam.and(rules).and(link)
     }
 
     // ---------------------------------------------------------------- STATUS
