@@ -36,6 +36,18 @@ impl CniArgs {
         Ok(args)
     }
 
+    /// The well-formed `K=V` pairs, unknown keys allowed: for DEL, which must
+    /// not fail on arguments it does not need.
+    pub fn parse_lenient(raw: &str) -> CniArgs {
+        let pairs = raw
+            .split(';')
+            .filter_map(|item| item.split_once('='))
+            .filter(|(k, _)| !k.is_empty())
+            .map(|(k, v)| (k.to_string(), v.to_string()))
+            .collect();
+        CniArgs { pairs }
+    }
+
     pub fn get(&self, key: &str) -> Option<&str> {
         self.pairs
             .iter()

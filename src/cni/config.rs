@@ -35,12 +35,25 @@ impl NetConf {
     /// Decode stdin. Syntax errors are code 6; a bad `cniVersion` is code 1;
     /// bad values of known keys are code 7.
     pub fn parse(bytes: Vec<u8>) -> Result<NetConf, Error> {
-        let value: Value = serde_json::from_slice(&bytes).map_err(|e| {
+        Self::parse_as(bytes, false)
+    }
+
+    /// Decode stdin for DEL. A DEL must not be blocked by input it cannot
+    /// parse (runtimes stop at the first failing DEL and then cannot remove
+    /// the pod), so an undecodable `prevResult` or `ipam` section is reported
+    /// on stderr and left out; what identifies the attachment stays strict.
+    pub fn parse_for_del(bytes: Vec<u8>) -> Result<NetConf, Error> {
+        Self::parse_as(bytes, true)
+    }
+
+    fn parse_as(bytes: Vec<u8>, lenient: bool) -> Result<NetConf, Error> {
+        let mut value: Value = serde_json::from_slice(&bytes).map_err(|e| {
             Error::new(
                 Code::Decode,
                 format!("network configuration on stdin is not valid JSON: {e}"),
             )
         })?;
+        super::gojson::canonicalize(&mut value);
         let Value::Object(raw) = value else {
             return Err(Error::new(
                 Code::Decode,
@@ -54,26 +67,16 @@ impl NetConf {
                 .map_err(|why| Error::invalid_config(format!("network name {name:?} {why}")))?;
         }
         optional_string(&raw, "type")?;
-        let ipam_type = match raw.get("ipam") {
-            None | Some(Value::Null) => None,
-            Some(Value::Object(ipam)) => match ipam.get("type") {
-                Some(Value::String(t)) if !t.is_empty() => Some(t.clone()),
-                other => {
-                    return Err(Error::invalid_config(format!(
-                        "ipam.type must be a non-empty string, got {}",
-                        other.map_or("nothing".to_string(), Value::to_string)
-                    )))
-                }
-            },
-            Some(other) => {
-                return Err(Error::invalid_config(format!(
-                    "ipam must be an object, got {other}"
-                )))
-            }
-        };
+        let ipam_type = tolerate(lenient, "ipam", ipam_type(&raw))?;
         let prev_result = match raw.get("prevResult") {
             None | Some(Value::Null) => None,
-            Some(v) => Some(CniResult::from_value(v).map_err(|e| e.context("prevResult"))?),
+            Some(v) => tolerate(
+                lenient,
+                "prevResult",
+                CniResult::from_value(v)
+                    .map(Some)
+                    .map_err(|e| e.context("prevResult")),
+            )?,
         };
         Ok(NetConf {
             bytes,
@@ -127,6 +130,35 @@ impl NetConf {
                 .map(Some)
                 .map_err(|e| Error::invalid_config(format!("cni.dev/valid-attachments: {e}"))),
         }
+    }
+}
+
+/// `ipam.type`, when an `ipam` object is present.
+fn ipam_type(raw: &Map<String, Value>) -> Result<Option<String>, Error> {
+    match raw.get("ipam") {
+        None | Some(Value::Null) => Ok(None),
+        Some(Value::Object(ipam)) => match ipam.get("type") {
+            Some(Value::String(t)) if !t.is_empty() => Ok(Some(t.clone())),
+            other => Err(Error::invalid_config(format!(
+                "ipam.type must be a non-empty string, got {}",
+                other.map_or("nothing".to_string(), Value::to_string)
+            ))),
+        },
+        Some(other) => Err(Error::invalid_config(format!(
+            "ipam must be an object, got {other}"
+        ))),
+    }
+}
+
+/// On DEL, a part of the input that cannot be decoded is reported and treated
+/// as absent; otherwise it is the error it is.
+fn tolerate<T: Default>(lenient: bool, what: &str, parsed: Result<T, Error>) -> Result<T, Error> {
+    match parsed {
+        Err(e) if lenient => {
+            eprintln!("DEL: ignoring {what} that cannot be decoded: {}", e.msg);
+            Ok(T::default())
+        }
+        other => other,
     }
 }
 

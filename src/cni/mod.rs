@@ -7,6 +7,7 @@ pub mod config;
 pub mod delegate;
 pub mod env;
 pub mod error;
+pub mod gojson;
 pub mod result;
 pub mod runner;
 pub mod version;

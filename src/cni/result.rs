@@ -118,6 +118,8 @@ struct LegacyRoute {
 impl CniResult {
     /// Parse a result (a delegate's output or a `prevResult`) in any layout.
     pub fn from_value(v: &Value) -> Result<CniResult, Error> {
+        let mut v = v.clone();
+        super::gojson::canonicalize(&mut v);
         let decode = |e: serde_json::Error| {
             Error::new(Code::Decode, format!("cannot decode CNI result: {e}"))
         };
@@ -128,7 +130,7 @@ impl CniResult {
             return Self::from_legacy(obj).map_err(decode);
         }
         // 0.3.x/0.4.0 carry ips[].version; serde ignores it.
-        serde_json::from_value(v.clone()).map_err(decode)
+        serde_json::from_value(v).map_err(decode)
     }
 
     fn from_legacy(obj: &Map<String, Value>) -> serde_json::Result<CniResult> {
@@ -437,5 +439,33 @@ mod tests {
             CniResult::default().to_value(Version::V100),
             json!({"cniVersion": "1.0.0", "dns": {}})
         );
+    }
+
+    #[test]
+    fn result_fields_are_known_to_go_matching() {
+        use crate::cni::gojson::{assert_known, struct_fields};
+        assert_known(&[
+            struct_fields::<CniResult>(),
+            struct_fields::<Interface>(),
+            struct_fields::<IpConfig>(),
+            struct_fields::<Route>(),
+            struct_fields::<Dns>(),
+            struct_fields::<LegacyIp>(),
+            struct_fields::<LegacyRoute>(),
+        ]);
+    }
+
+    #[test]
+    fn go_cased_prev_result_decodes() {
+        let r = CniResult::from_value(&json!({
+            "CNIVersion": "1.0.0",
+            "Interfaces": [{"Name": "eth0", "Mac": "0a:58:00:00:00:01", "Sandbox": "/n"}],
+            "IPs": [{"Address": "10.1.0.5/24", "Gateway": "10.1.0.1", "Interface": 0}],
+            "Routes": [{"Dst": "0.0.0.0/0"}],
+        }))
+        .unwrap();
+        assert_eq!(r.interfaces[0].sandbox, "/n");
+        assert_eq!(r.ips[0].interface, Some(0));
+        assert_eq!(r.routes.len(), 1);
     }
 }

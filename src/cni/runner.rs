@@ -27,6 +27,27 @@ impl Request {
     pub fn netns(&self) -> &str {
         &self.env.netns
     }
+    /// The plugin's configuration as `load` reads it; on DEL, a configuration
+    /// `load` refuses is reported on stderr and `fallback` used instead, so
+    /// that DEL still removes what the attachment may have (see
+    /// [`NetConf::parse_for_del`]).
+    pub fn conf_or_del_fallback<T>(
+        &self,
+        load: impl FnOnce(&Request) -> Result<T, Error>,
+        fallback: impl FnOnce(&Request) -> T,
+    ) -> Result<T, Error> {
+        match load(self) {
+            Err(e) if self.env.command == Command::Del => {
+                eprintln!(
+                    "DEL: ignoring a configuration that cannot be used ({}); removing whatever this attachment may have",
+                    e.msg
+                );
+                Ok(fallback(self))
+            }
+            other => other,
+        }
+    }
+
     /// The same request for another verb (delegation, cleanup after a failed ADD).
     pub fn with_command(&self, command: Command) -> Request {
         let mut r = self.clone();
@@ -77,7 +98,12 @@ fn run(plugin: &dyn Plugin) -> (Result<Option<String>, Error>, Version) {
         Ok(b) => b,
         Err(e) => return (Err(e), Version::LATEST),
     };
-    let conf = match NetConf::parse(bytes) {
+    let parsed = if command.as_deref() == Some("DEL") {
+        NetConf::parse_for_del(bytes)
+    } else {
+        NetConf::parse(bytes)
+    };
+    let conf = match parsed {
         Ok(c) => c,
         Err(e) => return (Err(e), Version::LATEST),
     };
@@ -88,7 +114,13 @@ fn run(plugin: &dyn Plugin) -> (Result<Option<String>, Error>, Version) {
 fn dispatch(plugin: &dyn Plugin, conf: NetConf) -> Result<Option<String>, Error> {
     let env = Env::from_process()?;
     require_version(env.command, conf.version)?;
-    let args = CniArgs::parse(&env.args)?;
+    let args = match CniArgs::parse(&env.args) {
+        Err(e) if env.command == Command::Del => {
+            eprintln!("DEL: {}; using the well-formed CNI_ARGS only", e.msg);
+            CniArgs::parse_lenient(&env.args)
+        }
+        other => other?,
+    };
     let version = conf.version;
     let req = Request { env, conf, args };
     match req.env.command {

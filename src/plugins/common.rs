@@ -389,6 +389,13 @@ pub fn valid_attachments(req: &Request) -> Result<Option<Vec<Attachment>>, Error
     }))
 }
 
+/// `daemonSocket` when it is a string, for a DEL whose configuration is
+/// otherwise unusable.
+pub fn daemon_socket_of(req: &Request) -> Option<std::path::PathBuf> {
+    let path = req.conf.raw.get("daemonSocket")?.as_str()?;
+    Some(path.into())
+}
+
 /// DEL for macvlan/ipvlan: IPAM first (so the lease goes even if the netns is
 /// gone), then the link; the master is never needed (plugins#953).
 pub fn del_single_iface(req: &Request) -> Result<(), Error> {

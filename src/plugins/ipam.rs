@@ -44,6 +44,31 @@ impl Call {
         })
     }
 
+    /// DEL with an `ipam` section `new` refuses: a release needs only where
+    /// the store is, and ranges are irrelevant to it.
+    fn del_fallback(req: &Request) -> Call {
+        let ipam = req.conf.raw.get("ipam");
+        let path = |key: &str, default: &str| -> std::path::PathBuf {
+            ipam.and_then(|i| i.get(key))
+                .and_then(serde_json::Value::as_str)
+                .unwrap_or(default)
+                .into()
+        };
+        let conf = IpamConfig {
+            range_sets: Vec::new(),
+            routes: Vec::new(),
+            data_dir: path("dataDir", ipamd::config::DEFAULT_DATA_DIR),
+            socket: path("socket", ipamd::config::DEFAULT_SOCKET),
+            resolv_conf: None,
+        };
+        let client = Client::new(&conf.socket, &conf.data_dir);
+        Call {
+            conf,
+            client,
+            network: req.conf.name.clone(),
+        }
+    }
+
     fn key(&self, req: &Request) -> LeaseKey {
         LeaseKey {
             network: self.network.clone(),
@@ -130,7 +155,11 @@ impl Plugin for Ipamd {
 
     // ---------------------------------------------------------------- DEL
     fn del(&self, req: &Request) -> Result<(), Error> {
-        let call = Call::new(req)?;
+        if req.conf.name.is_empty() {
+            // No ADD can have succeeded without a network name: nothing to release.
+            return Ok(());
+        }
+        let call = req.conf_or_del_fallback(Call::new, Call::del_fallback)?;
         call.client.release(&call.key(req))?;
         Ok(())
     }

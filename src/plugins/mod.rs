@@ -3,6 +3,7 @@
 pub mod bridge;
 pub mod ipam;
 pub mod ipvlan;
+pub mod loopback;
 pub mod macvlan;
 pub mod portmap;
 
@@ -11,7 +12,9 @@ mod common;
 use crate::cni::Plugin;
 
 /// Names a symlink (argv[0]) or `cnikit <name>` may use.
-pub const NAMES: [&str; 5] = ["bridge", "macvlan", "ipvlan", "portmap", "ipamd"];
+pub const NAMES: [&str; 6] = [
+    "bridge", "macvlan", "ipvlan", "portmap", "ipamd", "loopback",
+];
 
 pub fn by_name(name: &str) -> Option<&'static dyn Plugin> {
     Some(match name {
@@ -20,6 +23,7 @@ pub fn by_name(name: &str) -> Option<&'static dyn Plugin> {
         "ipvlan" => &ipvlan::Ipvlan,
         "portmap" => &portmap::Portmap,
         "ipamd" => &ipam::Ipamd,
+        "loopback" => &loopback::Loopback,
         _ => return None,
     })
 }

@@ -15,7 +15,7 @@ use std::net::IpAddr;
 
 pub struct Portmap;
 
-#[derive(Debug, Deserialize)]
+#[derive(Debug, Default, Deserialize)]
 #[serde(rename_all = "camelCase")]
 struct Conf {
     /// Masquerade hairpin and localhost connections (default true).
@@ -76,6 +76,16 @@ impl Conf {
         Ok(c)
     }
 
+    /// DEL with a configuration `load` refuses: DEL only needs the daemon.
+    fn del_fallback(req: &Request) -> Conf {
+        let c = Conf {
+            daemon_socket: super::common::daemon_socket_of(req),
+            ..Conf::default()
+        };
+        crate::firewall::remote::set_daemon_socket(c.daemon_socket.as_deref());
+        c
+    }
+
     fn masquerade(&self) -> Masquerade {
         Masquerade {
             snat: self.snat,
@@ -126,12 +136,20 @@ impl Plugin for Portmap {
     }
 
     // ---------------------------------------------------------------- DEL
-    /// By tag, so it works without netns or prevResult. A DEL without
-    /// mappings does no firewall work (plugins#510) unless this attachment's
-    /// ADD left a marker, i.e. the runtime forgot to pass its mappings again.
+    /// By tag, so it works without netns or prevResult, whatever the mappings
+    /// say. A DEL without mappings does no firewall work (plugins#510) unless
+    /// this attachment's ADD left a marker, i.e. the runtime forgot to pass
+    /// its mappings again. Mappings that cannot be parsed count as some.
     fn del(&self, req: &Request) -> Result<(), Error> {
-        Conf::load(req)?;
-        if mappings(req)?.is_empty() && !mapped_marker::is_set(req) {
+        req.conf_or_del_fallback(Conf::load, Conf::del_fallback)?;
+        let has_mappings = mappings(req).map_or_else(
+            |e| {
+                eprintln!("DEL: {}; removing this attachment's mappings anyway", e.msg);
+                true
+            },
+            |m| !m.is_empty(),
+        );
+        if !has_mappings && !mapped_marker::is_set(req) {
             return Ok(());
         }
         fw::del(&attachment(req))?;
@@ -331,6 +349,12 @@ fn flush_stale_udp(mappings: &[Mapping], container: &[IpNet]) {
 mod tests {
     use super::*;
     use serde_json::json;
+
+    #[test]
+    fn config_keys_get_go_matching() {
+        use crate::cni::gojson::{assert_known, struct_fields};
+        assert_known(&[struct_fields::<Conf>()]);
+    }
 
     #[test]
     fn mapping_defaults_and_errors() {

@@ -35,8 +35,10 @@ pub const ALL_VERSIONS: [&str; 7] = [
     "0.1.0", "0.2.0", "0.3.0", "0.3.1", "0.4.0", "1.0.0", "1.1.0",
 ];
 
-/// The five names `cnikit install` links.
-pub const PLUGINS: [&str; 5] = ["bridge", "macvlan", "ipvlan", "portmap", "ipamd"];
+/// The names `cnikit install` links.
+pub const PLUGINS: [&str; 6] = [
+    "bridge", "macvlan", "ipvlan", "portmap", "ipamd", "loopback",
+];
 
 /// How long one plugin call may take before the harness kills it.
 const CALL_TIMEOUT: Duration = Duration::from_secs(60);

@@ -17,7 +17,7 @@ mod gateway;
 
 pub struct Bridge;
 
-#[derive(Debug, Deserialize)]
+#[derive(Debug, Default, Deserialize)]
 #[serde(rename_all = "camelCase")]
 struct Conf {
     #[serde(default = "default_bridge")]
@@ -55,7 +55,7 @@ struct Conf {
     daemon_socket: Option<std::path::PathBuf>,
 }
 
-#[derive(Debug, Deserialize)]
+#[derive(Debug, Default, Deserialize)]
 #[serde(rename_all = "camelCase")]
 struct Trunk {
     #[serde(default)]
@@ -96,6 +96,19 @@ impl Conf {
             check_vid(v, "vlan")?;
         }
         Ok(c)
+    }
+
+    /// DEL with a configuration `load` refuses: remove every kind of firewall
+    /// entry the attachment may own (a removal of nothing is harmless).
+    fn del_fallback(req: &Request) -> Conf {
+        let c = Conf {
+            ip_masq: true,
+            macspoofchk: true,
+            daemon_socket: super::common::daemon_socket_of(req),
+            ..Conf::default()
+        };
+        crate::firewall::remote::set_daemon_socket(c.daemon_socket.as_deref());
+        c
     }
 
     /// VLAN ids the container port carries: `vlan` untagged PVID, trunk tagged.
@@ -212,8 +225,8 @@ impl Plugin for Bridge {
 
     // ---------------------------------------------------------------- DEL
     fn del(&self, req: &Request) -> Result<(), Error> {
-        // Parse to reject garbage, but never fail DEL on kernel state that is gone.
-        let conf = Conf::load(req)?;
+        // Never fail DEL on kernel state that is gone, nor on a config it cannot use.
+        let conf = req.conf_or_del_fallback(Conf::load, Conf::del_fallback)?;
         // Every step runs even if an earlier one failed, so one broken piece
         // (say, an unusable IPAM store) does not strand the others' state.
         let ipam = ipam_if_configured(req, Command::Del);
@@ -397,5 +410,16 @@ fn check_peer_on_bridge(host: &mut Netlink, cont_link: &Link, bridge: &Link) -> 
             Code::Kernel,
             format!("CHECK: the host end of {} is missing", cont_link.name),
         )),
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::cni::gojson::{assert_known, struct_fields};
+
+    #[test]
+    fn config_keys_get_go_matching() {
+        assert_known(&[struct_fields::<Conf>(), struct_fields::<Trunk>()]);
     }
 }

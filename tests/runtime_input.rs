@@ -1,0 +1,194 @@
+//! Input as real runtimes send it. containerd's go-cni has no JSON tags on its
+//! capability structs, so keys arrive with Go field names (`HostPort`), and
+//! Go's decoder matches keys case-insensitively; runtimes call DEL more than
+//! once and stop at the first failing plugin, so a DEL that fails on input it
+//! cannot parse makes a pod impossible to remove.
+
+mod common;
+mod fwnet;
+
+use common::*;
+use fwnet::*;
+use serde_json::{json, Value};
+
+const CTR_TCP: u16 = 8080;
+const CTR_UDP: u16 = 5353;
+
+struct Net {
+    name: String,
+    bridge: Value,
+    ipam: Value,
+}
+
+fn network(env: &TestEnv) -> Net {
+    let name = format!("ri-{}", short_hash());
+    let ipam = env.ipam(Ipam::Ipamd, env.subnets().dual_ranges());
+    let bridge = json!({
+        "cniVersion": "1.0.0", "name": name, "type": "bridge",
+        "bridge": env.link_name("ribr"), "isGateway": true, "ipam": ipam,
+    });
+    Net { name, bridge, ipam }
+}
+
+/// What containerd 1.6 sends portmap: go-cni's field names.
+fn go_cni_portmap(net: &str, tcp: u16, udp: u16, prev: Option<&Value>) -> Value {
+    let mut c = json!({
+        "cniVersion": "1.0.0", "name": net, "type": "portmap",
+        "capabilities": {"portMappings": true},
+        "runtimeConfig": {"portMappings": [
+            {"HostPort": tcp, "ContainerPort": CTR_TCP, "Protocol": "tcp", "HostIP": ""},
+            {"HostPort": udp, "ContainerPort": CTR_UDP, "Protocol": "udp", "HostIP": ""},
+        ]},
+    });
+    if let Some(p) = prev {
+        c["prevResult"] = p.clone();
+    }
+    c
+}
+
+fn add(env: &TestEnv, plugin: &str, id: &str, ns: &Netns, conf: &Value) -> Value {
+    env.plugin(plugin)
+        .attach("ADD", id, ns, "eth0")
+        .conf(conf)
+        .run()
+        .result()
+}
+
+fn del_ok(env: &TestEnv, plugin: &str, id: &str, ns: &Netns, conf: &Value, args: &str) {
+    env.plugin(plugin)
+        .attach("DEL", id, ns, "eth0")
+        .cni_args(args)
+        .conf(conf)
+        .run()
+        .ok_silent();
+}
+
+/// Proves: portmap maps go-cni's `{"HostPort","ContainerPort","Protocol",
+/// "HostIP"}` (real TCP and UDP through 127.0.0.1:hostPort), and a DEL with
+/// the same keys removes every trace.
+#[test]
+fn go_cni_port_mappings_carry_traffic() {
+    let env = TestEnv::new("go_cni_port_mappings");
+    let net = network(&env);
+    let ns = env.netns();
+    let id = format!("ctr-{}", short_hash());
+    let result = add(&env, "bridge", &id, &ns, &net.bridge);
+    let (tcp, udp) = (host_port(), host_port());
+    let pm = go_cni_portmap(&net.name, tcp, udp, Some(&result));
+    assert_eq!(add(&env, "portmap", &id, &ns, &pm), result);
+    let _servers = Servers::start(&ns.path, "A", CTR_TCP, CTR_UDP);
+    let t = eventually_answers(|| tcp_ask(None, &sock("127.0.0.1", tcp)));
+    assert!(t.is_some_and(|r| r.starts_with("A ")), "tcp via 127.0.0.1");
+    let u = eventually_answers(|| udp_ask(None, &sock("127.0.0.1", udp)));
+    assert!(u.is_some_and(|r| r.starts_with("A ")), "udp via 127.0.0.1");
+    del_ok(&env, "portmap", &id, &ns, &pm, "");
+    assert_eq!(tcp_ask(None, &sock("127.0.0.1", tcp)), None, "after DEL");
+    assert!(!ruleset_json().contains(&id), "no element tagged {id} left");
+    del_ok(&env, "bridge", &id, &ns, &net.bridge, "");
+}
+
+/// Proves: a whole config written with Go-cased keys (as a Go program may
+/// marshal it) configures the same bridge + IPAM attachment.
+#[test]
+fn go_cased_config_keys_are_understood() {
+    let env = TestEnv::new("go_cased_config_keys");
+    let net = network(&env);
+    let ns = env.netns();
+    let ipam = &net.ipam;
+    let conf = json!({
+        "CNIVersion": "1.0.0", "Name": net.name, "Type": "bridge",
+        "Bridge": net.bridge["bridge"], "IsGateway": true, "MTU": 1400,
+        "IPAM": {"Type": "ipamd", "DataDir": ipam["dataDir"], "Socket": ipam["socket"],
+                 "Ranges": ipam["ranges"]},
+    });
+    let r = add(&env, "bridge", "ctr-go", &ns, &conf);
+    assert_eq!(r["ips"].as_array().map(Vec::len), Some(2), "{r}");
+    let eth0 = link(Some(&ns.name), "eth0").expect("eth0");
+    assert_eq!(eth0["mtu"], 1400, "MTU key honoured");
+    assert_eq!(env.lease_count(ipam, &net.name), 2, "one lease per family");
+    del_ok(&env, "bridge", "ctr-go", &ns, &conf, "");
+    assert_eq!(env.lease_count(ipam, &net.name), 0);
+}
+
+/// Proves: DEL is not blocked by input it cannot parse. portmap DEL with
+/// unparseable mappings and prevResult removes the attachment's entries;
+/// bridge DEL with a config it would refuse (`mtu: "big"`, a bad `vlan`),
+/// garbage `prevResult`, malformed `CNI_ARGS` and unknown keys without
+/// IgnoreUnknown still removes the veth and the lease; ipamd DEL with a
+/// broken `runtimeConfig.ipRanges` releases the lease. ADD with the same
+/// input still fails with a clear error.
+#[test]
+fn del_is_not_blocked_by_input_it_cannot_parse() {
+    let env = TestEnv::new("del_not_blocked");
+    let net = network(&env);
+    let ns = env.netns();
+    let id = format!("ctr-{}", short_hash());
+    let result = add(&env, "bridge", &id, &ns, &net.bridge);
+    let (tcp, udp) = (host_port(), host_port());
+    add(
+        &env,
+        "portmap",
+        &id,
+        &ns,
+        &go_cni_portmap(&net.name, tcp, udp, Some(&result)),
+    );
+    let host_veth = result["interfaces"][1]["name"].as_str().unwrap().to_string();
+    assert!(link(None, &host_veth).is_some());
+
+    let mut pm = go_cni_portmap(&net.name, tcp, udp, Some(&result));
+    pm["runtimeConfig"]["portMappings"] = json!([{"HostPort": "not a port"}]);
+    pm["conditionsV4"] = json!(["-s", "1.2.3.4"]);
+    env.plugin("portmap")
+        .attach("ADD", "other", &ns, "eth1")
+        .conf(&pm)
+        .run()
+        .expect_err(2, &["conditionsV4"]);
+    let garbage_prev = json!({"ips": 3, "interfaces": "x"});
+    pm["prevResult"] = garbage_prev.clone();
+    for _ in 0..2 {
+        del_ok(&env, "portmap", &id, &ns, &pm, "K8S_POD_NAME=x;garbage");
+    }
+    assert!(!ruleset_json().contains(&id), "no element tagged {id} left");
+
+    let mut bad = net.bridge.clone();
+    bad["mtu"] = json!("big");
+    bad["vlan"] = json!(99999);
+    bad["prevResult"] = garbage_prev.clone();
+    bad["runtimeConfig"] = json!({"ipRanges": "garbage", "portMappings": 7});
+    for _ in 0..2 {
+        del_ok(&env, "bridge", &id, &ns, &bad, "K8S_POD_NAME=x;garbage");
+    }
+    assert!(link(None, &host_veth).is_none(), "host veth removed");
+    assert!(link(Some(&ns.name), "eth0").is_none(), "eth0 removed");
+    assert_eq!(env.lease_count(&net.ipam, &net.name), 0, "lease released");
+
+    let err = env
+        .plugin("bridge")
+        .attach("ADD", &id, &ns, "eth0")
+        .conf(&bad)
+        .run()
+        .err();
+    assert!(err.code == 7 || err.code == 6, "ADD still refuses: {err:?}");
+    assert!(link(Some(&ns.name), "eth0").is_none(), "nothing left");
+}
+
+/// Proves: ipamd's own DEL with unusable ranges (config and capability)
+/// still releases the attachment's lease.
+#[test]
+fn ipam_del_ignores_ranges_it_cannot_parse() {
+    let env = TestEnv::new("ipam_del_bad_ranges");
+    let net = network(&env);
+    let ns = env.netns();
+    add(&env, "bridge", "ctr-r", &ns, &net.bridge);
+    assert_eq!(env.lease_count(&net.ipam, &net.name), 2, "one per family");
+    let mut conf = json!({"cniVersion": "1.0.0", "name": net.name, "ipam": net.ipam.clone()});
+    conf["ipam"]["ranges"] = json!([[{"subnet": "not a subnet"}]]);
+    conf["runtimeConfig"] = json!({"ipRanges": [[{"Subnet": 5}]]});
+    env.plugin("ipamd")
+        .attach("DEL", "ctr-r", &ns, "eth0")
+        .conf(&conf)
+        .run()
+        .ok_silent();
+    assert_eq!(env.lease_count(&net.ipam, &net.name), 0);
+    del_ok(&env, "bridge", "ctr-r", &ns, &net.bridge, "");
+}
