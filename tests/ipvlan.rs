@@ -4,8 +4,8 @@
 //! still succeed.
 //!
 //! The real-kernel ipvlan tests (two containers pinging over l2/l3/l3s,
-//! CHECK, chaining from prevResult) run in the VM suite, which a later issue
-//! adds; these tests only pin down the behaviour where the kernel lacks it.
+//! CHECK, DEL, the pod's eth0 beside the host's own eth0) run in the VM suite
+//! (tests/vm); these tests only pin down the behaviour where the kernel lacks it.
 
 mod common;
 

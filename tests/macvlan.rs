@@ -27,6 +27,18 @@ fn cid(tag: &str) -> String {
     format!("ctr-{tag}-{}", short_hash())
 }
 
+/// ADD as eth0 into `ns`, which must succeed; the result.
+fn add(env: &TestEnv, id: &str, ns: &Netns, c: &Value) -> Value {
+    let call = env.plugin("macvlan").attach("ADD", id, ns, "eth0");
+    call.conf(c).run().result()
+}
+
+/// DEL of eth0 from `ns`, which must succeed.
+fn del(env: &TestEnv, id: &str, ns: &Netns, c: &Value) {
+    let call = env.plugin("macvlan").attach("DEL", id, ns, "eth0");
+    call.conf(c).run().ok_silent();
+}
+
 /// `ip -d link` of eth0 in the netns must be a macvlan in `mode`.
 fn assert_macvlan(ns: &Netns, mode: &str) -> Value {
     let l = link(Some(&ns.name), "eth0").unwrap_or_else(|| panic!("no eth0 in {}", ns.name));
@@ -69,18 +81,8 @@ fn matrix(version: &str) {
     let c = conf(version, &master, Some(ipam.clone()));
     let (a, b) = (env.netns(), env.netns());
     let (ida, idb) = (cid("a"), cid("b"));
-    let ra = env
-        .plugin("macvlan")
-        .attach("ADD", &ida, &a, "eth0")
-        .conf(&c)
-        .run()
-        .result();
-    let rb = env
-        .plugin("macvlan")
-        .attach("ADD", &idb, &b, "eth0")
-        .conf(&c)
-        .run()
-        .result();
+    let ra = add(&env, &ida, &a, &c);
+    let rb = add(&env, &idb, &b, &c);
     for (ns, r) in [(&a, &ra), (&b, &rb)] {
         check_layout(version, r, ns, 2);
         let l = assert_macvlan(ns, "bridge");
@@ -106,11 +108,7 @@ fn matrix(version: &str) {
     }
     for (id, ns) in [(&ida, &a), (&idb, &b)] {
         for _ in 0..2 {
-            env.plugin("macvlan")
-                .attach("DEL", id, ns, "eth0")
-                .conf(&c)
-                .run()
-                .ok_silent();
+            del(&env, id, ns, &c);
         }
         assert!(link(Some(&ns.name), "eth0").is_none(), "DEL removes eth0");
     }
@@ -151,27 +149,13 @@ fn two_containers_ping_v4_both_ipams() {
         let c = conf("1.0.0", &master, Some(ipam.clone()));
         let (a, b) = (env.netns(), env.netns());
         let (ida, idb) = (cid("a"), cid("b"));
-        let ra = env
-            .plugin("macvlan")
-            .attach("ADD", &ida, &a, "eth0")
-            .conf(&c)
-            .run()
-            .result();
-        let rb = env
-            .plugin("macvlan")
-            .attach("ADD", &idb, &b, "eth0")
-            .conf(&c)
-            .run()
-            .result();
+        let ra = add(&env, &ida, &a, &c);
+        let rb = add(&env, &idb, &b, &c);
         assert_ping(&a.name, &first_addr(&rb, false));
         assert_ping(&b.name, &first_addr(&ra, false));
         assert_eq!(env.lease_count(&ipam, NET), 2, "{kind:?}");
         for (id, ns) in [(&ida, &a), (&idb, &b)] {
-            env.plugin("macvlan")
-                .attach("DEL", id, ns, "eth0")
-                .conf(&c)
-                .run()
-                .ok_silent();
+            del(&env, id, ns, &c);
         }
         assert_eq!(env.lease_count(&ipam, NET), 0, "{kind:?}");
         if kind == Ipam::IpamdDaemon {
@@ -205,23 +189,14 @@ fn every_mode_creates_that_mode() {
         }
         let ns = env.netns();
         let id = cid("mode");
-        let r = env
-            .plugin("macvlan")
-            .attach("ADD", &id, &ns, "eth0")
-            .conf(&c)
-            .run()
-            .result();
+        let r = add(&env, &id, &ns, &c);
         assert_macvlan(&ns, want);
         env.plugin("macvlan")
             .attach("CHECK", &id, &ns, "eth0")
             .conf(&with_prev(&c, &r))
             .run()
             .ok_silent();
-        env.plugin("macvlan")
-            .attach("DEL", &id, &ns, "eth0")
-            .conf(&c)
-            .run()
-            .ok_silent();
+        del(&env, &id, &ns, &c);
         assert!(link(Some(&ns.name), "eth0").is_none());
     }
 }
@@ -235,12 +210,7 @@ fn l2_only_without_ipam() {
     let c = conf("1.0.0", &master, None);
     let ns = env.netns();
     let id = cid("l2");
-    let r = env
-        .plugin("macvlan")
-        .attach("ADD", &id, &ns, "eth0")
-        .conf(&c)
-        .run()
-        .result();
+    let r = add(&env, &id, &ns, &c);
     assert_eq!(r["interfaces"].as_array().map(Vec::len), Some(1), "{r}");
     assert_eq!(r["interfaces"][0]["name"], "eth0", "{r}");
     assert!(
@@ -259,11 +229,7 @@ fn l2_only_without_ipam() {
         .conf(&with_prev(&c, &r))
         .run()
         .ok_silent();
-    env.plugin("macvlan")
-        .attach("DEL", &id, &ns, "eth0")
-        .conf(&c)
-        .run()
-        .ok_silent();
+    del(&env, &id, &ns, &c);
 }
 
 /// Proves: DEL never needs the master: it succeeds (twice) after the master
@@ -277,18 +243,10 @@ fn del_when_master_is_gone() {
     let c = conf("1.0.0", &master, Some(ipam.clone()));
     let ns = env.netns();
     let id = cid("nomaster");
-    env.plugin("macvlan")
-        .attach("ADD", &id, &ns, "eth0")
-        .conf(&c)
-        .run()
-        .result();
+    add(&env, &id, &ns, &c);
     ip(&["link", "del", &master]);
     for _ in 0..2 {
-        env.plugin("macvlan")
-            .attach("DEL", &id, &ns, "eth0")
-            .conf(&c)
-            .run()
-            .ok_silent();
+        del(&env, &id, &ns, &c);
     }
     assert!(link(Some(&ns.name), "eth0").is_none());
     assert_eq!(env.lease_count(&ipam, NET), 0);
@@ -305,28 +263,16 @@ fn del_when_netns_is_gone() {
     let c = conf("1.0.0", &master, Some(ipam.clone()));
     let ns = env.netns();
     let id = cid("nons");
-    env.plugin("macvlan")
-        .attach("ADD", &id, &ns, "eth0")
-        .conf(&c)
-        .run()
-        .result();
+    add(&env, &id, &ns, &c);
     env.del_netns(&ns);
     for _ in 0..2 {
-        env.plugin("macvlan")
-            .attach("DEL", &id, &ns, "eth0")
-            .conf(&c)
-            .run()
-            .ok_silent();
+        del(&env, &id, &ns, &c);
     }
     assert_eq!(env.lease_count(&ipam, NET), 0);
 
     let ns2 = env.netns();
     let id2 = cid("emptyns");
-    env.plugin("macvlan")
-        .attach("ADD", &id2, &ns2, "eth0")
-        .conf(&c)
-        .run()
-        .result();
+    add(&env, &id2, &ns2, &c);
     env.plugin("macvlan")
         .command("DEL")
         .container(&id2)
@@ -348,21 +294,12 @@ fn mtu_and_mac() {
     c["mac"] = json!("0a:58:0a:0b:0c:0d");
     let ns = env.netns();
     let id = cid("mtu");
-    let r = env
-        .plugin("macvlan")
-        .attach("ADD", &id, &ns, "eth0")
-        .conf(&c)
-        .run()
-        .result();
+    let r = add(&env, &id, &ns, &c);
     let l = assert_macvlan(&ns, "bridge");
     assert_eq!(l["mtu"], 1280);
     assert_eq!(l["address"], "0a:58:0a:0b:0c:0d");
     assert_eq!(r["interfaces"][0]["mac"], "0a:58:0a:0b:0c:0d", "{r}");
-    env.plugin("macvlan")
-        .attach("DEL", &id, &ns, "eth0")
-        .conf(&c)
-        .run()
-        .ok_silent();
+    del(&env, &id, &ns, &c);
 
     c["mtu"] = json!(9000);
     env.plugin("macvlan")
@@ -373,8 +310,9 @@ fn mtu_and_mac() {
     assert_eq!(link_names(Some(&ns.name)), ["lo".to_string()].into());
 }
 
-/// Proves: a missing master (named, or none and no default route in this
-/// host namespace) is code 7 naming it.
+/// Proves: a missing master is code 7 naming it: a named one, or none where
+/// the netns it is looked up in (the pod's, with linkInContainer) has no
+/// default route to pick one from.
 #[test]
 fn missing_master() {
     let env = TestEnv::new("missing_master");
@@ -387,12 +325,45 @@ fn missing_master() {
         .expect_err(7, &[&ghost]);
     let mut c = conf("1.0.0", "x", None);
     c.as_object_mut().unwrap().remove("master");
+    c["linkInContainer"] = json!(true);
     env.plugin("macvlan")
         .attach("ADD", &cid("nomaster"), &ns, "eth0")
         .conf(&c)
         .run()
         .expect_err(7, &["master", "default route"]);
     assert_eq!(link_names(Some(&ns.name)), ["lo".to_string()].into());
+}
+
+/// Proves: with no master, the host's default-route link (its own eth0, as
+/// on a node) is the master of each pod's eth0; the pods reach each other,
+/// and the host's eth0 keeps its index, kind and address throughout.
+#[test]
+fn no_master_uses_the_hosts_eth0() {
+    let env = TestEnv::new("no_master_uses_the_hosts_eth0");
+    let host = link(None, HOST_IF).expect("the test host has an eth0");
+    let nets = env.subnets();
+    let ipam = env.ipam(Ipam::Ipamd, nets.v4_ranges());
+    let mut c = conf("1.0.0", "x", Some(ipam.clone()));
+    c.as_object_mut().unwrap().remove("master");
+    let (a, b) = (env.netns(), env.netns());
+    let (ida, idb) = (cid("a"), cid("b"));
+    let mut results = Vec::new();
+    for (id, ns) in [(&ida, &a), (&idb, &b)] {
+        let r = add(&env, id, ns, &c);
+        let l = assert_macvlan(ns, "bridge");
+        assert_eq!(l["link_index"], host["ifindex"], "on the host's eth0: {l}");
+        results.push(r);
+    }
+    assert_ping(&a.name, &first_addr(&results[1], false));
+    assert_ping(&b.name, &first_addr(&results[0], false));
+    for (id, ns) in [(&ida, &a), (&idb, &b)] {
+        del(&env, id, ns, &c);
+    }
+    assert_eq!(env.lease_count(&ipam, NET), 0);
+    let after = link(None, HOST_IF).expect("the host's eth0 is still there");
+    assert_eq!(after["ifindex"], host["ifindex"]);
+    assert_eq!(link_kind(&after), Some("veth"));
+    assert!(addrs(None, HOST_IF).contains(&format!("{HOST_V4}/24")));
 }
 
 /// Proves: a failed ADD leaves no macvlan and no lease: ifname taken (102),
@@ -424,11 +395,7 @@ fn failed_add_leaves_nothing() {
 
     let (n1, n2) = (env.netns(), env.netns());
     let id1 = cid("one");
-    env.plugin("macvlan")
-        .attach("ADD", &id1, &n1, "eth0")
-        .conf(&c)
-        .run()
-        .result();
+    add(&env, &id1, &n1, &c);
     let e = env
         .plugin("macvlan")
         .attach("ADD", &cid("two"), &n2, "eth0")
@@ -442,11 +409,7 @@ fn failed_add_leaves_nothing() {
         "the macvlan is removed again"
     );
     assert_eq!(env.lease_count(&ipam, NET), 1);
-    env.plugin("macvlan")
-        .attach("DEL", &id1, &n1, "eth0")
-        .conf(&c)
-        .run()
-        .ok_silent();
+    del(&env, &id1, &n1, &c);
     assert_eq!(env.lease_count(&ipam, NET), 0);
 }
 
@@ -460,16 +423,8 @@ fn bcqueuelen_sets_the_broadcast_queue() {
     c["bcqueuelen"] = json!(321);
     let ns = env.netns();
     let id = cid("bcq");
-    env.plugin("macvlan")
-        .attach("ADD", &id, &ns, "eth0")
-        .conf(&c)
-        .run()
-        .result();
+    add(&env, &id, &ns, &c);
     let l = assert_macvlan(&ns, "bridge");
     assert_eq!(l["linkinfo"]["info_data"]["bcqueuelen"], 321, "{l}");
-    env.plugin("macvlan")
-        .attach("DEL", &id, &ns, "eth0")
-        .conf(&c)
-        .run()
-        .ok_silent();
+    del(&env, &id, &ns, &c);
 }

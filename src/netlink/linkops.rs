@@ -202,11 +202,11 @@ impl Netlink {
         })
     }
 
-    /// Creates a macvlan on `spec.master_index` (in this socket's netns) and,
-    /// in the same request, places it in `spec.netns`. Returns the link as seen
-    /// from its final netns.
+    /// Creates a macvlan on `spec.master_index` (in this socket's netns), placed
+    /// in `spec.netns` by the create itself (see `create_child`). Returns the
+    /// link as seen from its final netns.
     pub fn create_macvlan(&mut self, spec: MacvlanSpec) -> Result<Link> {
-        let mut attrs = child_attrs(&spec.name, spec.master_index, spec.mtu, spec.netns);
+        let mut attrs = Vec::new();
         if let Some(mac) = &spec.mac {
             attrs.push(LinkAttribute::Address(parse_mac(mac)?));
         }
@@ -218,52 +218,113 @@ impl Netlink {
             LinkInfo::Kind(InfoKind::MacVlan),
             LinkInfo::Data(InfoData::MacVlan(data)),
         ]));
-        self.new_link(link_message(0, attrs)).map_err(|f| {
-            let what = self.child_what("macvlan", &spec.name, spec.master_index, spec.netns);
-            create_error(f, "macvlan", &what)
-        })?;
-        self.read_created(&spec.name, spec.netns, "macvlan")
+        let child = Child {
+            kind: "macvlan",
+            name: &spec.name,
+            master: spec.master_index,
+            mtu: spec.mtu,
+            netns: spec.netns,
+        };
+        self.create_child(child, attrs)
     }
 
     /// Like `create_macvlan`, for ipvlan (no MAC: ipvlan slaves share the master's).
     pub fn create_ipvlan(&mut self, spec: IpvlanSpec) -> Result<Link> {
-        let mut attrs = child_attrs(&spec.name, spec.master_index, spec.mtu, spec.netns);
-        attrs.push(LinkAttribute::LinkInfo(vec![
+        let attrs = vec![LinkAttribute::LinkInfo(vec![
             LinkInfo::Kind(InfoKind::IpVlan),
             LinkInfo::Data(InfoData::IpVlan(vec![InfoIpVlan::Mode(
                 spec.mode.to_kernel(),
             )])),
-        ]));
-        self.new_link(link_message(0, attrs)).map_err(|f| {
-            let what = self.child_what("ipvlan", &spec.name, spec.master_index, spec.netns);
-            create_error(f, "ipvlan", &what)
-        })?;
-        self.read_created(&spec.name, spec.netns, "ipvlan")
+        ])];
+        let child = Child {
+            kind: "ipvlan",
+            name: &spec.name,
+            master: spec.master_index,
+            mtu: spec.mtu,
+            netns: spec.netns,
+        };
+        self.create_child(child, attrs)
     }
 
-    fn child_what(&mut self, kind: &str, name: &str, master: u32, ns: Option<&NetNs>) -> String {
-        let master = self.describe(master);
-        match ns {
+    /// Creates the child with `kind_attrs` (MAC, IFLA_LINKINFO). Into another
+    /// netns it is created under a temporary name and renamed there: kernels
+    /// without the "look up in target netns" rtnetlink change (Debian 12's 6.1,
+    /// for one) check a create's IFLA_IFNAME against the *sender's* netns even
+    /// with IFLA_NET_NS_FD, so creating the pod's `eth0` from a host that has
+    /// an `eth0` of its own fails with EEXIST. One RTM_SETLINK more; a failure
+    /// after the create removes the link again.
+    fn create_child(&mut self, c: Child, kind_attrs: Vec<LinkAttribute>) -> Result<Link> {
+        let Some(ns) = c.netns else {
+            self.new_child(&c, c.name, kind_attrs)?;
+            let link = self.link_by_name(c.name)?;
+            return link.ok_or_else(|| vanished(&c, c.name));
+        };
+        // Opened first: once the link exists, every failure must be able to remove it.
+        let mut there = Netlink::open_in(ns)?;
+        let tmp = temp_ifname();
+        self.new_child(&c, &tmp, kind_attrs)?;
+        let link = match there.link_by_name(&tmp) {
+            Ok(Some(link)) => link,
+            Ok(None) => return Err(vanished(&c, &tmp)),
+            Err(e) => return Err(there.undo_child(e, link_message(0, vec![name_attr(&tmp)]))),
+        };
+        if let Err(e) = there.rename(link.index, c.name) {
+            let what = self.child_what(&c);
+            let e = Error {
+                message: format!("{what}: {}", e.message),
+                ..e
+            };
+            return Err(there.undo_child(e, link_message(link.index, vec![])));
+        }
+        Ok(Link {
+            name: c.name.to_string(),
+            ..link
+        })
+    }
+
+    /// RTM_NEWLINK of the child under `name`.
+    fn new_child(&mut self, c: &Child, name: &str, kind_attrs: Vec<LinkAttribute>) -> Result<()> {
+        let mut attrs = vec![name_attr(name), LinkAttribute::Link(c.master)];
+        if let Some(mtu) = c.mtu {
+            attrs.push(LinkAttribute::Mtu(mtu));
+        }
+        if let Some(ns) = c.netns {
+            attrs.push(LinkAttribute::NetNsFd(ns.as_raw_fd()));
+        }
+        attrs.extend(kind_attrs);
+        self.new_link(link_message(0, attrs)).map_err(|f| {
+            let what = self.child_what(c);
+            create_error(f, c.kind, &what)
+        })
+    }
+
+    /// Deletes a half-made child (by index, or by name when its index is
+    /// unknown) and returns `e`, noting a failed removal in its message.
+    fn undo_child(&mut self, mut e: Error, msg: LinkMessage) -> Error {
+        if let Err(f) = self.request(RouteNetlinkMessage::DelLink(msg), 0) {
+            let left = f.context("removing it again");
+            e.message = format!("{}; {}", e.message, left.message);
+        }
+        e
+    }
+
+    fn child_what(&mut self, c: &Child) -> String {
+        let master = self.describe(c.master);
+        match c.netns {
             Some(ns) => format!(
-                "create {kind} {name} on {master} in netns {}",
+                "create {} {} on {master} in netns {}",
+                c.kind,
+                c.name,
                 ns.path().display()
             ),
-            None => format!("create {kind} {name} on {master}"),
+            None => format!("create {} {} on {master}", c.kind, c.name),
         }
     }
 
-    /// A link created into another netns is only visible through a socket there.
-    fn read_created(&mut self, name: &str, ns: Option<&NetNs>, kind: &str) -> Result<Link> {
-        let link = match ns {
-            Some(ns) => Netlink::open_in(ns)?.link_by_name(name)?,
-            None => self.link_by_name(name)?,
-        };
-        link.ok_or_else(|| {
-            Error::new(
-                ErrorKind::NotFound,
-                format!("create {kind} {name}: created but it vanished"),
-            )
-        })
+    /// Renames a link; it must be down (a fresh one is).
+    pub fn rename(&mut self, index: u32, name: &str) -> Result<()> {
+        let msg = link_message(index, vec![name_attr(name)]);
+        self.send_setlink(index, msg, &format!("name {name}"))
     }
 
     pub fn set_up(&mut self, index: u32) -> Result<()> {
@@ -322,22 +383,32 @@ impl Netlink {
     }
 }
 
-/// Attributes shared by macvlan and ipvlan creation.
-fn child_attrs(
-    name: &str,
+/// What `create_child` needs of a macvlan/ipvlan spec.
+struct Child<'a> {
+    kind: &'static str,
+    /// The final name.
+    name: &'a str,
+    /// Index of the master in the creating socket's netns.
     master: u32,
     mtu: Option<u32>,
-    ns: Option<&NetNs>,
-) -> Vec<LinkAttribute> {
-    let mut attrs = vec![
-        LinkAttribute::IfName(name.to_string()),
-        LinkAttribute::Link(master),
-    ];
-    if let Some(mtu) = mtu {
-        attrs.push(LinkAttribute::Mtu(mtu));
-    }
-    if let Some(ns) = ns {
-        attrs.push(LinkAttribute::NetNsFd(ns.as_raw_fd()));
-    }
-    attrs
+    netns: Option<&'a NetNs>,
+}
+
+fn name_attr(name: &str) -> LinkAttribute {
+    LinkAttribute::IfName(name.to_string())
+}
+
+fn vanished(c: &Child, name: &str) -> Error {
+    Error::new(
+        ErrorKind::NotFound,
+        format!("create {} {name}: created but it vanished", c.kind),
+    )
+}
+
+/// "cnikit" + 8 random hex digits (14 bytes, within IFNAMSIZ): random so that
+/// it is free in the pod's netns and in the host's, which older kernels check.
+fn temp_ifname() -> String {
+    // Bytes 1..5 of a random MAC are plain random (byte 0 carries its flag bits).
+    let r = super::bridge::random_local_mac();
+    format!("cnikit{:02x}{:02x}{:02x}{:02x}", r[1], r[2], r[3], r[4])
 }

@@ -17,7 +17,7 @@
 //! Netlink::links() -> Result<Vec<Link>>
 //! Netlink::ensure_bridge(BridgeSpec) -> Result<Link>   // creates or returns the existing one; race-safe (EEXIST => re-read)
 //! Netlink::create_veth(VethSpec) -> Result<VethPair>   // peer created directly inside spec.peer_netns
-//! Netlink::create_macvlan(MacvlanSpec) / create_ipvlan(IpvlanSpec) -> Result<Link> (created in the target netns)
+//! Netlink::create_macvlan(MacvlanSpec) / create_ipvlan(IpvlanSpec) -> Result<Link> (created into the target netns under a temporary name, renamed there)
 //! Netlink::set_up / set_master / set_mtu / set_promisc / set_mac / rename / delete_link
 //! Netlink::set_bridge_port(index, BridgePort)          // hairpin, isolated (AF_BRIDGE protinfo)
 //! Netlink::bridge_vlan_add(index, vid, pvid, untagged, on_bridge_self)

@@ -301,6 +301,53 @@ fn macvlan_and_ipvlan() {
     }
 }
 
+/// A child created into another netns under a name the creating netns uses
+/// too (a node's own eth0) lands there under that name, on every kernel; a
+/// clash inside the target is AlreadyExists and leaves no link behind.
+#[test]
+fn child_named_like_a_host_link() {
+    if !isolated("child_named_like_a_host_link") {
+        return;
+    }
+    let host = TestNs::new("nm-h");
+    let cont = TestNs::new("nm-c");
+    let far = TestNs::new("nm-f");
+    let mut nl = host.netlink();
+    let eth0 = nl
+        .create_veth(veth("eth0", "eth0", &far.ns))
+        .expect("the host's eth0")
+        .host_index;
+    let spec = || MacvlanSpec {
+        name: "eth0".into(),
+        master_index: eth0,
+        mode: MacvlanMode::Bridge,
+        mtu: None,
+        mac: None,
+        bc_queue_len: None,
+        netns: Some(&cont.ns),
+    };
+    let mv = nl.create_macvlan(spec()).expect("eth0 into the pod");
+    assert_eq!(mv.name, "eth0");
+    let there = cont.netlink().link_by_name("eth0").expect("read");
+    assert_eq!(there.map(|l| l.index), Some(mv.index));
+    let here = nl.link_by_name("eth0").expect("read").expect("host eth0");
+    assert_eq!((here.index, here.kind.as_deref()), (eth0, Some("veth")));
+
+    let e = nl
+        .create_macvlan(spec())
+        .expect_err("eth0 is taken in the pod");
+    assert_eq!(e.kind, ErrorKind::AlreadyExists, "{}", e.message);
+    let mut names: Vec<String> = cont
+        .netlink()
+        .links()
+        .expect("dump")
+        .into_iter()
+        .map(|l| l.name)
+        .collect();
+    names.sort();
+    assert_eq!(names, ["eth0", "lo"], "no temporary link left");
+}
+
 #[test]
 fn large_link_dump() {
     if !isolated("large_link_dump") {

@@ -384,6 +384,37 @@ impl Ipam {
     }
 }
 
+// ------------------------------------------------------------------ the test host's uplink
+
+/// The test host's own interface and addresses (as `host_uplink` sets them).
+pub const HOST_IF: &str = "eth0";
+pub const HOST_V4: &str = "192.0.2.10";
+pub const HOST_V6: &str = "2001:db8::10";
+
+/// Give the test host namespace what a node has: an `eth0` (a veth to
+/// `uplink0`, both up for carrier; this kernel has no dummy links) with an
+/// address per family and the default routes. Pods get `CNI_IFNAME=eth0` too,
+/// so a plugin whose pod link ever passes through the host's names meets the
+/// host's `eth0` here, and "no master" resolves to it as on a node. Every step
+/// is idempotent: the first test of each test binary runs it.
+fn host_uplink() {
+    static DONE: std::sync::Once = std::sync::Once::new();
+    DONE.call_once(|| {
+        let uplink = link(None, HOST_IF).is_some();
+        let create = (!uplink).then_some("link add eth0 type veth peer name uplink0");
+        for cmd in create.into_iter().chain([
+            "link set uplink0 up",
+            "link set eth0 up",
+            "addr replace 192.0.2.10/24 dev eth0",
+            "-6 addr replace 2001:db8::10/64 dev eth0 nodad",
+            "route replace default via 192.0.2.1 dev eth0",
+            "-6 route replace default via 2001:db8::1 dev eth0",
+        ]) {
+            ip(&cmd.split(' ').collect::<Vec<_>>());
+        }
+    });
+}
+
 // ------------------------------------------------------------------ the fixture
 
 /// Lock a resource list, surviving a poisoned lock (a panicking test thread).
@@ -410,6 +441,7 @@ impl TestEnv {
     /// Check isolation, make the temp dir and install our links into it.
     pub fn new(test: &str) -> TestEnv {
         require_isolation();
+        host_uplink();
         let tmp = std::env::temp_dir().join(format!(
             "cnikit-it-{}-{}-{}",
             std::process::id(),

@@ -87,6 +87,10 @@ vlans_of() {
     while [ "$i" -le "$en" ]; do echo "$i$f"; i=$((i + 1)); done
   done | tr '\n' ' ' | sed 's/ $//'
 }
+host_eth0_ok() {
+  /sbin/ip -d link show eth0 | grep -q dummy && /sbin/ip -4 addr show eth0 | grep -q 'inet 192.0.2.10/24' \
+    && [ "$(cat /sys/class/net/eth0/ifindex)" = "$HOST_ETH0" ] && /sbin/ip route show default | grep -q 'dev eth0'
+}
 host_veth() { tr -d ' \n' < "$1" | grep -o '"name":"[^"]*"' | sed -n 2p | cut -d'"' -f4; }
 
 echo "== setup"
@@ -94,6 +98,22 @@ t "cnikit install --dir /cni creates the plugin links" /cni/cnikit install --dir
 t "links are symlinks to cnikit" sh -c 'for p in bridge macvlan ipvlan portmap ipamd; do [ -L /cni/$p ] || exit 1; done'
 t "VERSION via a link lists 1.1.0" sh -c 'CNI_COMMAND=VERSION /cni/ipvlan < /dev/null | grep -q "1.1.0"'
 t "no ipamd daemon runs in the guest" sh -c '[ ! -e /run/cnikit/ipamd.sock ]'
+# The host holds its own eth0 (address, default route) as every real node does, and the pods
+# below get CNI_IFNAME=eth0 too: on kernels that look up a new link's name in the sender's netns
+# (even when IFLA_NET_NS_FD creates it elsewhere) a plugin creating the pod's eth0 straight from
+# the host would fail with EEXIST here, and nowhere on a kernel without that quirk.
+ip link add eth0 type dummy && ip addr add 192.0.2.10/24 dev eth0 && ip link set eth0 up
+ip route add default via 192.0.2.1 dev eth0
+HOST_ETH0=$(cat /sys/class/net/eth0/ifindex)
+t "the host has its own eth0 with the default route" sh -c '/sbin/ip route show default | grep -q "via 192.0.2.1 dev eth0"'
+# for the record (not a test): does `ip` itself hit the quirk on this kernel?
+ip netns add kprobe
+if ip link add eth0 netns kprobe link eth0 type macvlan 2> /dev/null; then
+  echo "    kernel: a link created into another netns is named there only"
+else
+  echo "    kernel: a link created into another netns is also looked up by name in the sender's (EEXIST for eth0)"
+fi
+ip netns del kprobe
 
 # ------------------------------------------------------------------ ipvlan
 k=0
@@ -150,13 +170,13 @@ for type in ipvlan macvlan; do
 {"cniVersion":"1.0.0","name":"lic-$type","type":"$type","master":"m0","linkInContainer":true,"ipam":{"type":"ipamd","dataDir":"$IPAM_DIR","ranges":[[{"subnet":"10.52.0.0/24"}]]}}
 EOF
   sed 's/"linkInContainer":true/"linkInContainer":false/' /tmp/lic.json > /tmp/lic-no.json
-  tn "$V: without linkInContainer the master is looked up on the host (and missing)" cni ADD lic-no /run/netns/lic net1 /tmp/lic-no.json
-  t "$V: ADD net1" cni ADD lic-1 /run/netns/lic net1 /tmp/lic.json
-  t "$V: net1 is a $type on m0 inside the container" sh -c "/sbin/ip -n lic -d link show net1 | grep -q '@m0' && /sbin/ip -n lic -d link show net1 | grep -q '$type'"
-  t "$V: net1 has its address" sh -c "/sbin/ip -n lic -4 addr show net1 | grep -q 'inet $(addr_of /tmp/res-lic-1-net1.json) '"
-  t "$V: CHECK" chk lic-1 /run/netns/lic net1 /tmp/lic.json
-  t "$V: DEL" del lic-1 /run/netns/lic net1 /tmp/lic.json
-  t "$V: net1 gone, m0 kept" sh -c "! /sbin/ip -n lic link show net1 >/dev/null 2>&1 && /sbin/ip -n lic link show m0 >/dev/null"
+  tn "$V: without linkInContainer the master is looked up on the host (and missing)" cni ADD lic-no /run/netns/lic eth0 /tmp/lic-no.json
+  t "$V: ADD eth0" cni ADD lic-1 /run/netns/lic eth0 /tmp/lic.json
+  t "$V: eth0 is a $type on m0 inside the container" sh -c "/sbin/ip -n lic -d link show eth0 | grep -q '@m0' && /sbin/ip -n lic -d link show eth0 | grep -q '$type'"
+  t "$V: eth0 has its address" sh -c "/sbin/ip -n lic -4 addr show eth0 | grep -q 'inet $(addr_of /tmp/res-lic-1-eth0.json) '"
+  t "$V: CHECK" chk lic-1 /run/netns/lic eth0 /tmp/lic.json
+  t "$V: DEL" del lic-1 /run/netns/lic eth0 /tmp/lic.json
+  t "$V: eth0 gone, m0 kept" sh -c "! /sbin/ip -n lic link show eth0 >/dev/null 2>&1 && /sbin/ip -n lic link show m0 >/dev/null"
   ip netns del lic
 done
 
@@ -180,6 +200,27 @@ EOF
   t "$V: ... and released the lease" no_lease "${G2%/*}"
   t "$V: DEL with an empty CNI_NETNS succeeds" del g2 "" eth0 /tmp/g.json
   ip netns del g1
+done
+
+# No master: the host's default-route link, its eth0, becomes the master of the pod's eth0. An
+# eth0 already in the pod is code 102 before anything is created or leased.
+for type in ipvlan macvlan; do
+  V="$type on the host's eth0"
+  nsreset d1 d2
+  cat > /tmp/d.json << EOF
+{"cniVersion":"1.0.0","name":"dflt-$type","type":"$type","ipam":{"type":"ipamd","dataDir":"$IPAM_DIR","ranges":[[{"subnet":"10.55.0.0/24"}]]}}
+EOF
+  t "$V: ADD without master" cni ADD d1 /run/netns/d1 eth0 /tmp/d.json
+  t "$V: the pod's eth0 is a $type whose master is the host's eth0" sh -c "/sbin/ip -n d1 -d link show eth0 | grep -q '^[0-9]*: eth0@if$HOST_ETH0:' && /sbin/ip -n d1 -d link show eth0 | grep -qE '$type +mode'"
+  t "$V: CHECK" chk d1 /run/netns/d1 eth0 /tmp/d.json
+  ip -n d2 link add eth0 type dummy
+  tn "$V: ADD where the pod already has an eth0 fails" cni ADD d2 /run/netns/d2 eth0 /tmp/d.json
+  t "$V: ... with code 102" has /tmp/out.json '"code":102'
+  t "$V: ... leaving the pod's eth0 alone and creating nothing" sh -c "/sbin/ip -n d2 -d link show eth0 | grep -q dummy && [ \$(/sbin/ip -n d2 -o link | wc -l) = 2 ]"
+  t "$V: ... and leasing nothing" sh -c "[ \$(/cni/cnikit ipamd leases --data-dir $IPAM_DIR --network dflt-$type --json | grep -c '\"address\"') = 1 ]"
+  t "$V: DEL" del d1 /run/netns/d1 eth0 /tmp/d.json
+  t "$V: the host's eth0 is untouched" host_eth0_ok
+  ip netns del d1; ip netns del d2
 done
 
 # ------------------------------------------------------------------ macvlan modes on a dummy master
@@ -353,3 +394,6 @@ sed 's/}$/,"cni.dev\/valid-attachments":[]}/' /tmp/ipam.json > /tmp/gc.json
 t "$V: GC with no valid attachments" cni GC "" "" "" /tmp/gc.json
 t "$V: ... frees i2's lease" no_lease 10.70.0.77
 t "$V: STATUS" cni STATUS "" "" "" /tmp/ipam.json
+
+# ------------------------------------------------------------------ the host afterwards
+t "the host's eth0 kept its index, address and default route through every case" host_eth0_ok

@@ -2,13 +2,15 @@
 # Real-kernel suite: boot Debian's stock kernel (it has ipvlan, dummy, 802.1q and bridge
 # VLAN filtering as modules, which the CI machine's kernel lacks) under qemu with a busybox
 # initramfs, put the release `cnikit` binary into the guest, and run tests/vm/guest.sh there:
-# ipvlan l2/l3/l3s, bridge VLANs, macvlan modes, ipamd in-process fallback. The guest reports
+# ipvlan l2/l3/l3s, bridge VLANs, macvlan modes, ipamd in-process fallback; like a real node the
+# guest host has its own eth0 (address, default route) and the pods get eth0 too. The guest reports
 # `N passed, M failed` on the serial console; this script exits non-zero on any failure or if
 # the guest never reports (timeout).
 #
 # Nothing is installed into /boot or /lib/modules: the kernel .deb is only unpacked, under $W.
 # Env: W=/var/cache/cnikit-vm (kernel cache + work dir)  MEM=768  ACCEL=tcg|kvm  TIMEOUT=420
-#      CNIKIT=target/release/cnikit (built if missing)    KFORMAT=pvh|bzimage  VERBOSE=1
+#      CNIKIT=path (default: target/release/cnikit, brought up to date by `cargo build --release`)
+#      KFORMAT=pvh|bzimage  VERBOSE=1
 # Usage: tests/vm/run.sh            (as root; the console log is kept in $W/console.log)
 set -euo pipefail
 cd "$(dirname "$0")/../.."
@@ -17,6 +19,7 @@ W=${W:-/var/cache/cnikit-vm}
 MEM=${MEM:-768}
 ACCEL=${ACCEL:-tcg}   # /dev/kvm on these machines is nested PVM and cannot run a stock kernel
 TIMEOUT=${TIMEOUT:-420}
+CNIKIT_GIVEN=${CNIKIT:+1}
 CNIKIT=${CNIKIT:-$ROOT/target/release/cnikit}
 if [ "$ACCEL" = kvm ]; then ACCEL_ARGS="-enable-kvm -cpu host"; else ACCEL_ARGS="-accel tcg -cpu max"; fi
 [ "$(id -u)" = 0 ] || { echo "tests/vm/run.sh: run as root (apt, depmod)" >&2; exit 1; }
@@ -35,11 +38,9 @@ if [ ${#need[@]} -gt 0 ]; then
   DEBIAN_FRONTEND=noninteractive apt-get install -y --no-install-recommends "${need[@]}" >/dev/null
 fi
 
-# ---- 1. the binary under test
-if [ ! -x "$CNIKIT" ]; then
-  echo "building $CNIKIT"
-  cargo build --release
-fi
+# ---- 1. the binary under test (a stale release binary would test old code)
+[ -n "$CNIKIT_GIVEN" ] || cargo build --release
+[ -x "$CNIKIT" ] || { echo "tests/vm/run.sh: no binary at $CNIKIT" >&2; exit 1; }
 
 # ---- 2. Debian's kernel, downloaded once into $W/deb and unpacked (not installed)
 PKG=$(apt-cache depends linux-image-amd64 | awk '/Depends: linux-image-[0-9]/{print $2; exit}')
