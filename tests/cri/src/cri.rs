@@ -1,0 +1,283 @@
+//! A CRI v1 client for containerd's unix socket, shaped like kubelet's calls.
+
+use hyper_util::rt::TokioIo;
+use k8s_cri::v1::runtime_service_client::RuntimeServiceClient;
+use k8s_cri::v1::*;
+use tokio::net::UnixStream;
+use tonic::transport::{Channel, Endpoint, Uri};
+
+pub type R<T> = Result<T, String>;
+
+/// Settings shared by every call (from the command line).
+#[derive(Clone, Debug, Default)]
+pub struct Env {
+    pub socket: String,
+    pub image: String,
+    pub cgroup_parent: String,
+    pub log_dir: String,
+    pub node_ip: String,
+    pub cnikit: String,
+    pub mode: String,
+    pub network: String,
+}
+
+/// One pod: name (also its hostname) and port mappings (protocol, containerPort, hostPort).
+#[derive(Clone, Debug)]
+pub struct PodSpec {
+    pub name: String,
+    pub ports: Vec<(Protocol, u16, u16)>,
+}
+
+/// A running pod: sandbox id, the app container's id (if one was started), addresses.
+#[derive(Clone, Debug, Default)]
+pub struct Pod {
+    pub name: String,
+    pub id: String,
+    pub container: String,
+    pub ips: Vec<String>,
+}
+
+#[derive(Clone)]
+pub struct Cri {
+    rt: RuntimeServiceClient<Channel>,
+    env: Env,
+}
+
+fn err(what: &str, s: tonic::Status) -> String {
+    format!("{what}: {} ({:?})", s.message(), s.code())
+}
+
+impl Cri {
+    pub async fn connect(env: &Env) -> R<Cri> {
+        let path = env.socket.clone();
+        let channel =
+            Endpoint::try_from("http://[::]:50051")
+                .map_err(|e| e.to_string())?
+                .timeout(std::time::Duration::from_secs(120))
+                .connect_with_connector(tower::service_fn(move |_: Uri| {
+                    let path = path.clone();
+                    async move {
+                        Ok::<_, std::io::Error>(TokioIo::new(UnixStream::connect(path).await?))
+                    }
+                }))
+                .await
+                .map_err(|e| format!("connect {}: {e}", env.socket))?;
+        Ok(Cri {
+            rt: RuntimeServiceClient::new(channel),
+            env: env.clone(),
+        })
+    }
+
+    pub fn sandbox_config(&self, spec: &PodSpec) -> PodSandboxConfig {
+        PodSandboxConfig {
+            metadata: Some(PodSandboxMetadata {
+                name: spec.name.clone(),
+                uid: format!("uid-{}", spec.name),
+                namespace: "cnikit-cri".into(),
+                attempt: 0,
+            }),
+            hostname: spec.name.clone(),
+            log_directory: format!("{}/{}", self.env.log_dir, spec.name),
+            port_mappings: spec
+                .ports
+                .iter()
+                .map(|&(p, c, h)| PortMapping {
+                    protocol: p as i32,
+                    container_port: c.into(),
+                    host_port: h.into(),
+                    host_ip: String::new(),
+                })
+                .collect(),
+            linux: Some(LinuxPodSandboxConfig {
+                cgroup_parent: format!("{}/{}", self.env.cgroup_parent, spec.name),
+                security_context: Some(LinuxSandboxSecurityContext {
+                    namespace_options: Some(NamespaceOption {
+                        network: NamespaceMode::Pod as i32,
+                        pid: NamespaceMode::Container as i32,
+                        ipc: NamespaceMode::Pod as i32,
+                        ..Default::default()
+                    }),
+                    ..Default::default()
+                }),
+                ..Default::default()
+            }),
+            ..Default::default()
+        }
+    }
+
+    /// RunPodSandbox only (what the measurement times).
+    pub async fn run_sandbox(&self, spec: &PodSpec) -> R<String> {
+        let req = RunPodSandboxRequest {
+            config: Some(self.sandbox_config(spec)),
+            runtime_handler: String::new(),
+        };
+        let resp = self
+            .rt
+            .clone()
+            .run_pod_sandbox(req)
+            .await
+            .map_err(|s| err("RunPodSandbox", s))?;
+        Ok(resp.into_inner().pod_sandbox_id)
+    }
+
+    /// RunPodSandbox, then the echo server container (`cri-echo serve` on the container ports).
+    pub async fn run_pod(&self, spec: &PodSpec) -> R<Pod> {
+        let id = self.run_sandbox(spec).await?;
+        let mut pod = Pod {
+            name: spec.name.clone(),
+            id,
+            ..Default::default()
+        };
+        let mut cmd = vec!["cri-echo".to_string(), "serve".into()];
+        for &(p, c, _) in &spec.ports {
+            cmd.push(if p == Protocol::Udp { "--udp" } else { "--tcp" }.into());
+            cmd.push(c.to_string());
+        }
+        let req = CreateContainerRequest {
+            pod_sandbox_id: pod.id.clone(),
+            config: Some(ContainerConfig {
+                metadata: Some(ContainerMetadata {
+                    name: "echo".into(),
+                    attempt: 0,
+                }),
+                image: Some(ImageSpec {
+                    image: self.env.image.clone(),
+                    ..Default::default()
+                }),
+                command: cmd,
+                log_path: "echo.log".into(),
+                ..Default::default()
+            }),
+            sandbox_config: Some(self.sandbox_config(spec)),
+        };
+        let mut rt = self.rt.clone();
+        let c = rt
+            .create_container(req)
+            .await
+            .map_err(|s| err("CreateContainer", s))?;
+        pod.container = c.into_inner().container_id;
+        rt.start_container(StartContainerRequest {
+            container_id: pod.container.clone(),
+        })
+        .await
+        .map_err(|s| err("StartContainer", s))?;
+        pod.ips = self.pod_ips(&pod.id).await?;
+        Ok(pod)
+    }
+
+    /// The pod's addresses as PodSandboxStatus reports them (primary first).
+    pub async fn pod_ips(&self, id: &str) -> R<Vec<String>> {
+        let req = PodSandboxStatusRequest {
+            pod_sandbox_id: id.into(),
+            verbose: false,
+        };
+        let st = self
+            .rt
+            .clone()
+            .pod_sandbox_status(req)
+            .await
+            .map_err(|s| err("PodSandboxStatus", s))?;
+        let net = st
+            .into_inner()
+            .status
+            .and_then(|s| s.network)
+            .unwrap_or_default();
+        let mut ips = vec![net.ip];
+        ips.extend(net.additional_ips.into_iter().map(|i| i.ip));
+        ips.retain(|i| !i.is_empty());
+        Ok(ips)
+    }
+
+    pub async fn stop(&self, id: &str) -> R<()> {
+        let req = StopPodSandboxRequest {
+            pod_sandbox_id: id.into(),
+        };
+        self.rt
+            .clone()
+            .stop_pod_sandbox(req)
+            .await
+            .map_err(|s| err("StopPodSandbox", s))?;
+        Ok(())
+    }
+
+    pub async fn remove(&self, id: &str) -> R<()> {
+        let req = RemovePodSandboxRequest {
+            pod_sandbox_id: id.into(),
+        };
+        self.rt
+            .clone()
+            .remove_pod_sandbox(req)
+            .await
+            .map_err(|s| err("RemovePodSandbox", s))?;
+        Ok(())
+    }
+
+    /// Sandboxes with this metadata name (any state): (id, state).
+    pub async fn find(&self, name: &str) -> R<Vec<(String, i32)>> {
+        let req = ListPodSandboxRequest { filter: None };
+        let l = self
+            .rt
+            .clone()
+            .list_pod_sandbox(req)
+            .await
+            .map_err(|s| err("ListPodSandbox", s))?;
+        Ok(l.into_inner()
+            .items
+            .into_iter()
+            .filter(|p| p.metadata.as_ref().is_some_and(|m| m.name == name))
+            .map(|p| (p.id, p.state))
+            .collect())
+    }
+
+    /// ExecSync in the pod's container: (exit code, stdout, stderr).
+    pub async fn exec(&self, container: &str, cmd: &[&str]) -> R<(i32, String, String)> {
+        let req = ExecSyncRequest {
+            container_id: container.into(),
+            cmd: cmd.iter().map(|s| s.to_string()).collect(),
+            timeout: 10,
+        };
+        let r = self
+            .rt
+            .clone()
+            .exec_sync(req)
+            .await
+            .map_err(|s| err("ExecSync", s))?
+            .into_inner();
+        let s = |b: Vec<u8>| String::from_utf8_lossy(&b).trim().to_string();
+        Ok((r.exit_code, s(r.stdout), s(r.stderr)))
+    }
+
+    /// Wait until the runtime reports NetworkReady with network `name` loaded (after a
+    /// conflist change containerd reloads conf_dir).
+    pub async fn wait_network(&self, name: &str) -> R<()> {
+        let mut last = String::new();
+        for _ in 0..150 {
+            let st = self
+                .rt
+                .clone()
+                .status(StatusRequest { verbose: true })
+                .await
+                .map_err(|s| err("Status", s))?;
+            let st = st.into_inner();
+            let ready = st.status.as_ref().is_some_and(|s| {
+                s.conditions
+                    .iter()
+                    .any(|c| c.r#type == "NetworkReady" && c.status)
+            });
+            let conf = st.info.get("cniconfig").cloned().unwrap_or_default();
+            let loaded = serde_json::from_str::<serde_json::Value>(&conf)
+                .ok()
+                .is_some_and(|v| {
+                    v["Networks"]
+                        .as_array()
+                        .is_some_and(|n| n.iter().any(|n| n["Config"]["Name"] == name))
+                });
+            if ready && loaded {
+                return Ok(());
+            }
+            last = format!("NetworkReady={ready}, cniconfig={conf}");
+            tokio::time::sleep(std::time::Duration::from_millis(100)).await;
+        }
+        Err(format!("network {name} not loaded after 15 s: {last}"))
+    }
+}

@@ -1,0 +1,89 @@
+//! cnikit's containerd CRI suite driver (run by tests/cri/run.sh inside its isolated node):
+//!
+//!   cnikit-cri-suite suite        OPTS --mode M --network NAME   16 parallel pods, hostPort pod,
+//!                                                                hostPort conflict
+//!   cnikit-cri-suite dualstack    OPTS --mode M --network NAME   the dual-stack example conflist
+//!   cnikit-cri-suite measure      OPTS --count N --label L       RunPodSandbox/StopPodSandbox/
+//!                                                                RemovePodSandbox latencies
+//!   cnikit-cri-suite wait-network --socket S --name NAME         until containerd loaded NAME
+//!
+//! OPTS: --socket S --image I --cgroup-parent P --node-ip IP --log-dir D --cnikit PATH
+
+mod checks;
+mod cri;
+mod measure;
+#[allow(dead_code)] // serve is cri-echo's
+mod probe;
+mod scenarios;
+
+use checks::Report;
+use cri::{Cri, Env};
+
+#[tokio::main(flavor = "current_thread")]
+async fn main() {
+    let args: Vec<String> = std::env::args().skip(1).collect();
+    let Some(cmd) = args.first().cloned() else {
+        usage()
+    };
+    let mut env = Env::default();
+    let (mut count, mut label, mut name) = (50usize, String::from("cnikit"), String::new());
+    for pair in args[1..].chunks(2) {
+        let v = pair.get(1).cloned().unwrap_or_else(|| usage());
+        match pair[0].as_str() {
+            "--socket" => env.socket = v,
+            "--image" => env.image = v,
+            "--cgroup-parent" => env.cgroup_parent = v,
+            "--node-ip" => env.node_ip = v,
+            "--log-dir" => env.log_dir = v,
+            "--cnikit" => env.cnikit = v,
+            "--mode" => env.mode = v,
+            "--network" => env.network = v,
+            "--count" => count = v.parse().unwrap_or_else(|_| usage()),
+            "--label" => label = v,
+            "--name" => name = v,
+            _ => usage(),
+        }
+    }
+    let cri = match Cri::connect(&env).await {
+        Ok(c) => c,
+        Err(e) => {
+            eprintln!("cnikit-cri-suite: {e}");
+            std::process::exit(1);
+        }
+    };
+    let mut rep = Report::new(&env.mode);
+    match cmd.as_str() {
+        "wait-network" => {
+            if let Err(e) = cri.wait_network(&name).await {
+                eprintln!("cnikit-cri-suite: {e}");
+                std::process::exit(1);
+            }
+            return;
+        }
+        "suite" => {
+            // parallel first: on a bare node, the first ADDs race to create bridge and table
+            scenarios::parallel_pods(&cri, &mut rep, 16, &env.cnikit).await;
+            scenarios::hostport_pod(&cri, &mut rep, &env.network, &env.node_ip, &env.cnikit).await;
+            scenarios::conflicting_pod(&cri, &mut rep, &env.cnikit).await;
+        }
+        "dualstack" => scenarios::dualstack_pod(&cri, &mut rep, &env.network, &env.cnikit).await,
+        "measure" => {
+            if let Err(e) = measure::run(&cri, count, &label).await {
+                eprintln!("cnikit-cri-suite: measure {label}: {e}");
+                std::process::exit(1);
+            }
+            return;
+        }
+        _ => usage(),
+    }
+    println!(
+        "  ({} {}: {} ok, {} FAIL)",
+        env.mode, cmd, rep.passed, rep.failed
+    );
+    std::process::exit(i32::from(rep.failed > 0));
+}
+
+fn usage() -> ! {
+    eprintln!("usage: cnikit-cri-suite suite|dualstack|measure|wait-network [--option value]... (see src/main.rs)");
+    std::process::exit(2)
+}
