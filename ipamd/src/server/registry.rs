@@ -6,7 +6,7 @@
 //! of N, and no request is answered before its record is durable.
 
 use std::collections::HashMap;
-use std::path::PathBuf;
+use std::path::{Path, PathBuf};
 use std::sync::mpsc;
 use std::sync::{Arc, Mutex, MutexGuard};
 use std::thread::JoinHandle;
@@ -71,12 +71,15 @@ fn writer(network: String, store: Arc<Mutex<Store>>, queue: mpsc::Receiver<Job>)
     log_at!(Level::Debug, "network {network}: writer stopped");
 }
 
+/// A directory's identity (device, inode), as clients send it.
+fn dir_id(path: &Path) -> Option<(u64, u64)> {
+    use std::os::unix::fs::MetadataExt;
+    std::fs::metadata(path).ok().map(|m| (m.dev(), m.ino()))
+}
+
 impl Registry {
     pub(crate) fn new(data_dir: PathBuf, opts: StoreOptions, allowed_gid: Option<u32>) -> Registry {
-        use std::os::unix::fs::MetadataExt;
-        let data_dir_id = std::fs::metadata(&data_dir)
-            .ok()
-            .map(|m| (m.dev(), m.ino()));
+        let data_dir_id = dir_id(&data_dir);
         Registry {
             data_dir,
             data_dir_id,
@@ -131,6 +134,12 @@ impl Registry {
             )));
         };
         if self.data_dir_id.is_none() || id == self.data_dir_id {
+            return Ok(());
+        }
+        // "none": the directory did not exist when the client looked, which is the
+        // first request on a fresh node under socket activation (the client looks
+        // before its connection starts us, and we create the directory). Look again.
+        if id.is_none() && self.data_dir_id == dir_id(Path::new(&path)) {
             return Ok(());
         }
         let ours = self.data_dir.display();
