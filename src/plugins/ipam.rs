@@ -236,3 +236,19 @@ fn requested_ips(req: &Request) -> Result<Vec<IpAddr>, Error> {
     }
     Ok(out)
 }
+
+#[cfg(test)]
+mod tests {
+    use crate::cni::gojson::{assert_known, struct_fields};
+
+    /// The `ipam` object is walked by hand in the ipamd crate; these are its
+    /// typed parts, and the hand-read keys are in `gojson::KEYS` by name.
+    #[test]
+    fn ipam_keys_get_go_matching() {
+        assert_known(&[
+            struct_fields::<ipamd::config::Range>(),
+            struct_fields::<ipamd::config::RouteSpec>(),
+            &["subnet", "ranges", "routes", "dataDir", "socket", "resolvConf"],
+        ]);
+    }
+}

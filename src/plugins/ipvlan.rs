@@ -156,3 +156,14 @@ fn address(req: &Request, ns: &NetNs, cont: &mut Netlink, index: u32) -> Result<
         address_single_iface(ns, cont, req, index, ipam)
     })
 }
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::cni::gojson::{assert_known, struct_fields};
+
+    #[test]
+    fn config_keys_get_go_matching() {
+        assert_known(&[struct_fields::<Conf>()]);
+    }
+}

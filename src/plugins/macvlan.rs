@@ -167,3 +167,14 @@ fn l2_only(cont: &mut Netlink, req: &Request, index: u32) -> Result<CniResult, E
         ..Default::default()
     })
 }
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::cni::gojson::{assert_known, struct_fields};
+
+    #[test]
+    fn config_keys_get_go_matching() {
+        assert_known(&[struct_fields::<Conf>()]);
+    }
+}
