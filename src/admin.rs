@@ -108,7 +108,7 @@ pub fn main(args: Vec<OsString>) -> i32 {
         }
         Some(Cmd::Install { dir, force, copy }) => install(&dir, force, copy),
         Some(Cmd::Ipamd { command }) => ipamd(command),
-        Some(Cmd::Net(args)) => crate::runtime::cli::run(args, Some(convert_result)),
+        Some(Cmd::Net(args)) => crate::runtime::cli::run(args),
     };
     match outcome {
         Ok(()) => 0,
@@ -117,16 +117,6 @@ pub fn main(args: Vec<OsString>) -> i32 {
             1
         }
     }
-}
-
-/// `cnikit net` converts cached results between spec versions with the
-/// protocol core, which the runtime module does not depend on.
-fn convert_result(value: &serde_json::Value, to: &str) -> Result<serde_json::Value, String> {
-    let version =
-        Version::parse(to).ok_or_else(|| format!("{to:?} is not a CNI version cnikit speaks"))?;
-    crate::cni::CniResult::from_value(value)
-        .map(|r| r.to_value(version))
-        .map_err(|e| e.to_string())
 }
 
 fn ipamd(command: IpamdCmd) -> Result<(), String> {

@@ -2,13 +2,7 @@
 //! a symlink named `bridge` runs the bridge plugin, and so on. Called as
 //! `cnikit`, the first argument picks a plugin or an admin subcommand.
 
-mod admin;
-mod cni;
-mod firewall;
-mod netlink;
-mod plugins;
-mod runtime;
-
+use cnikit::{admin, cni, plugins};
 use std::ffi::OsStr;
 use std::path::Path;
 

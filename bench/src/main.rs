@@ -4,14 +4,6 @@
 //! the kernel floor, interleaved. Runs inside its own network and mount
 //! namespaces; see README "Benchmark".
 
-// Shared with the cnikit binary by path, so the benchmark measures the very
-// runtime and netlink code cnikit ships. Not every item is used here.
-#[allow(unused_imports, dead_code)] // the plugins use more of it than the bench
-#[path = "../../src/netlink/mod.rs"]
-mod netlink;
-#[path = "../../src/runtime/mod.rs"]
-mod runtime;
-
 mod churn;
 mod plot;
 mod podns;

@@ -90,7 +90,7 @@ fn install_sigint() {
 
 /// The loopback of our host namespace up (plugins and iptables expect it).
 pub fn loopback_up() -> Result<(), String> {
-    let mut nl = crate::netlink::Netlink::open().map_err(|e| e.to_string())?;
+    let mut nl = cnikit::netlink::Netlink::open().map_err(|e| e.to_string())?;
     let lo = nl
         .link_by_name("lo")
         .map_err(|e| e.to_string())?

@@ -2,8 +2,8 @@
 //! runtime code (src/runtime, as `cnikit net` runs it) over two plugin sets,
 //! and the kernel floor that does the attach work in-process.
 
-use crate::netlink::{BridgePort, BridgeSpec, NetNs, Netlink, Route, VethSpec};
-use crate::runtime::{Attachment, ConfList, Runtime};
+use cnikit::netlink::{BridgePort, BridgeSpec, NetNs, Netlink, Route, VethSpec};
+use cnikit::runtime::{Attachment, ConfList, Runtime};
 use crate::sandbox::STATE;
 use ipnet::IpNet;
 use serde_json::{json, Value};
@@ -235,7 +235,7 @@ impl Floor {
     const BRIDGE: &'static str = "br-floor";
 
     fn new() -> Result<Floor, String> {
-        let e = |e: crate::netlink::Error| e.to_string();
+        let e = |e: cnikit::netlink::Error| e.to_string();
         let gateway = Ipv4Addr::new(10, 84, 0, 1);
         let mut nl = Netlink::open().map_err(e)?;
         let bridge = nl
@@ -257,7 +257,7 @@ impl Floor {
     /// with the peer made in the pod, enslaved with hairpin, up; in the pod
     /// the address, eth0 up and the default route.
     fn add(&self, n: u64, netns: &str) -> Result<(), String> {
-        let e = |e: crate::netlink::Error| e.to_string();
+        let e = |e: cnikit::netlink::Error| e.to_string();
         let pod = NetNs::open(netns).map_err(e)?;
         let mut host = Netlink::open().map_err(e)?;
         let pair = host
@@ -291,7 +291,7 @@ impl Floor {
 
     /// The bridge plugin's DEL: delete eth0 in the pod (the host end goes with it).
     fn del(&self, netns: &str) -> Result<(), String> {
-        let e = |e: crate::netlink::Error| e.to_string();
+        let e = |e: cnikit::netlink::Error| e.to_string();
         let pod = NetNs::open(netns).map_err(e)?;
         let mut cont = Netlink::open_in(&pod).map_err(e)?;
         match cont.link_by_name("eth0").map_err(e)? {

@@ -1,7 +1,7 @@
 //! `cnikit net add|check|del|gc|status NETWORK [NETNS]`: the runtime on the
 //! command line, with cnitool's environment variables as defaults.
 
-use super::{load_by_name, Attachment, ConfList, Converter, Error, Gone, Outcome, Runtime};
+use super::{load_by_name, Attachment, ConfList, Error, Gone, Outcome, Runtime};
 use serde_json::{Map, Value};
 use std::ffi::OsString;
 use std::path::{Path, PathBuf};
@@ -56,14 +56,14 @@ pub struct NetArgs {
 /// Run one command. Results go to stdout (ADD: the result JSON; a plugin
 /// failure: the plugin's error object); the returned error is the one-line
 /// story for stderr.
-pub fn run(args: NetArgs, convert: Option<Converter>) -> Result<(), String> {
+pub fn run(args: NetArgs) -> Result<(), String> {
     let conf_dir = flag_or_env(args.conf_dir.clone(), "NETCONFPATH", "/etc/cni/net.d");
     let list = match load_by_name(&conf_dir, &args.network) {
         Ok(list) => list,
         Err(e) => return report(Err(e), args.command, LATEST),
     };
     let mut runtime = Runtime::new(cni_path(&args), args.cache_dir.clone());
-    runtime.convert = convert;
+    runtime.check_results = true;
     let outcome = dispatch(&runtime, &list, &args);
     let version = if list.version.is_empty() {
         LATEST

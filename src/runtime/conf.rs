@@ -2,7 +2,7 @@
 //! (libcni's `LoadConfList`), reading legacy single-plugin files, and picking
 //! the spec version the list runs at.
 
-use super::version::{self, Ver};
+use crate::cni::Version;
 use super::Error;
 use serde_json::{Map, Value};
 use std::path::{Path, PathBuf};
@@ -28,8 +28,8 @@ pub struct ConfList {
 impl ConfList {
     /// The version as an ordered value; an absent version counts as 0.1.0
     /// (libcni's decoder does the same).
-    pub fn ver(&self) -> Ver {
-        version::parse(&self.version).unwrap_or(version::V010)
+    pub fn ver(&self) -> Version {
+        Version::parse(&self.version).unwrap_or(Version::V010)
     }
 
     /// `type` of plugin `i`, for messages and the CNI_PATH lookup.
@@ -113,7 +113,7 @@ fn valid_type(t: &str) -> bool {
 
 fn network_name(raw: &Map<String, Value>, source: &Path) -> Result<String, Error> {
     match raw.get("name") {
-        Some(Value::String(n)) => match super::validate_name(n) {
+        Some(Value::String(n)) => match crate::cni::env::validate_network_name(n) {
             Ok(()) => Ok(n.clone()),
             Err(why) => Err(bad(source, &format!("network name {n:?} {why}"))),
         },
@@ -166,17 +166,13 @@ pub fn pick_version(raw: &Map<String, Value>, source: &Path) -> Result<String, E
     if named.is_empty() {
         return Ok(String::new());
     }
-    let best = named
-        .iter()
-        .filter(|s| version::is_known(s))
-        .filter_map(|s| version::parse(s).map(|v| (v, *s)))
-        .max_by_key(|(v, _)| *v);
+    let best = named.iter().filter_map(|s| Version::parse(s)).max();
     match best {
-        Some((_, s)) => Ok(s.to_string()),
+        Some(v) => Ok(v.as_str().to_string()),
         None => Err(Error::Runtime(format!(
             "{}: none of the CNI versions {named:?} is one this runtime speaks ({})",
             source.display(),
-            version::KNOWN.join(", ")
+            Version::all_joined()
         ))),
     }
 }

@@ -2,14 +2,8 @@
 //! container runtime does with libcni (spec section 3). `cnikit net` is its
 //! command line; the churn benchmark drives the same code in-process.
 //!
-//! Deliberately self-contained (std, serde, libc, clap only; nothing from the
-//! plugin side of this crate): `bench/` compiles this directory as a module of
-//! its own binary, so what it measures is exactly what `cnikit net` runs. What
-//! needs the protocol core (converting a cached result to another version) is
-//! passed in as a function by the caller.
-
-// The benchmark uses only part of this API (no CLI glue, no GC).
-#![allow(dead_code)]
+//! It uses the protocol core ([`crate::cni`]) for versions, names and result
+//! layouts, and nothing of the plugins.
 
 mod cache;
 pub mod cli;
@@ -19,10 +13,9 @@ mod exec;
 mod ops;
 #[cfg(test)]
 mod tests;
-mod version;
 
 pub use conf::{load_by_name, ConfList};
-pub use ops::{Attachment, Converter, Gone, Outcome, Runtime};
+pub use ops::{Attachment, Gone, Outcome, Runtime};
 
 use serde_json::Value;
 use std::fmt;
@@ -112,37 +105,3 @@ impl fmt::Display for PluginFailure {
 }
 
 impl std::error::Error for Error {}
-
-/// Network names and container IDs (spec): start alphanumeric, then
-/// alphanumerics, `_`, `.`, `-`.
-pub fn validate_name(s: &str) -> Result<(), &'static str> {
-    let mut chars = s.chars();
-    match chars.next() {
-        None => return Err("must not be empty"),
-        Some(c) if !c.is_ascii_alphanumeric() => return Err("must start with a letter or digit"),
-        _ => {}
-    }
-    if chars.all(|c| c.is_ascii_alphanumeric() || matches!(c, '_' | '.' | '-')) {
-        Ok(())
-    } else {
-        Err("may only contain letters, digits, '_', '.' and '-'")
-    }
-}
-
-/// Interface names (spec): non-empty, not `.`/`..`, under 16 bytes, no `/`,
-/// `:` or whitespace.
-pub fn validate_ifname(name: &str) -> Result<(), &'static str> {
-    if name.is_empty() || name == "." || name == ".." {
-        return Err("must not be empty, '.' or '..'");
-    }
-    if name.len() >= 16 {
-        return Err("must be shorter than 16 bytes");
-    }
-    if name
-        .chars()
-        .any(|c| c == '/' || c == ':' || c.is_whitespace())
-    {
-        return Err("must not contain '/', ':' or whitespace");
-    }
-    Ok(())
-}

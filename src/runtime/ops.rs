@@ -5,15 +5,12 @@ use super::cache::{Cache, Entry};
 use super::conf::ConfList;
 use super::derive::{request_config, Inject};
 use super::exec::{self, CallEnv};
-use super::version::{V040, V110};
-use super::{validate_ifname, validate_name, Error, PluginFailure};
+use crate::cni::{CniResult, Version};
+use super::{Error, PluginFailure};
+use crate::cni::env::{validate_container_id, validate_ifname};
 use serde_json::{json, Map, Value};
 use std::ffi::OsString;
 use std::path::PathBuf;
-
-/// Converts a result (any layout) to the layout of a version; the protocol
-/// core provides it. Without one, results pass through as plugins print them.
-pub type Converter = fn(&Value, &str) -> Result<Value, String>;
 
 /// How plugins are found and results kept.
 #[derive(Debug, Clone)]
@@ -22,7 +19,9 @@ pub struct Runtime {
     pub cache: Cache,
     /// Copy plugins' stderr to ours (the CLI) or drop it (the benchmark).
     pub forward_stderr: bool,
-    pub convert: Option<Converter>,
+    /// Decode every plugin's result in its own version, refusing garbage (the
+    /// CLI); the benchmark passes results on as plugins print them.
+    pub check_results: bool,
     /// CNI_PATH as plugins get it, joined once.
     path_env: OsString,
 }
@@ -56,7 +55,7 @@ pub struct Gone {
 
 impl Attachment {
     fn validate(&self, needs_netns: bool) -> Result<(), Error> {
-        validate_name(&self.container_id)
+        validate_container_id(&self.container_id)
             .map_err(|why| invalid(format!("container ID {:?} {why}", self.container_id)))?;
         validate_ifname(&self.ifname)
             .map_err(|why| invalid(format!("interface name {:?} {why}", self.ifname)))?;
@@ -93,7 +92,7 @@ impl Runtime {
             cni_path,
             cache: Cache { dir: cache_dir },
             forward_stderr: true,
-            convert: None,
+            check_results: false,
             path_env,
         }
     }
@@ -166,7 +165,7 @@ impl Runtime {
         {
             value["cniVersion"] = Value::String(list.version.clone());
         }
-        if let Some(convert) = self.convert {
+        if self.check_results {
             let own = value["cniVersion"].as_str().unwrap_or("").to_string();
             convert(&value, &own).map_err(|why| self.bad_result(list, i, &why, stdout))?;
         }
@@ -193,7 +192,7 @@ impl Runtime {
     /// is not an error: DEL must work after a failed ADD or a lost cache.
     pub fn del(&self, list: &ConfList, att: &Attachment) -> Result<(), Error> {
         att.validate(false)?;
-        let prev = if list.ver() >= V040 {
+        let prev = if list.ver() >= Version::V040 {
             self.cached_result(list, att).unwrap_or(None)
         } else {
             None
@@ -231,14 +230,12 @@ impl Runtime {
             .get("cniVersion")
             .and_then(Value::as_str)
             .unwrap_or("");
-        match self.convert {
-            Some(convert) if cached != list.version && !list.version.is_empty() => {
-                convert(&result, &list.version)
-                    .map(Some)
-                    .map_err(|e| Error::Runtime(format!("cached result: {e}")))
-            }
-            _ => Ok(Some(result)),
+        if cached == list.version || list.version.is_empty() {
+            return Ok(Some(result));
         }
+        convert(&result, &list.version)
+            .map(Some)
+            .map_err(|e| Error::Runtime(format!("cached result: {e}")))
     }
 
     // ------------------------------------------------------------ CHECK
@@ -246,7 +243,7 @@ impl Runtime {
     /// CHECK every plugin in order against the cached ADD result.
     pub fn check(&self, list: &ConfList, att: &Attachment) -> Result<Outcome, Error> {
         att.validate(true)?;
-        if list.ver() < V040 {
+        if list.ver() < Version::V040 {
             return Err(Error::Runtime(format!(
                 "network {:?} is at cniVersion {:?}; CHECK needs 0.4.0 or later",
                 list.name, list.version
@@ -275,7 +272,7 @@ impl Runtime {
 
     /// STATUS every plugin (spec 1.1); the first that is not ready answers.
     pub fn status(&self, list: &ConfList) -> Result<Outcome, Error> {
-        if list.ver() < V110 {
+        if list.ver() < Version::V110 {
             return Ok(note(&format!(
                 "network {:?} is at cniVersion {:?}; STATUS needs 1.1.0: nothing asked",
                 list.name, list.version
@@ -300,7 +297,7 @@ impl Runtime {
         }
         let mut errors = Vec::new();
         let mut out = self.forget_gone(list, gone, &mut errors)?;
-        if list.ver() < V110 {
+        if list.ver() < Version::V110 {
             out.notes.push(format!(
                 "network {:?} is at cniVersion {:?}; plugin GC needs 1.1.0: not called",
                 list.name, list.version
@@ -456,4 +453,13 @@ impl std::fmt::Display for Gone {
             None => f.write_str(&self.container_id),
         }
     }
+}
+
+/// A result (any layout) in the layout of version `to`.
+fn convert(value: &Value, to: &str) -> Result<Value, String> {
+    let version =
+        Version::parse(to).ok_or_else(|| format!("{to:?} is not a CNI version cnikit speaks"))?;
+    CniResult::from_value(value)
+        .map(|r| r.to_value(version))
+        .map_err(|e| e.to_string())
 }

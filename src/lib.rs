@@ -1,0 +1,19 @@
+//! cnikit: CNI plugins (bridge, macvlan, ipvlan, portmap, loopback, ipamd) in
+//! one multicall binary, and the runtime side (`cnikit net`) of the protocol.
+//!
+//! The layers, each only using the ones listed before it:
+//! - [`cni`]: the protocol (environment, configuration, versions and result
+//!   layouts, errors → codes, delegation, the plugin runner); no netlink.
+//! - [`netlink`]: blocking rtnetlink and netfilter sockets, netns, sysctls.
+//! - [`firewall`]: nftables over netlink (portmap, masquerade, MAC spoof check).
+//! - [`plugins`]: one module per plugin, each reading ADD/CHECK/DEL/STATUS/GC.
+//! - [`runtime`]: running network lists the way libcni does (`cnikit net`,
+//!   the churn benchmark).
+//! - [`admin`]: the `cnikit` subcommands.
+
+pub mod admin;
+pub mod cni;
+pub mod firewall;
+pub mod netlink;
+pub mod plugins;
+pub mod runtime;
