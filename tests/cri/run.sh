@@ -7,8 +7,9 @@
 #                                    with `cnikit ipamd daemon` running; prints one line per
 #                                    check and "N passed, M failed"
 #   tests/cri/run.sh --measure [N]   N sequential RunPodSandbox + StopPodSandbox/RemovePodSandbox
-#                                    (one TCP hostPort each) with cnikit and with Debian's
-#                                    reference plugins; prints p50/p99 of each call (default 50)
+#                                    (one TCP hostPort each) with cnikit (without and with the
+#                                    daemon), with Debian's reference plugins and with no CNI
+#                                    (hostNetwork pods); prints p50/p99 of each call (default 50)
 #
 # Everything runs in `unshare --net --mount --pid --kill-child --propagation private` with tmpfs
 # on /run, /var/lib/cni and containerd's root: the machine's network and state are never
@@ -261,7 +262,9 @@ if [ "${1:-}" = --measure ]; then
   start_containerd "$WORK/ref" "$WORK/net.d" 2
   use_conflist "$WORK/confs/ref.conflist" cri
   "$SUITE" measure "${COMMON[@]}" --count "$n" --label "reference" | tee -a "$WORK/measure.txt"
+  "$SUITE" measure "${COMMON[@]}" --count "$n" --label "no CNI" --host-network true | tee -a "$WORK/measure.txt"
   stop_containerd
+  echo "ms; one TCP hostPort per pod; no CNI = hostNetwork pods (containerd + runc alone)"
   exit 0
 fi
 

@@ -21,11 +21,13 @@ pub struct Env {
     pub network: String,
 }
 
-/// One pod: name (also its hostname) and port mappings (protocol, containerPort, hostPort).
-#[derive(Clone, Debug)]
+/// One pod: name (also its hostname), port mappings (protocol, containerPort, hostPort), and
+/// whether it uses the node's network namespace (then CNI is not called at all).
+#[derive(Clone, Debug, Default)]
 pub struct PodSpec {
     pub name: String,
     pub ports: Vec<(Protocol, u16, u16)>,
+    pub host_network: bool,
 }
 
 /// A running pod: sandbox id, the app container's id (if one was started), addresses.
@@ -76,7 +78,12 @@ impl Cri {
                 namespace: "cnikit-cri".into(),
                 attempt: 0,
             }),
-            hostname: spec.name.clone(),
+            // kubelet sets no hostname for hostNetwork pods (runc: no private UTS namespace)
+            hostname: if spec.host_network {
+                String::new()
+            } else {
+                spec.name.clone()
+            },
             log_directory: format!("{}/{}", self.env.log_dir, spec.name),
             port_mappings: spec
                 .ports
@@ -92,7 +99,11 @@ impl Cri {
                 cgroup_parent: format!("{}/{}", self.env.cgroup_parent, spec.name),
                 security_context: Some(LinuxSandboxSecurityContext {
                     namespace_options: Some(NamespaceOption {
-                        network: NamespaceMode::Pod as i32,
+                        network: if spec.host_network {
+                            NamespaceMode::Node
+                        } else {
+                            NamespaceMode::Pod
+                        } as i32,
                         pid: NamespaceMode::Container as i32,
                         ipc: NamespaceMode::Pod as i32,
                         ..Default::default()

@@ -4,7 +4,7 @@
 //!                                                                hostPort conflict
 //!   cnikit-cri-suite dualstack    OPTS --mode M --network NAME   the dual-stack example conflist
 //!   cnikit-cri-suite measure      OPTS --count N --label L       RunPodSandbox/StopPodSandbox/
-//!                                                                RemovePodSandbox latencies
+//!                     [--host-network true]                      RemovePodSandbox latencies
 //!   cnikit-cri-suite wait-network --socket S --name NAME         until containerd loaded NAME
 //!
 //! OPTS: --socket S --image I --cgroup-parent P --node-ip IP --log-dir D --cnikit PATH
@@ -27,6 +27,7 @@ async fn main() {
     };
     let mut env = Env::default();
     let (mut count, mut label, mut name) = (50usize, String::from("cnikit"), String::new());
+    let mut host_network = false;
     for pair in args[1..].chunks(2) {
         let v = pair.get(1).cloned().unwrap_or_else(|| usage());
         match pair[0].as_str() {
@@ -41,6 +42,7 @@ async fn main() {
             "--count" => count = v.parse().unwrap_or_else(|_| usage()),
             "--label" => label = v,
             "--name" => name = v,
+            "--host-network" => host_network = v == "true",
             _ => usage(),
         }
     }
@@ -68,7 +70,7 @@ async fn main() {
         }
         "dualstack" => scenarios::dualstack_pod(&cri, &mut rep, &env.network, &env.cnikit).await,
         "measure" => {
-            if let Err(e) = measure::run(&cri, count, &label).await {
+            if let Err(e) = measure::run(&cri, count, &label, host_network).await {
                 eprintln!("cnikit-cri-suite: measure {label}: {e}");
                 std::process::exit(1);
             }

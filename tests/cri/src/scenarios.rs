@@ -11,6 +11,7 @@ fn spec(name: &str, ports: &[(Protocol, u16, u16)]) -> PodSpec {
     PodSpec {
         name: name.into(),
         ports: ports.to_vec(),
+        host_network: false,
     }
 }
 
