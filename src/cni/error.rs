@@ -64,6 +64,20 @@ impl Error {
         self
     }
 
+    /// The outcome of steps that all ran (DEL, GC): every failure is reported,
+    /// in order, under the first one's code; a runtime shows only one error.
+    pub fn all(steps: impl IntoIterator<Item = Result<(), Error>>) -> Result<(), Error> {
+        let failed: Vec<Error> = steps.into_iter().filter_map(Result::err).collect();
+        let mut failed = failed.into_iter();
+        let Some(mut first) = failed.next() else {
+            return Ok(());
+        };
+        for e in failed {
+            first.msg = format!("{}; also: {} (code {})", first.msg, e.msg, e.code);
+        }
+        Err(first)
+    }
+
     pub fn invalid_config(msg: impl Into<String>) -> Self {
         Error::new(Code::InvalidConfig, msg)
     }
@@ -135,5 +149,35 @@ impl From<ipamd::Error> for Error {
             ErrorKind::NotFound | ErrorKind::Internal => Code::Internal,
         };
         Error::new(code, e.to_string())
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn all_reports_every_failed_step_under_the_first_code() {
+        assert!(Error::all([Ok(()), Ok(())]).is_ok());
+        let e = Error::all([
+            Ok(()),
+            Err(Error::new(Code::Io, "release lease: disk gone")),
+            Err(Error::new(Code::Kernel, "delete veth: EBUSY")),
+        ])
+        .unwrap_err();
+        assert_eq!(e.code, Code::Io as u32);
+        assert_eq!(
+            e.msg,
+            "release lease: disk gone; also: delete veth: EBUSY (code 100)"
+        );
+    }
+
+    #[test]
+    fn netns_errors_map_by_kind() {
+        use crate::netlink::{Error as NlError, ErrorKind};
+        let gone = NlError::new(ErrorKind::NetnsNotFound, "open netns /run/netns/x: gone");
+        assert_eq!(Error::from(gone).code, Code::UnknownContainer as u32);
+        let denied = NlError::new(ErrorKind::Other, "open netns /run/netns/x: Permission denied");
+        assert_eq!(Error::from(denied).code, Code::Kernel as u32);
     }
 }

@@ -233,9 +233,10 @@ pub fn ensure_ifname_free(nl: &mut Netlink, ifname: &str, netns: &str) -> Result
     Ok(())
 }
 
-/// The netns for ADD/CHECK; a missing one is "container unknown" (code 3).
+/// The netns for ADD/CHECK; a missing one is "container unknown" (code 3),
+/// any other failure (EPERM, …) a kernel error (see `cni::error`).
 pub fn open_netns(path: &str) -> Result<NetNs, Error> {
-    NetNs::open(path).map_err(|e| Error::new(Code::UnknownContainer, e.message.clone()))
+    Ok(NetNs::open(path)?)
 }
 
 /// The master link for macvlan/ipvlan: the configured name, or the link of
@@ -402,5 +403,5 @@ pub fn del_single_iface(req: &Request) -> Result<(), Error> {
     // Both steps run even if the first fails: a broken IPAM must not keep the link.
     let ipam = ipam_if_configured(req, Command::Del);
     let link = delete_container_link(req.netns(), req.ifname());
-    ipam.and(link)
+    Error::all([ipam, link])
 }

@@ -67,5 +67,5 @@ pub(super) fn gc(req: &Request) -> Result<(), Error> {
     };
     let masq = firewall::masq::gc(&req.conf.name, &valid);
     let spoof = firewall::macspoof::gc(&req.conf.name, &valid);
-    masq.and(spoof).map_err(Error::from)
+    Error::all([masq.map_err(Error::from), spoof.map_err(Error::from)])
 }

@@ -232,7 +232,7 @@ impl Plugin for Bridge {
         let ipam = ipam_if_configured(req, Command::Del);
         let rules = firewall::del(req, &conf);
         let link = delete_container_link(req.netns(), req.ifname());
-        ipam.and(rules).and(link)
+        Error::all([ipam, rules, link])
     }
 
     // ---------------------------------------------------------------- STATUS
@@ -247,7 +247,7 @@ impl Plugin for Bridge {
         // The spec: continue past individual errors, report them.
         let ipam = ipam_if_configured(req, Command::Gc);
         let rules = firewall::gc(req);
-        ipam.and(rules)
+        Error::all([ipam, rules])
     }
 }
 
