@@ -134,10 +134,8 @@ fn ipamd(command: IpamdCmd) -> Result<(), String> {
             log_level,
             allowed_gid,
             // The daemon also applies the plugins' firewall changes: its
-            // netfilter socket never closes (see firewall/remote.rs).
-            extension: Some(ipamd::daemon::Extension(std::sync::Arc::new(
-                crate::firewall::remote::dispatch,
-            ))),
+            // netfilter socket never closes (see firewall/service.rs).
+            services: ipamd::service::Services::new().with(crate::firewall::service::Firewall),
         })
         .map_err(|e| e.to_string()),
         IpamdCmd::Leases {

@@ -7,7 +7,6 @@ use std::ffi::OsStr;
 use std::path::Path;
 
 fn main() {
-    cni::delegate::register_builtins(plugins::by_name);
     let args: Vec<std::ffi::OsString> = std::env::args_os().collect();
     let argv0 = args
         .first()
@@ -39,5 +38,5 @@ fn run_plugin(name: &str, plugin: &'static dyn cni::Plugin) -> i32 {
         );
         return 0;
     }
-    cni::runner::main(plugin)
+    cni::runner::main(plugin, cni::Context::new(plugins::by_name))
 }

@@ -177,7 +177,7 @@ fn start_daemon(sock: &Path, data: &Path) -> Result<DaemonHandle, String> {
         reclaim_previous_boot: true,
         log_level: "error".into(),
         allowed_gid: (uid != 0).then_some(gid),
-        extension: None,
+        services: ipamd::service::Services::new(),
     })
     .map_err(|e| format!("starting the daemon: {e}"))
 }

@@ -11,29 +11,9 @@ use tokio::sync::oneshot;
 
 use crate::log::{self, Level};
 use crate::server::{self, Registry};
+use crate::service::Services;
 use crate::store::StoreOptions;
 use crate::{log_at, systemd, Error, ErrorKind};
-
-/// A handler the embedding program adds to the daemon: `POST /v1/ext/<op>` with a body
-/// calls it with `op` and the body's bytes, on a blocking thread, after the same peer check
-/// (root only: an extension may change the host), body limit and timeouts as the lease API.
-/// `Ok(body)` is answered 200 with it; `Err((status, body))` with that status. Status 421 is
-/// reserved for "not here" (e.g. the caller lives in another network namespace): the
-/// client then runs the operation itself, as when no daemon listens. cnikit serves its
-/// firewall operations this way (`src/firewall/remote.rs`).
-pub type ExtensionFn = dyn Fn(&str, &[u8]) -> ExtReply + Send + Sync;
-
-/// An extension's answer: the body, or an HTTP status and body.
-pub type ExtReply = Result<Vec<u8>, (u16, Vec<u8>)>;
-
-#[derive(Clone)]
-pub struct Extension(pub Arc<ExtensionFn>);
-
-impl std::fmt::Debug for Extension {
-    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
-        f.write_str("Extension(..)")
-    }
-}
 
 #[derive(Debug, Clone)]
 pub struct DaemonOptions {
@@ -47,8 +27,8 @@ pub struct DaemonOptions {
     /// Besides root, peers in this group (primary or supplementary) may use the daemon; the
     /// socket is then made group-accessible.
     pub allowed_gid: Option<u32>,
-    /// Served under `POST /v1/ext/<op>`; without one those requests get 404.
-    pub extension: Option<Extension>,
+    /// Typed services besides the lease API, under `POST /v1/ext/<name>.<op>`.
+    pub services: Services,
 }
 
 impl Default for DaemonOptions {
@@ -59,7 +39,7 @@ impl Default for DaemonOptions {
             reclaim_previous_boot: true,
             log_level: "info".into(),
             allowed_gid: None,
-            extension: None,
+            services: Services::new(),
         }
     }
 }
@@ -184,7 +164,7 @@ struct Prepared {
     /// Socket file to remove at exit (None when systemd owns the socket).
     bound_path: Option<PathBuf>,
     registry: Arc<Registry>,
-    extension: Option<Extension>,
+    services: Services,
     _instance_lock: File,
 }
 
@@ -264,7 +244,7 @@ fn prepare(opts: DaemonOptions, store_opts: StoreOptions) -> Result<Prepared, Er
         listener,
         bound_path,
         registry,
-        extension: opts.extension,
+        services: opts.services,
         _instance_lock: instance_lock,
     })
 }
@@ -284,7 +264,7 @@ impl Prepared {
             server::serve(
                 listener,
                 Arc::clone(&self.registry),
-                self.extension,
+                self.services,
                 shutdown,
             )
             .await;

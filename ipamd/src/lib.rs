@@ -7,6 +7,8 @@
 //! - [`client`]: one call per plugin invocation; talks to the daemon, or does the same work
 //!   in-process against the store when no daemon is listening.
 //! - [`daemon`]: `cnikit ipamd daemon`.
+//! - [`service`]: typed services the daemon hosts besides the lease API, each with its own
+//!   request, response, error and permission check (cnikit's firewall is one).
 //! - internal: `pool` (range arithmetic), `journal` (checksummed records + snapshots),
 //!   `store` (one network's state under a flock), `server` (HTTP over the unix socket).
 
@@ -17,8 +19,10 @@ pub mod daemon;
 mod error;
 mod journal;
 pub mod log;
+mod peer;
 mod pool;
 mod server;
+pub mod service;
 mod store;
 mod systemd;
 

@@ -12,7 +12,7 @@ const SO_PEERGROUPS: libc::c_int = 0x003d;
 const SO_PEERGROUPS: libc::c_int = 59;
 
 #[derive(Debug, Clone)]
-pub(crate) struct Peer {
+pub struct Peer {
     pub uid: u32,
     pub gid: u32,
     pub groups: Vec<u32>,
@@ -31,7 +31,7 @@ impl Peer {
     }
 
     /// root, or a member (primary or supplementary) of the configured group.
-    pub(crate) fn allowed(&self, allowed_gid: Option<u32>) -> bool {
+    pub fn allowed(&self, allowed_gid: Option<u32>) -> bool {
         self.uid == 0 || allowed_gid.is_some_and(|g| self.gid == g || self.groups.contains(&g))
     }
 }

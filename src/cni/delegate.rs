@@ -1,6 +1,6 @@
 //! Delegation: run another plugin (IPAM) with our environment and our stdin.
 //! When the delegate is this very binary, it runs in-process instead: same
-//! code path, one exec fewer on every pod (≈0.6 ms, see perf-notes).
+//! code path, one exec fewer on every pod (≈0.6 ms).
 
 use super::env::Command;
 use super::error::{Code, Error};
@@ -10,15 +10,6 @@ use serde::Deserialize;
 use std::io::Write;
 use std::path::{Path, PathBuf};
 use std::process::Stdio;
-use std::sync::OnceLock;
-
-/// Looks up a built-in plugin by type name; set once by `main`.
-pub type BuiltinLookup = fn(&str) -> Option<&'static dyn Plugin>;
-static BUILTINS: OnceLock<BuiltinLookup> = OnceLock::new();
-
-pub fn register_builtins(lookup: BuiltinLookup) {
-    let _ = BUILTINS.set(lookup);
-}
 
 /// Run the IPAM plugin named in the config for `command`; ADD returns its result.
 pub fn ipam(req: &Request, command: Command) -> Result<Option<CniResult>, Error> {
@@ -38,7 +29,7 @@ pub fn delegate(
     command: Command,
 ) -> Result<Option<CniResult>, Error> {
     let path = find_plugin(plugin_type, &req.env.path)?;
-    if let Some(builtin) = builtin_for(plugin_type, &path) {
+    if let Some(builtin) = builtin_for(req, plugin_type, &path) {
         return run_builtin(builtin, &req.with_command(command));
     }
     exec(&path, req, command)
@@ -46,9 +37,8 @@ pub fn delegate(
 
 /// In-process only when CNI_PATH resolves to this executable, so a user who
 /// points `ipamd` at another binary gets that binary.
-fn builtin_for(plugin_type: &str, path: &Path) -> Option<&'static dyn Plugin> {
-    let lookup = BUILTINS.get()?;
-    let plugin = lookup(plugin_type)?;
+fn builtin_for(req: &Request, plugin_type: &str, path: &Path) -> Option<&'static dyn Plugin> {
+    let plugin = (req.ctx.builtins)(plugin_type)?;
     let me = std::env::current_exe().ok()?.canonicalize().ok()?;
     (path.canonicalize().ok()? == me).then_some(plugin)
 }

@@ -15,5 +15,5 @@ pub mod version;
 pub use env::Command;
 pub use error::{Code, Error};
 pub use result::{CniResult, Dns, Interface, IpConfig, Route};
-pub use runner::{Plugin, Request};
+pub use runner::{BuiltinLookup, Context, Plugin, Request};
 pub use version::Version;

@@ -7,7 +7,58 @@ use super::env::{Command, Env};
 use super::error::{Code, Error};
 use super::result::CniResult;
 use super::version::Version;
+use crate::firewall::{self, Firewall};
+use std::fmt;
 use std::io::{Read, Write};
+use std::path::{Path, PathBuf};
+use std::sync::Arc;
+
+/// Looks up a built-in plugin by type name.
+pub type BuiltinLookup = fn(&str) -> Option<&'static dyn Plugin>;
+
+/// What a plugin call gets besides its input: where delegates are found and
+/// where firewall requests go.
+#[derive(Clone)]
+pub struct Context {
+    /// Built-in plugins by type name, run in-process when CNI_PATH resolves
+    /// a delegate to this very binary.
+    pub builtins: BuiltinLookup,
+    /// The ipamd daemon's socket when the configuration names none.
+    pub daemon_socket: PathBuf,
+    /// A fixed firewall backend (tests); None: the daemon at the socket the
+    /// configuration names, in-process when it does not serve.
+    pub firewall: Option<Arc<dyn Firewall>>,
+}
+
+impl Context {
+    pub fn new(builtins: BuiltinLookup) -> Context {
+        Context {
+            builtins,
+            daemon_socket: firewall::backend::DEFAULT_SOCKET.into(),
+            firewall: None,
+        }
+    }
+
+    /// The firewall backend for this call; `socket` is the configuration's
+    /// `daemonSocket`.
+    pub fn firewall(&self, socket: Option<&Path>) -> Arc<dyn Firewall> {
+        match &self.firewall {
+            Some(f) => Arc::clone(f),
+            None => Arc::new(firewall::ViaDaemon::new(
+                socket.unwrap_or(&self.daemon_socket),
+            )),
+        }
+    }
+}
+
+impl fmt::Debug for Context {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.debug_struct("Context")
+            .field("daemon_socket", &self.daemon_socket)
+            .field("firewall", &self.firewall)
+            .finish_non_exhaustive()
+    }
+}
 
 /// One plugin call, validated.
 #[derive(Debug, Clone)]
@@ -15,6 +66,7 @@ pub struct Request {
     pub env: Env,
     pub conf: NetConf,
     pub args: CniArgs,
+    pub ctx: Context,
 }
 
 impl Request {
@@ -66,9 +118,9 @@ pub trait Plugin: Sync {
 }
 
 /// Entry point for a plugin process; returns the exit code.
-pub fn main(plugin: &dyn Plugin) -> i32 {
+pub fn main(plugin: &dyn Plugin, ctx: Context) -> i32 {
     install_panic_hook();
-    let (outcome, version) = run(plugin);
+    let (outcome, version) = run(plugin, ctx);
     let mut stdout = std::io::stdout().lock();
     match outcome {
         Ok(Some(text)) => {
@@ -85,7 +137,7 @@ pub fn main(plugin: &dyn Plugin) -> i32 {
 }
 
 /// Returns what to print, and the version to label an error with.
-fn run(plugin: &dyn Plugin) -> (Result<Option<String>, Error>, Version) {
+fn run(plugin: &dyn Plugin, ctx: Context) -> (Result<Option<String>, Error>, Version) {
     // The command decides how strict we are with stdin, so peek at it first.
     let command = std::env::var("CNI_COMMAND").ok();
     if command.as_deref() == Some("VERSION") {
@@ -108,10 +160,10 @@ fn run(plugin: &dyn Plugin) -> (Result<Option<String>, Error>, Version) {
         Err(e) => return (Err(e), Version::LATEST),
     };
     let version = conf.version;
-    (dispatch(plugin, conf), version)
+    (dispatch(plugin, conf, ctx), version)
 }
 
-fn dispatch(plugin: &dyn Plugin, conf: NetConf) -> Result<Option<String>, Error> {
+fn dispatch(plugin: &dyn Plugin, conf: NetConf, ctx: Context) -> Result<Option<String>, Error> {
     let env = Env::from_process()?;
     require_version(env.command, conf.version)?;
     let args = match CniArgs::parse(&env.args) {
@@ -122,7 +174,12 @@ fn dispatch(plugin: &dyn Plugin, conf: NetConf) -> Result<Option<String>, Error>
         other => other?,
     };
     let version = conf.version;
-    let req = Request { env, conf, args };
+    let req = Request {
+        env,
+        conf,
+        args,
+        ctx,
+    };
     match req.env.command {
         Command::Add => {
             let result = plugin.add(&req)?;

@@ -43,18 +43,32 @@ pub struct UdpPort {
     pub ipv6: bool,
 }
 
-/// Deletes the entries of every target; the first failure
-/// is returned after all were tried. By the ipamd daemon when one runs.
-pub fn flush_udp(targets: &[UdpPort]) -> Result<()> {
-    if targets.is_empty() {
-        return Ok(());
-    }
-    super::remote::run(super::remote::Request::ConntrackFlushUdp {
-        targets: targets.to_vec(),
-    })
+/// The conntrack operation (repeating it is harmless).
+#[derive(Debug, Clone, PartialEq, Eq, serde::Serialize, serde::Deserialize)]
+#[serde(tag = "op")]
+pub enum Op {
+    /// Deletes the entries of every target; the first failure is returned
+    /// after all were tried.
+    #[serde(rename = "conntrack-flush-udp")]
+    FlushUdp { targets: Vec<UdpPort> },
 }
 
-pub(super) fn flush_udp_here(targets: &[UdpPort]) -> Result<()> {
+impl Op {
+    pub fn name(&self) -> &'static str {
+        match self {
+            Op::FlushUdp { .. } => "conntrack-flush-udp",
+        }
+    }
+
+    /// The operation, in this process.
+    pub fn run(&self) -> Result<()> {
+        match self {
+            Op::FlushUdp { targets } => flush_udp_here(targets),
+        }
+    }
+}
+
+fn flush_udp_here(targets: &[UdpPort]) -> Result<()> {
     if targets.is_empty() {
         return Ok(());
     }

@@ -1,37 +1,69 @@
 //! bridge `macspoofchk`: frames entering the bridge from a container's port
 //! must carry the container's MAC address; others are dropped.
 
-use super::remote::{self, Request};
 use super::schema::{self, key, Value, BRIDGE, SPOOF_ALLOW, SPOOF_PORTS};
 use super::store::{claim_anchor, not_valid, owned, release, transact, Derived};
 use super::tag::Attachment;
 use super::{Error, ErrorKind, Result};
+use serde::{Deserialize, Serialize};
 
-/// ADD: guard host port `host_ifname`; only `mac` ("aa:bb:…") may send.
-/// By the ipamd daemon when one runs, like every public operation here.
-pub fn add(att: &Attachment, host_ifname: &str, mac: &str) -> Result<()> {
-    parse_mac(mac)?;
-    remote::run(Request::MacspoofAdd {
-        att: att.clone(),
-        host_ifname: host_ifname.to_string(),
-        mac: mac.to_string(),
-    })
+/// The operations on the MAC spoof check (idempotent, like every firewall
+/// operation).
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(tag = "op")]
+pub enum Op {
+    /// ADD: guard host port `host_ifname`; only `mac` ("aa:bb:…") may send.
+    #[serde(rename = "macspoof-add")]
+    Add {
+        att: Attachment,
+        host_ifname: String,
+        mac: String,
+    },
+    /// DEL: this attachment's entries, found by tag.
+    #[serde(rename = "macspoof-del")]
+    Del { att: Attachment },
+    /// GC: entries of `network` whose attachment is not in `valid`.
+    #[serde(rename = "macspoof-gc")]
+    Gc {
+        network: String,
+        valid: Vec<Attachment>,
+    },
 }
 
-/// DEL: this attachment's entries, found by tag.
-pub fn del(att: &Attachment) -> Result<()> {
-    remote::run(Request::MacspoofDel { att: att.clone() })
+impl Op {
+    /// ADD, refused here when `mac` is not a MAC address.
+    pub fn add(att: &Attachment, host_ifname: &str, mac: &str) -> Result<Op> {
+        parse_mac(mac)?;
+        Ok(Op::Add {
+            att: att.clone(),
+            host_ifname: host_ifname.to_string(),
+            mac: mac.to_string(),
+        })
+    }
+
+    pub fn name(&self) -> &'static str {
+        match self {
+            Op::Add { .. } => "macspoof-add",
+            Op::Del { .. } => "macspoof-del",
+            Op::Gc { .. } => "macspoof-gc",
+        }
+    }
+
+    /// The operation, in this process.
+    pub fn run(&self) -> Result<()> {
+        match self {
+            Op::Add {
+                att,
+                host_ifname,
+                mac,
+            } => add_here(att, host_ifname, mac),
+            Op::Del { att } => del_here(att),
+            Op::Gc { network, valid } => gc_here(network, valid),
+        }
+    }
 }
 
-/// GC: entries of `network` whose attachment is not in `valid`.
-pub fn gc(network: &str, valid: &[Attachment]) -> Result<()> {
-    remote::run(Request::MacspoofGc {
-        network: network.to_string(),
-        valid: valid.to_vec(),
-    })
-}
-
-pub(super) fn add_here(att: &Attachment, host_ifname: &str, mac: &str) -> Result<()> {
+fn add_here(att: &Attachment, host_ifname: &str, mac: &str) -> Result<()> {
     let owner = att.tag();
     let mac = parse_mac(mac)?;
     transact(|nft, tx| {
@@ -51,12 +83,12 @@ pub(super) fn add_here(att: &Attachment, host_ifname: &str, mac: &str) -> Result
     })
 }
 
-pub(super) fn del_here(att: &Attachment) -> Result<()> {
+fn del_here(att: &Attachment) -> Result<()> {
     let owner = att.tag();
     transact(|nft, tx| release(nft, tx, BRIDGE, schema::MACSPOOF.sets, &|o| o == owner))
 }
 
-pub(super) fn gc_here(network: &str, valid: &[Attachment]) -> Result<()> {
+fn gc_here(network: &str, valid: &[Attachment]) -> Result<()> {
     let doomed = not_valid(network, valid);
     transact(|nft, tx| release(nft, tx, BRIDGE, schema::MACSPOOF.sets, &doomed))
 }

@@ -1,38 +1,61 @@
 //! bridge `ipMasq`: masquerade what a container sends outside its network's
 //! subnets (multicast excluded), keyed by the container address.
 
-use super::remote::{self, Request};
 use super::schema::{self, key, range, Value, INET, MASQ4, MASQ4_SKIP, MASQ6, MASQ6_SKIP};
 use super::store::{claim_anchor, not_valid, owned, owned_range, release, transact, Derived};
 use super::tag::Attachment;
 use super::Result;
 use ipnet::IpNet;
+use serde::{Deserialize, Serialize};
 use std::net::IpAddr;
 
-/// ADD: masquerade traffic from `addrs` to anywhere but `subnets`.
-/// By the ipamd daemon when one runs, like every public operation here.
-pub fn add(att: &Attachment, addrs: &[IpAddr], subnets: &[IpNet]) -> Result<()> {
-    remote::run(Request::MasqAdd {
-        att: att.clone(),
-        addrs: addrs.to_vec(),
-        subnets: subnets.to_vec(),
-    })
+/// The operations on masquerade entries (idempotent, like every firewall
+/// operation).
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(tag = "op")]
+pub enum Op {
+    /// ADD: masquerade traffic from `addrs` to anywhere but `subnets`.
+    #[serde(rename = "masq-add")]
+    Add {
+        att: Attachment,
+        addrs: Vec<IpAddr>,
+        subnets: Vec<IpNet>,
+    },
+    /// DEL: this attachment's entries, found by tag (works with the netns gone).
+    #[serde(rename = "masq-del")]
+    Del { att: Attachment },
+    /// GC: entries of `network` whose attachment is not in `valid`.
+    #[serde(rename = "masq-gc")]
+    Gc {
+        network: String,
+        valid: Vec<Attachment>,
+    },
 }
 
-/// DEL: this attachment's entries, found by tag (works with the netns gone).
-pub fn del(att: &Attachment) -> Result<()> {
-    remote::run(Request::MasqDel { att: att.clone() })
+impl Op {
+    pub fn name(&self) -> &'static str {
+        match self {
+            Op::Add { .. } => "masq-add",
+            Op::Del { .. } => "masq-del",
+            Op::Gc { .. } => "masq-gc",
+        }
+    }
+
+    /// The operation, in this process.
+    pub fn run(&self) -> Result<()> {
+        match self {
+            Op::Add {
+                att,
+                addrs,
+                subnets,
+            } => add_here(att, addrs, subnets),
+            Op::Del { att } => del_here(att),
+            Op::Gc { network, valid } => gc_here(network, valid),
+        }
+    }
 }
 
-/// GC: entries of `network` whose attachment is not in `valid`.
-pub fn gc(network: &str, valid: &[Attachment]) -> Result<()> {
-    remote::run(Request::MasqGc {
-        network: network.to_string(),
-        valid: valid.to_vec(),
-    })
-}
-
-pub(super) fn add_here(att: &Attachment, addrs: &[IpAddr], subnets: &[IpNet]) -> Result<()> {
+fn add_here(att: &Attachment, addrs: &[IpAddr], subnets: &[IpNet]) -> Result<()> {
     let owner = att.tag();
     transact(|nft, tx| {
         schema::ensure(nft, tx, &schema::MASQ)?;
@@ -67,12 +90,12 @@ pub(super) fn add_here(att: &Attachment, addrs: &[IpAddr], subnets: &[IpNet]) ->
     })
 }
 
-pub(super) fn del_here(att: &Attachment) -> Result<()> {
+fn del_here(att: &Attachment) -> Result<()> {
     let owner = att.tag();
     transact(|nft, tx| release(nft, tx, INET, schema::MASQ.sets, &|o| o == owner))
 }
 
-pub(super) fn gc_here(network: &str, valid: &[Attachment]) -> Result<()> {
+fn gc_here(network: &str, valid: &[Attachment]) -> Result<()> {
     let doomed = not_valid(network, valid);
     transact(|nft, tx| release(nft, tx, INET, schema::MASQ.sets, &doomed))
 }

@@ -33,8 +33,11 @@
 //! and GC delete by tag, so they need neither the netns nor prevResult.
 //! Every call is one netlink batch: it applies whole or not at all.
 //!
-//! Every public operation goes to the ipamd daemon first when one runs, and
-//! is done in-process otherwise (`remote.rs`: why, and the fallback rules).
+//! Each feature module (`portmap`, `masq`, `macspoof`, `conntrack`) holds its
+//! sets, chains and logic and names its operations in its own `Op`; a
+//! `Request` is one of them. A plugin hands requests to the `Firewall`
+//! backend its call chose (`backend.rs`): in-process, or the ipamd daemon,
+//! which hosts the firewall as a typed service (`service.rs`).
 
 mod error;
 mod nft;
@@ -43,13 +46,17 @@ mod socket;
 mod store;
 mod tag;
 
+pub mod backend;
 pub mod conntrack;
 pub mod macspoof;
 pub mod masq;
 pub mod portmap;
-pub mod remote;
+mod request;
+pub mod service;
 
+pub use backend::{Firewall, InProcess, Recording, ViaDaemon};
 pub use error::{Error, ErrorKind};
+pub use request::Request;
 pub use tag::Attachment;
 
 pub type Result<T, E = Error> = std::result::Result<T, E>;

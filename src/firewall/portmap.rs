@@ -2,7 +2,6 @@
 //! elements hairpin and localhost connections need so replies come back
 //! through the host.
 
-use super::remote::{self, Request};
 use super::schema::{
     self, key, range, Value, INET, PM4_ADDR, PM4_ANY, PM4_IP, PM4_MASQ, PM6_ADDR, PM6_ANY, PM6_IP,
     PM6_MASQ, PM_CHAINS,
@@ -65,54 +64,73 @@ pub struct Masquerade {
     pub masq_all: bool,
 }
 
-/// ADD: map `mappings` to the container's addresses (at most one per family,
-/// with their prefix). A host port another attachment holds is an error and
-/// nothing is changed; our own mapping again is fine. Like every public
-/// operation here, done by the ipamd daemon when one runs (`remote.rs`).
-pub fn add(
-    att: &Attachment,
-    container: &[IpNet],
-    mappings: &[Mapping],
-    m: Masquerade,
-) -> Result<()> {
-    remote::run(Request::PortmapAdd {
-        att: att.clone(),
-        container: container.to_vec(),
-        mappings: mappings.to_vec(),
-        masq: m,
-    })
+/// The operations on port mappings. Each is idempotent: an ADD of our own
+/// mapping again is fine, DEL and GC delete by tag, CHECK only reads.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(tag = "op")]
+pub enum Op {
+    /// ADD: map `mappings` to the container's addresses (at most one per
+    /// family, with their prefix). A host port another attachment holds is
+    /// an error and nothing is changed; our own mapping again is fine.
+    #[serde(rename = "portmap-add")]
+    Add {
+        att: Attachment,
+        container: Vec<IpNet>,
+        mappings: Vec<Mapping>,
+        masq: Masquerade,
+    },
+    /// CHECK: the chains exist and every mapping (and masquerade anchor) is
+    /// present, ours, and points at the container.
+    #[serde(rename = "portmap-check")]
+    Check {
+        att: Attachment,
+        container: Vec<IpNet>,
+        mappings: Vec<Mapping>,
+        masq: Masquerade,
+    },
+    /// DEL: every entry tagged with this attachment, whatever it mapped.
+    #[serde(rename = "portmap-del")]
+    Del { att: Attachment },
+    /// GC: entries of `network` whose attachment is not in `valid`.
+    #[serde(rename = "portmap-gc")]
+    Gc {
+        network: String,
+        valid: Vec<Attachment>,
+    },
 }
 
-/// CHECK: the chains exist and every mapping (and masquerade anchor) is
-/// present, ours, and points at the container.
-pub fn check(
-    att: &Attachment,
-    container: &[IpNet],
-    mappings: &[Mapping],
-    m: Masquerade,
-) -> Result<()> {
-    remote::run(Request::PortmapCheck {
-        att: att.clone(),
-        container: container.to_vec(),
-        mappings: mappings.to_vec(),
-        masq: m,
-    })
+impl Op {
+    pub fn name(&self) -> &'static str {
+        match self {
+            Op::Add { .. } => "portmap-add",
+            Op::Check { .. } => "portmap-check",
+            Op::Del { .. } => "portmap-del",
+            Op::Gc { .. } => "portmap-gc",
+        }
+    }
+
+    /// The operation, in this process.
+    pub fn run(&self) -> Result<()> {
+        match self {
+            Op::Add {
+                att,
+                container,
+                mappings,
+                masq,
+            } => add_here(att, container, mappings, *masq),
+            Op::Check {
+                att,
+                container,
+                mappings,
+                masq,
+            } => check_here(att, container, mappings, *masq),
+            Op::Del { att } => del_here(att),
+            Op::Gc { network, valid } => gc_here(network, valid),
+        }
+    }
 }
 
-/// DEL: every entry tagged with this attachment, whatever it mapped.
-pub fn del(att: &Attachment) -> Result<()> {
-    remote::run(Request::PortmapDel { att: att.clone() })
-}
-
-/// GC: entries of `network` whose attachment is not in `valid`.
-pub fn gc(network: &str, valid: &[Attachment]) -> Result<()> {
-    remote::run(Request::PortmapGc {
-        network: network.to_string(),
-        valid: valid.to_vec(),
-    })
-}
-
-pub(super) fn add_here(
+fn add_here(
     att: &Attachment,
     container: &[IpNet],
     mappings: &[Mapping],
@@ -133,7 +151,7 @@ pub(super) fn add_here(
     })
 }
 
-pub(super) fn check_here(
+fn check_here(
     att: &Attachment,
     container: &[IpNet],
     mappings: &[Mapping],
@@ -168,12 +186,12 @@ pub(super) fn check_here(
     })
 }
 
-pub(super) fn del_here(att: &Attachment) -> Result<()> {
+fn del_here(att: &Attachment) -> Result<()> {
     let owner = att.tag();
     transact(|nft, tx| release(nft, tx, INET, schema::PORTMAP.sets, &|o| o == owner))
 }
 
-pub(super) fn gc_here(network: &str, valid: &[Attachment]) -> Result<()> {
+fn gc_here(network: &str, valid: &[Attachment]) -> Result<()> {
     let doomed = not_valid(network, valid);
     transact(|nft, tx| release(nft, tx, INET, schema::PORTMAP.sets, &doomed))
 }

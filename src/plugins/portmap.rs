@@ -5,8 +5,8 @@
 
 use crate::cni::{CniResult, Code, Error, Plugin, Request};
 use crate::firewall::conntrack::{self, UdpPort};
-use crate::firewall::portmap::{self as fw, Mapping, Masquerade, Proto};
-use crate::firewall::Attachment;
+use crate::firewall::portmap::{Mapping, Masquerade, Op, Proto};
+use crate::firewall::{Attachment, Firewall};
 use crate::netlink::{sysctl, Netlink};
 use ipnet::IpNet;
 use serde::Deserialize;
@@ -33,7 +33,7 @@ struct Conf {
     conditions_v4: Option<Vec<String>>,
     #[serde(default, rename = "conditionsV6")]
     conditions_v6: Option<Vec<String>>,
-    /// The ipamd daemon that applies the firewall changes (see firewall/remote.rs).
+    /// The ipamd daemon that applies the firewall changes (see firewall/service.rs).
     #[serde(default)]
     daemon_socket: Option<std::path::PathBuf>,
 }
@@ -45,7 +45,6 @@ fn yes() -> bool {
 impl Conf {
     fn load(req: &Request) -> Result<Conf, Error> {
         let c: Conf = req.conf.typed()?;
-        crate::firewall::remote::set_daemon_socket(c.daemon_socket.as_deref());
         if let Some(bit) = c.mark_masq_bit.filter(|b| !(0..=31).contains(b)) {
             return Err(Error::invalid_config(format!(
                 "markMasqBit {bit} must be between 0 and 31"
@@ -78,12 +77,15 @@ impl Conf {
 
     /// DEL with a configuration `load` refuses: DEL only needs the daemon.
     fn del_fallback(req: &Request) -> Conf {
-        let c = Conf {
+        Conf {
             daemon_socket: super::common::daemon_socket_of(req),
             ..Conf::default()
-        };
-        crate::firewall::remote::set_daemon_socket(c.daemon_socket.as_deref());
-        c
+        }
+    }
+
+    /// The firewall backend of this call.
+    fn firewall(&self, req: &Request) -> std::sync::Arc<dyn Firewall> {
+        req.ctx.firewall(self.daemon_socket.as_deref())
     }
 
     fn masquerade(&self) -> Masquerade {
@@ -112,9 +114,18 @@ impl Plugin for Portmap {
         if conf.snat {
             allow_localhost(&container)?;
         }
-        fw::add(&attachment(req), &container, &mappings, conf.masquerade())?;
+        let fw = conf.firewall(req);
+        fw.apply(
+            Op::Add {
+                att: attachment(req),
+                container: container.clone(),
+                mappings: mappings.clone(),
+                masq: conf.masquerade(),
+            }
+            .into(),
+        )?;
         mapped_marker::set(req);
-        flush_stale_udp(&mappings, &container);
+        flush_stale_udp(&*fw, &mappings, &container);
         Ok(prev)
     }
 
@@ -131,7 +142,15 @@ impl Plugin for Portmap {
             .as_ref()
             .ok_or_else(|| Error::invalid_config("CHECK needs prevResult"))?;
         let container = container_addrs(prev, req.ifname())?;
-        fw::check(&attachment(req), &container, &mappings, conf.masquerade())?;
+        conf.firewall(req).apply(
+            Op::Check {
+                att: attachment(req),
+                container,
+                mappings,
+                masq: conf.masquerade(),
+            }
+            .into(),
+        )?;
         Ok(())
     }
 
@@ -141,7 +160,7 @@ impl Plugin for Portmap {
     /// this attachment's ADD left a marker, i.e. the runtime forgot to pass
     /// its mappings again. Mappings that cannot be parsed count as some.
     fn del(&self, req: &Request) -> Result<(), Error> {
-        req.conf_or_del_fallback(Conf::load, Conf::del_fallback)?;
+        let conf = req.conf_or_del_fallback(Conf::load, Conf::del_fallback)?;
         let has_mappings = mappings(req).map_or_else(
             |e| {
                 eprintln!("DEL: {}; removing this attachment's mappings anyway", e.msg);
@@ -152,7 +171,12 @@ impl Plugin for Portmap {
         if !has_mappings && !mapped_marker::is_set(req) {
             return Ok(());
         }
-        fw::del(&attachment(req))?;
+        conf.firewall(req).apply(
+            Op::Del {
+                att: attachment(req),
+            }
+            .into(),
+        )?;
         mapped_marker::clear(req);
         Ok(())
     }
@@ -165,11 +189,17 @@ impl Plugin for Portmap {
 
     // ---------------------------------------------------------------- GC
     fn gc(&self, req: &Request) -> Result<(), Error> {
-        Conf::load(req)?;
+        let conf = Conf::load(req)?;
         let Some(valid) = super::common::valid_attachments(req)? else {
             return Ok(());
         };
-        fw::gc(&req.conf.name, &valid)?;
+        conf.firewall(req).apply(
+            Op::Gc {
+                network: req.conf.name.clone(),
+                valid,
+            }
+            .into(),
+        )?;
         Ok(())
     }
 }
@@ -326,7 +356,7 @@ fn allow_localhost(container: &[IpNet]) -> Result<(), Error> {
 
 /// Best effort: a failure here leaves old flows stale until they time out,
 /// which is no reason to fail the ADD (the reference plugin only logs too).
-fn flush_stale_udp(mappings: &[Mapping], container: &[IpNet]) {
+fn flush_stale_udp(fw: &dyn Firewall, mappings: &[Mapping], container: &[IpNet]) {
     let mut targets = Vec::new();
     for m in mappings.iter().filter(|m| m.proto == Proto::Udp) {
         let dst = m.host_ip.filter(|ip| !ip.is_unspecified());
@@ -340,7 +370,10 @@ fn flush_stale_udp(mappings: &[Mapping], container: &[IpNet]) {
             }
         }
     }
-    if let Err(e) = conntrack::flush_udp(&targets) {
+    if targets.is_empty() {
+        return;
+    }
+    if let Err(e) = fw.apply(conntrack::Op::FlushUdp { targets }.into()) {
         eprintln!("portmap: {e}");
     }
 }

@@ -1,12 +1,15 @@
 //! The plugin side: one call per CNI invocation. Each call goes to the daemon first; when
-//! nothing listens on the socket (or the daemon dies mid-request) the same operation runs
+//! the daemon does not serve it (the policy is [`Daemon::send`]'s) the same operation runs
 //! in-process against the store, under the same lock and journal, so IPAM works with no
 //! daemon at all and never ends up with two holders for one address.
 
+mod daemon;
 pub(crate) mod http;
 
 use std::path::{Path, PathBuf};
 use std::time::Duration;
+
+pub use daemon::{Daemon, Failure, Outcome};
 
 use serde::de::DeserializeOwned;
 use serde::Serialize;
@@ -16,40 +19,27 @@ use crate::api::{
     LeaseInfo, LeaseKey, LeasesResponse, StatusRequest,
 };
 use crate::config::RangeSet;
-use crate::log::Level;
 use crate::store::{list_networks, Store, StoreOptions};
-use crate::{log_at, Error, ErrorKind};
+use crate::{Error, ErrorKind};
 
-use http::Transport;
-
+/// The lease API: the daemon at a socket, and the data dir to work on when it does not serve.
 #[derive(Debug, Clone)]
 pub struct Client {
-    socket: PathBuf,
+    daemon: Daemon,
     data_dir: PathBuf,
-    connect_timeout: Duration,
-    io_timeout: Duration,
 }
 
 impl Client {
     pub fn new(socket: &Path, data_dir: &Path) -> Client {
         Client {
-            socket: socket.to_path_buf(),
+            daemon: Daemon::new(socket),
             data_dir: data_dir.to_path_buf(),
-            connect_timeout: Duration::from_secs(2),
-            // Long enough for a socket-activated daemon to start and load its stores.
-            io_timeout: Duration::from_secs(15),
         }
-    }
-
-    /// A client for [`Client::call_ext`] only: no store to fall back to.
-    pub fn without_store(socket: &Path) -> Client {
-        Client::new(socket, Path::new(crate::config::DEFAULT_DATA_DIR))
     }
 
     /// Override the connect and read/write timeouts of daemon calls.
     pub fn with_timeouts(mut self, connect: Duration, io: Duration) -> Client {
-        self.connect_timeout = connect;
-        self.io_timeout = io;
+        self.daemon = self.daemon.with_timeouts(connect, io);
         self
     }
 
@@ -166,7 +156,7 @@ impl Client {
         Store::open(&self.data_dir, network, StoreOptions::default())
     }
 
-    /// Ask the daemon; run `local` when there is none (or it died mid-request).
+    /// Ask the daemon; run `local` when it does not serve the request.
     fn call<B: Serialize, R: DeserializeOwned, T>(
         &self,
         method: &str,
@@ -185,77 +175,18 @@ impl Client {
         // Tell the daemon which store we would use without it; it refuses another one.
         let dir_id = crate::api::data_dir_header(&self.data_dir);
         let headers = [(crate::api::DATA_DIR_HEADER, dir_id.as_str())];
-        let resp = http::request_with(
-            &self.socket,
-            method,
-            target,
-            &headers,
-            bytes.as_deref(),
-            self.connect_timeout,
-            self.io_timeout,
-        );
-        match resp {
-            Ok(r) if (200..300).contains(&r.status) => {
-                let parsed: R = serde_json::from_slice(&r.body).map_err(|e| {
+        match self.daemon.send(method, target, &headers, bytes.as_deref()) {
+            Outcome::Answered { status, body } if (200..300).contains(&status) => {
+                let parsed: R = serde_json::from_slice(&body).map_err(|e| {
                     Error::internal(format!("ipamd sent an unreadable answer to {target}: {e}"))
                 })?;
                 Ok(unwrap(parsed))
             }
-            Ok(r) => Err(daemon_error(&self.socket, r.status, &r.body)),
-            Err(Transport::NoDaemon(why)) => {
-                log_at!(Level::Debug, "{why}; working on the store in-process");
-                local()
+            Outcome::Answered { status, body } => {
+                Err(daemon_error(self.daemon.socket(), status, &body))
             }
-            Err(Transport::Died(why)) => {
-                log_at!(Level::Warn, "{why}; retrying in-process");
-                local()
-            }
-            Err(Transport::Failed(why)) => Err(Error::new(ErrorKind::Unavailable, why)),
-        }
-    }
-}
-
-impl Client {
-    /// `POST /v1/ext/<op>` with `body` (see [`crate::daemon::ExtensionFn`]). None when no
-    /// daemon served it: nothing listens, the daemon died mid-request, refused us, has no
-    /// such extension, or declined (421) — the caller then does the work itself, so an
-    /// extension operation must be idempotent. Otherwise the extension's own answer:
-    /// `Ok(body)` on 2xx, `Err((status, body))` else.
-    pub fn call_ext(&self, op: &str, body: &[u8]) -> Option<crate::daemon::ExtReply> {
-        let target = format!("/v1/ext/{op}");
-        let resp = http::request_with(
-            &self.socket,
-            "POST",
-            &target,
-            &[],
-            Some(body),
-            self.connect_timeout,
-            self.io_timeout,
-        );
-        match resp {
-            Ok(r) if (200..300).contains(&r.status) => Some(Ok(r.body)),
-            Ok(r) if matches!(r.status, 403 | 404 | 405 | 421 | 503) => {
-                log_at!(
-                    Level::Debug,
-                    "ipamd at {} did not serve {target} ({}); doing it in-process",
-                    self.socket.display(),
-                    r.status
-                );
-                None
-            }
-            Ok(r) => Some(Err((r.status, r.body))),
-            Err(Transport::NoDaemon(why)) => {
-                log_at!(Level::Debug, "{why}; doing {op} in-process");
-                None
-            }
-            Err(Transport::Died(why)) => {
-                log_at!(Level::Warn, "{why}; retrying {op} in-process");
-                None
-            }
-            Err(Transport::Failed(why)) => {
-                log_at!(Level::Debug, "{why}; doing {op} in-process");
-                None
-            }
+            Outcome::Local(_) => local(),
+            Outcome::Failed(why) => Err(Error::new(ErrorKind::Unavailable, why)),
         }
     }
 }

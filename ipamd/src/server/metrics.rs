@@ -25,7 +25,7 @@ struct Hist {
 pub(crate) struct Metrics {
     requests: Mutex<BTreeMap<(&'static str, &'static str), u64>>,
     latency: Mutex<BTreeMap<&'static str, Hist>>,
-    /// Extension operations by op and outcome (ops are named by the embedding program).
+    /// Hosted-service operations by `<service>.<op>` and outcome.
     ext: Mutex<BTreeMap<(String, &'static str), u64>>,
 }
 
@@ -55,7 +55,7 @@ impl Metrics {
         h.count += 1;
     }
 
-    /// An extension operation: counted per op, timed under verb "ext".
+    /// A hosted-service operation: counted per op, timed under verb "ext".
     pub(crate) fn observe_ext(&self, op: &str, outcome: &'static str, took: Duration) {
         {
             let mut e = self.ext.lock().unwrap_or_else(|e| e.into_inner());

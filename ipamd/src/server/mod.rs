@@ -1,6 +1,5 @@
 //! The daemon's HTTP/1.1 server on a unix socket (tokio + hyper).
 
-mod auth;
 mod metrics;
 mod registry;
 mod routes;
@@ -15,9 +14,10 @@ use hyper_util::rt::{TokioIo, TokioTimer};
 use tokio::net::UnixListener;
 use tokio::sync::Semaphore;
 
-use crate::daemon::Extension;
 use crate::log::Level;
 use crate::log_at;
+use crate::peer::Peer;
+use crate::service::Services;
 
 pub(crate) use registry::Registry;
 
@@ -33,7 +33,7 @@ const DRAIN_TIMEOUT: Duration = Duration::from_secs(15);
 pub(crate) async fn serve(
     listener: UnixListener,
     reg: Arc<Registry>,
-    extension: Option<Extension>,
+    services: Services,
     shutdown: impl Future<Output = ()>,
 ) {
     let graceful = hyper_util::server::graceful::GracefulShutdown::new();
@@ -64,7 +64,7 @@ pub(crate) async fn serve(
             },
             () = &mut shutdown => break,
         };
-        let peer = match auth::Peer::of(&stream) {
+        let peer = match Peer::of(&stream) {
             Ok(p) => Some(p),
             Err(e) => {
                 log_at!(Level::Warn, "cannot identify peer (SO_PEERCRED): {e}");
@@ -72,12 +72,12 @@ pub(crate) async fn serve(
             }
         };
         let reg = Arc::clone(&reg);
-        let extension = extension.clone();
+        let services = services.clone();
         let svc = service_fn(move |req| {
             let reg = Arc::clone(&reg);
             let peer = peer.clone();
-            let extension = extension.clone();
-            async move { Ok::<_, Infallible>(routes::handle(reg, extension, peer, req).await) }
+            let services = services.clone();
+            async move { Ok::<_, Infallible>(routes::handle(reg, services, peer, req).await) }
         });
         let conn = builder.serve_connection(TokioIo::new(stream), svc);
         let conn = graceful.watch(conn);

@@ -16,11 +16,11 @@ use crate::api::{
     AllocateRequest, AllocateResponse, ErrorBody, GcRequest, GcResponse, LeaseKey, LeasesResponse,
     StatusRequest,
 };
-use crate::daemon::Extension;
+use crate::peer::Peer;
+use crate::service::{Services, DECLINED};
 use crate::store::{unexpected, Op, Reply};
 use crate::{Error, ErrorKind};
 
-use super::auth::Peer;
 use super::registry::Registry;
 
 /// Requests are a key and a few ranges; anything bigger is not a client of ours.
@@ -32,33 +32,19 @@ pub(crate) type Resp = Response<Full<Bytes>>;
 
 pub(crate) async fn handle(
     reg: Arc<Registry>,
-    extension: Option<Extension>,
+    services: Services,
     peer: Option<Peer>,
     req: Request<Incoming>,
 ) -> Resp {
-    let allowed = peer.as_ref().is_some_and(|p| p.allowed(reg.allowed_gid));
-    if !allowed {
-        let who = match &peer {
-            Some(p) => format!("uid {} gid {}", p.uid, p.gid),
-            None => "an unidentified peer".to_string(),
-        };
-        let only = match reg.allowed_gid {
-            Some(g) => format!("root or group {g}"),
-            None => "root".to_string(),
-        };
-        return json(
-            StatusCode::FORBIDDEN,
-            &ErrorBody {
-                kind: ErrorKind::Unavailable,
-                message: format!("ipamd refuses {who}: only {only} may use it"),
-            },
-        );
-    }
+    let peer = match peer {
+        Some(p) if p.allowed(reg.allowed_gid) => p,
+        other => return refuse(&reg, other.as_ref()),
+    };
     let path = req.uri().path().to_string();
     let query = req.uri().query().unwrap_or("").to_string();
-    if let Some(op) = path.strip_prefix("/v1/ext/") {
-        let op = op.to_string();
-        return ext(reg, extension, peer, op, req).await;
+    if let Some(target) = path.strip_prefix("/v1/ext/") {
+        let target = target.to_string();
+        return ext(reg, services, peer, target, req).await;
     }
     if path.starts_with("/v1/") {
         let header = req
@@ -221,83 +207,79 @@ where
     }
 }
 
-/// `POST /v1/ext/<op>`: the embedding program's extension, root peers only (it may change
-/// the host, e.g. its firewall), on a blocking thread.
+/// The daemon's own gate, before any route or service: root, or the allowed group. This is
+/// the lease API's whole permission check; hosted services add their own.
+fn refuse(reg: &Registry, peer: Option<&Peer>) -> Resp {
+    let who = match peer {
+        Some(p) => format!("uid {} gid {}", p.uid, p.gid),
+        None => "an unidentified peer".to_string(),
+    };
+    let only = match reg.allowed_gid {
+        Some(g) => format!("root or group {g}"),
+        None => "root".to_string(),
+    };
+    json(
+        StatusCode::FORBIDDEN,
+        &ErrorBody {
+            kind: ErrorKind::Unavailable,
+            message: format!("ipamd refuses {who}: only {only} may use it"),
+        },
+    )
+}
+
+/// `POST /v1/ext/<name>.<op>`: a hosted service (see [`crate::service`]), on a blocking
+/// thread. A target no service answers to is declined, so the caller does the work itself.
 async fn ext(
     reg: Arc<Registry>,
-    extension: Option<Extension>,
-    peer: Option<Peer>,
-    op: String,
+    services: Services,
+    peer: Peer,
+    target: String,
     req: Request<Incoming>,
 ) -> Resp {
     let started = Instant::now();
-    let Some(Extension(f)) = extension else {
-        return error(
-            StatusCode::NOT_FOUND,
-            &Error::new(
-                ErrorKind::NotFound,
-                "this ipamd daemon serves no extension operations",
-            ),
-        );
-    };
     if req.method() != Method::POST {
         return error(
             StatusCode::METHOD_NOT_ALLOWED,
             &Error::invalid(format!(
-                "method {} not allowed on /v1/ext/{op}",
+                "method {} not allowed on /v1/ext/{target}",
                 req.method()
             )),
         );
     }
-    if peer.as_ref().map(|p| p.uid) != Some(0) {
-        return error(
-            StatusCode::FORBIDDEN,
-            &Error::new(
-                ErrorKind::Unavailable,
-                "ipamd serves extension operations to root only",
-            ),
+    if !services.hosts(&target) {
+        let e = Error::new(
+            ErrorKind::NotFound,
+            format!("this ipamd daemon serves no {target:?}"),
         );
-    }
-    let valid = !op.is_empty()
-        && op.len() <= 64
-        && op
-            .bytes()
-            .all(|b| b.is_ascii_alphanumeric() || b"-_.".contains(&b));
-    if !valid {
-        return error(
-            StatusCode::NOT_FOUND,
-            &Error::new(
-                ErrorKind::NotFound,
-                format!("no such extension operation {op:?}"),
-            ),
-        );
+        let code = StatusCode::from_u16(DECLINED).unwrap_or(StatusCode::NOT_FOUND);
+        return error(code, &e);
     }
     let bytes = match raw_body(req).await {
         Ok(b) => b,
         Err((code, e)) => {
-            reg.metrics.observe_ext(&op, "invalid", started.elapsed());
+            reg.metrics
+                .observe_ext(&target, "invalid", started.elapsed());
             return error(code, &e);
         }
     };
-    let name = op.clone();
-    let res = tokio::task::spawn_blocking(move || f(&name, &bytes)).await;
+    let name = target.clone();
+    let res = tokio::task::spawn_blocking(move || services.call(&name, &peer, &bytes)).await;
     let (code, body, outcome) = match res {
-        Ok(Ok(body)) => (StatusCode::OK, body, "ok"),
-        Ok(Err((status, body))) => {
-            let code = StatusCode::from_u16(status).unwrap_or(StatusCode::INTERNAL_SERVER_ERROR);
-            let outcome = if status == 421 { "declined" } else { "error" };
-            (code, body, outcome)
+        Ok(Some(a)) => {
+            let code = StatusCode::from_u16(a.status).unwrap_or(StatusCode::INTERNAL_SERVER_ERROR);
+            (code, a.body, a.outcome)
         }
+        Ok(None) => (StatusCode::INTERNAL_SERVER_ERROR, Vec::new(), "error"),
         Err(e) => {
-            crate::log_at!(crate::log::Level::Error, "ext {op}: {e}");
+            crate::log_at!(crate::log::Level::Error, "ext {target}: {e}");
             let body = serde_json::to_vec(&ErrorBody::from(&Error::internal(format!(
-                "extension operation {op} failed: {e}"
+                "service call {target} failed: {e}"
             ))))
             .unwrap_or_default();
             (StatusCode::INTERNAL_SERVER_ERROR, body, "panic")
         }
     };
-    reg.metrics.observe_ext(&op, outcome, started.elapsed());
+    reg.metrics.observe_ext(&target, outcome, started.elapsed());
     with_type(code, "application/json", body.into())
 }
 

@@ -19,7 +19,7 @@ pub(super) fn daemon_opts(dir: &Path) -> DaemonOptions {
         reclaim_previous_boot: true,
         log_level: "error".into(),
         allowed_gid: None,
-        extension: None,
+        services: crate::service::Services::new(),
     }
 }
 
@@ -407,8 +407,47 @@ fn data_dir_header_round_trips() {
     assert!(crate::api::parse_data_dir_header(b"1:x /a").is_none());
 }
 
+/// A service for the test: echoes, fails with a conflict, or declines.
+struct Echo;
+
+impl crate::service::Service for Echo {
+    const NAME: &'static str = "test";
+    type Request = String;
+    type Response = String;
+    type Error = String;
+
+    fn op(req: &String) -> &'static str {
+        match req.as_str() {
+            "hi" => "echo",
+            "fail" => "fail",
+            _ => "other",
+        }
+    }
+    fn permit(
+        &self,
+        peer: &crate::service::Peer,
+        _: &String,
+    ) -> Result<(), crate::service::Refusal<String>> {
+        match peer.uid {
+            0 => Ok(()),
+            _ => Err(crate::service::Refusal::Failed(403, "root only".into())),
+        }
+    }
+    fn handle(&self, req: String) -> Result<String, crate::service::Refusal<String>> {
+        match req.as_str() {
+            "hi" => Ok(req),
+            "fail" => Err(crate::service::Refusal::Failed(409, "conflict".into())),
+            _ => Err(crate::service::Refusal::Declined("not here".into())),
+        }
+    }
+    fn malformed(message: String) -> String {
+        message
+    }
+}
+
 #[test]
-fn extension_ops_are_served_counted_and_declined_to_the_caller() {
+fn service_ops_are_served_counted_and_declined_to_the_caller() {
+    use crate::client::{Daemon, Failure};
     // Root only (the tests run as root in tests/run; skip elsewhere).
     // SAFETY: getuid cannot fail.
     if unsafe { libc::getuid() } != 0 {
@@ -416,42 +455,43 @@ fn extension_ops_are_served_counted_and_declined_to_the_caller() {
     }
     let t = TempDir::new("ext");
     let sock = t.path().join("ipamd.sock");
+    let c = Daemon::new(&sock);
     // No daemon: the caller does it itself.
-    assert!(Client::without_store(&sock).call_ext("x", b"{}").is_none());
+    assert!(c.call::<Echo>(&"hi".to_string()).is_none());
     let mut opts = daemon_opts(t.path());
-    opts.extension = Some(crate::daemon::Extension(Arc::new(
-        |op: &str, body: &[u8]| match op {
-            "echo" => Ok(body.to_vec()),
-            "fail" => Err((409, b"{\"kind\":\"conflict\"}".to_vec())),
-            _ => Err((421, Vec::new())),
-        },
-    )));
+    opts.services = crate::service::Services::new().with(Echo);
     let d = start_with(opts, StoreOptions::default()).unwrap();
-    let c = Client::without_store(&sock);
-    assert_eq!(c.call_ext("echo", b"hi"), Some(Ok(b"hi".to_vec())));
     assert_eq!(
-        c.call_ext("fail", b""),
-        Some(Err((409, b"{\"kind\":\"conflict\"}".to_vec())))
+        c.call::<Echo>(&"hi".to_string()),
+        Some(Ok("hi".to_string()))
     );
-    assert_eq!(c.call_ext("other", b""), None, "421: declined");
-    assert_eq!(c.call_ext("bad/op", b""), None, "404: no such op");
+    assert_eq!(
+        c.call::<Echo>(&"fail".to_string()),
+        Some(Err(Failure::Service("conflict".to_string())))
+    );
+    assert_eq!(c.call::<Echo>(&"x".to_string()), None, "421: declined");
+    let bad = c.send("POST", "/v1/ext/bad/op", &[], Some(b"\"hi\""));
+    assert!(
+        matches!(bad, crate::client::Outcome::Local(_)),
+        "no such op: {bad:?}"
+    );
     assert_eq!(
         metric(
             &sock,
-            "ipamd_ext_requests_total{op=\"echo\",outcome=\"ok\"}"
+            "ipamd_ext_requests_total{op=\"test.echo\",outcome=\"ok\"}"
         ),
         1
     );
     assert_eq!(
         metric(
             &sock,
-            "ipamd_ext_requests_total{op=\"other\",outcome=\"declined\"}"
+            "ipamd_ext_requests_total{op=\"test.other\",outcome=\"declined\"}"
         ),
         1
     );
     d.stop().unwrap();
-    // A daemon without an extension answers 404: the caller does it itself.
+    // A daemon without the service declines: the caller does it itself.
     let d = start(t.path());
-    assert!(c.call_ext("echo", b"hi").is_none());
+    assert!(c.call::<Echo>(&"hi".to_string()).is_none());
     d.stop().unwrap();
 }

@@ -3,7 +3,7 @@
 
 use super::Conf;
 use crate::cni::{CniResult, Error, Request};
-use crate::firewall::{self, Attachment};
+use crate::firewall::{macspoof, masq, Attachment, Firewall};
 use crate::netlink::Netlink;
 use crate::plugins::common::{ipam_rollback_on_error, valid_attachments};
 use ipnet::IpNet;
@@ -27,45 +27,92 @@ pub(super) fn add(
     if !conf.ip_masq && !conf.macspoofchk {
         return Ok(result);
     }
-    let att = attachment(req);
     let step = || -> Result<(), Error> {
-        if conf.ip_masq && !result.ips.is_empty() {
-            let addrs: Vec<IpAddr> = result.ips.iter().map(|ip| ip.address.addr()).collect();
-            let subnets: Vec<IpNet> = result.ips.iter().map(|ip| ip.address.trunc()).collect();
-            firewall::masq::add(&att, &addrs, &subnets)?;
-        }
-        if conf.macspoofchk {
-            let mac = cont.link_by_index(peer_index)?.and_then(|l| l.mac);
-            let spoof = firewall::macspoof::add(&att, host_veth, &mac.unwrap_or_default());
-            if let (Err(_), true) = (&spoof, conf.ip_masq) {
-                let _ = firewall::masq::del(&att);
-            }
-            spoof?;
-        }
-        Ok(())
+        let mac = match conf.macspoofchk {
+            true => cont.link_by_index(peer_index)?.and_then(|l| l.mac),
+            false => None,
+        };
+        apply_add(req, conf, host_veth, mac.as_deref(), &result)
     };
     ipam_rollback_on_error(req, step)?;
     Ok(result)
 }
 
-/// By tag: works when the netns (and the veth with it) is already gone.
-pub(super) fn del(req: &Request, conf: &Conf) -> Result<(), Error> {
-    if conf.ip_masq {
-        firewall::masq::del(&attachment(req))?;
+/// The firewall requests of ADD, given the container's MAC (what the
+/// unit tests drive with a recording backend).
+fn apply_add(
+    req: &Request,
+    conf: &Conf,
+    host_veth: &str,
+    mac: Option<&str>,
+    result: &CniResult,
+) -> Result<(), Error> {
+    let fw = backend(req, conf);
+    let att = attachment(req);
+    if conf.ip_masq && !result.ips.is_empty() {
+        let addrs: Vec<IpAddr> = result.ips.iter().map(|ip| ip.address.addr()).collect();
+        let subnets: Vec<IpNet> = result.ips.iter().map(|ip| ip.address.trunc()).collect();
+        fw.apply(
+            masq::Op::Add {
+                att: att.clone(),
+                addrs,
+                subnets,
+            }
+            .into(),
+        )?;
     }
     if conf.macspoofchk {
-        firewall::macspoof::del(&attachment(req))?;
+        let spoof = macspoof::Op::add(&att, host_veth, mac.unwrap_or_default())
+            .and_then(|op| fw.apply(op.into()));
+        if let (Err(_), true) = (&spoof, conf.ip_masq) {
+            let _ = fw.apply(masq::Op::Del { att }.into());
+        }
+        spoof?;
+    }
+    Ok(())
+}
+
+fn backend(req: &Request, conf: &Conf) -> std::sync::Arc<dyn Firewall> {
+    req.ctx.firewall(conf.daemon_socket.as_deref())
+}
+
+/// By tag: works when the netns (and the veth with it) is already gone.
+pub(super) fn del(req: &Request, conf: &Conf) -> Result<(), Error> {
+    let fw = backend(req, conf);
+    if conf.ip_masq {
+        fw.apply(
+            masq::Op::Del {
+                att: attachment(req),
+            }
+            .into(),
+        )?;
+    }
+    if conf.macspoofchk {
+        fw.apply(
+            macspoof::Op::Del {
+                att: attachment(req),
+            }
+            .into(),
+        )?;
     }
     Ok(())
 }
 
 /// Whatever this network's attachments left behind, whatever the config
 /// says now.
-pub(super) fn gc(req: &Request) -> Result<(), Error> {
+pub(super) fn gc(req: &Request, conf: &Conf) -> Result<(), Error> {
     let Some(valid) = valid_attachments(req)? else {
         return Ok(());
     };
-    let masq = firewall::masq::gc(&req.conf.name, &valid);
-    let spoof = firewall::macspoof::gc(&req.conf.name, &valid);
+    let fw = backend(req, conf);
+    let network = req.conf.name.clone();
+    let masq = fw.apply(
+        masq::Op::Gc {
+            network: network.clone(),
+            valid: valid.clone(),
+        }
+        .into(),
+    );
+    let spoof = fw.apply(macspoof::Op::Gc { network, valid }.into());
     Error::all([masq.map_err(Error::from), spoof.map_err(Error::from)])
 }

@@ -73,7 +73,6 @@ fn default_bridge() -> String {
 impl Conf {
     fn load(req: &Request) -> Result<Conf, Error> {
         let mut c: Conf = req.conf.typed()?;
-        crate::firewall::remote::set_daemon_socket(c.daemon_socket.as_deref());
         // 0 means "not set" in the reference's Go structs; generated configs send it.
         c.mtu = c.mtu.filter(|&m| m != 0);
         c.vlan = c.vlan.filter(|&v| v != 0);
@@ -101,14 +100,12 @@ impl Conf {
     /// DEL with a configuration `load` refuses: remove every kind of firewall
     /// entry the attachment may own (a removal of nothing is harmless).
     fn del_fallback(req: &Request) -> Conf {
-        let c = Conf {
+        Conf {
             ip_masq: true,
             macspoofchk: true,
             daemon_socket: super::common::daemon_socket_of(req),
             ..Conf::default()
-        };
-        crate::firewall::remote::set_daemon_socket(c.daemon_socket.as_deref());
-        c
+        }
     }
 
     /// VLAN ids the container port carries: `vlan` untagged PVID, trunk tagged.
@@ -243,10 +240,10 @@ impl Plugin for Bridge {
 
     // ---------------------------------------------------------------- GC
     fn gc(&self, req: &Request) -> Result<(), Error> {
-        Conf::load(req)?;
+        let conf = Conf::load(req)?;
         // The spec: continue past individual errors, report them.
         let ipam = ipam_if_configured(req, Command::Gc);
-        let rules = firewall::gc(req);
+        let rules = firewall::gc(req, &conf);
         Error::all([ipam, rules])
     }
 }

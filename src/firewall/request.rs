@@ -1,0 +1,63 @@
+//! One firewall request: an operation of one feature module. A new operation
+//! is a variant of its feature's `Op` (with its `name` and `run`); only a new
+//! feature adds a variant here.
+
+use super::{conntrack, macspoof, masq, portmap, Result};
+use serde::{Deserialize, Serialize};
+
+/// On the wire the feature's `op` tag alone tells them apart (`portmap-add`,
+/// `masq-del`, …), so no second tag is needed.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(untagged)]
+pub enum Request {
+    Portmap(portmap::Op),
+    Masq(masq::Op),
+    Macspoof(macspoof::Op),
+    Conntrack(conntrack::Op),
+}
+
+impl Request {
+    /// The operation's name (its wire tag; the daemon's metrics label).
+    pub fn name(&self) -> &'static str {
+        match self {
+            Request::Portmap(op) => op.name(),
+            Request::Masq(op) => op.name(),
+            Request::Macspoof(op) => op.name(),
+            Request::Conntrack(op) => op.name(),
+        }
+    }
+
+    /// The operation, in this process.
+    pub fn run(&self) -> Result<()> {
+        match self {
+            Request::Portmap(op) => op.run(),
+            Request::Masq(op) => op.run(),
+            Request::Macspoof(op) => op.run(),
+            Request::Conntrack(op) => op.run(),
+        }
+    }
+}
+
+impl From<portmap::Op> for Request {
+    fn from(op: portmap::Op) -> Request {
+        Request::Portmap(op)
+    }
+}
+
+impl From<masq::Op> for Request {
+    fn from(op: masq::Op) -> Request {
+        Request::Masq(op)
+    }
+}
+
+impl From<macspoof::Op> for Request {
+    fn from(op: macspoof::Op) -> Request {
+        Request::Macspoof(op)
+    }
+}
+
+impl From<conntrack::Op> for Request {
+    fn from(op: conntrack::Op) -> Request {
+        Request::Conntrack(op)
+    }
+}
