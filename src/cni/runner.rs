@@ -262,3 +262,30 @@ fn install_panic_hook() {
         println!("{}", err.to_json(Version::LATEST.as_str()));
     }));
 }
+
+/// A request as the runner would build it, for plugins' unit tests: the
+/// container `c1` on `eth0` in netns `/run/netns/x`, `conf` on stdin, and a
+/// fixed firewall backend.
+#[cfg(test)]
+pub fn test_request(
+    command: Command,
+    conf: serde_json::Value,
+    firewall: Arc<dyn Firewall>,
+) -> Request {
+    Request {
+        env: Env {
+            command,
+            container_id: "c1".into(),
+            netns: "/run/netns/x".into(),
+            ifname: "eth0".into(),
+            args: String::new(),
+            path: Vec::new(),
+        },
+        conf: NetConf::parse(conf.to_string().into_bytes()).expect("test config"),
+        args: CniArgs::default(),
+        ctx: Context {
+            firewall: Some(firewall),
+            ..Context::new(|_| None)
+        },
+    }
+}

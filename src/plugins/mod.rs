@@ -8,6 +8,8 @@ pub mod macvlan;
 pub mod portmap;
 
 mod common;
+#[cfg(test)]
+mod portmap_tests;
 
 use crate::cni::Plugin;
 

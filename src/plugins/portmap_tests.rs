@@ -1,0 +1,101 @@
+//! portmap's firewall requests for ADD, DEL and GC, with a recording backend.
+
+use super::portmap::Portmap;
+use crate::cni::runner::test_request;
+use crate::cni::Command;
+use crate::cni::Plugin;
+use crate::firewall::conntrack::{self, UdpPort};
+use crate::firewall::portmap::Op;
+use crate::firewall::Attachment;
+use crate::firewall::{Recording, Request};
+use ipnet::IpNet;
+use serde_json::json;
+use std::sync::Arc;
+
+fn conf(extra: serde_json::Value) -> serde_json::Value {
+    let mut c = json!({
+        "cniVersion": "1.0.0", "name": "n", "type": "portmap", "snat": false,
+        "runtimeConfig": {"portMappings": [
+            {"hostPort": 8080, "containerPort": 80, "protocol": "udp"}
+        ]},
+        "prevResult": {
+            "interfaces": [{"name": "eth0", "sandbox": "/run/netns/x"}],
+            "ips": [{"address": "10.1.0.2/24", "interface": 0}]
+        }
+    });
+    c.as_object_mut()
+        .unwrap()
+        .extend(extra.as_object().unwrap().clone());
+    c
+}
+
+fn att() -> Attachment {
+    Attachment::new("n", "c1", "eth0")
+}
+
+#[test]
+fn add_maps_then_flushes_udp_conntrack() {
+    let fw = Arc::new(Recording::default());
+    let req = test_request(Command::Add, conf(json!({})), fw.clone());
+    Portmap.add(&req).expect("add");
+    let got = fw.taken();
+    assert_eq!(got.len(), 2, "{got:?}");
+    let Request::Portmap(Op::Add {
+        att: a,
+        container,
+        mappings,
+        masq,
+    }) = &got[0]
+    else {
+        panic!("{got:?}")
+    };
+    assert_eq!(a, &att());
+    assert_eq!(container, &["10.1.0.2/24".parse::<IpNet>().unwrap()]);
+    assert_eq!(mappings[0].host_port, 8080);
+    assert!(!masq.snat && !masq.masq_all);
+    let Request::Conntrack(conntrack::Op::FlushUdp { targets }) = &got[1] else {
+        panic!("{got:?}")
+    };
+    assert_eq!(
+        targets,
+        &[UdpPort {
+            port: 8080,
+            dst: None,
+            ipv6: false
+        }]
+    );
+}
+
+#[test]
+fn a_refused_mapping_fails_add_and_flushes_nothing() {
+    let fw = Arc::new(Recording {
+        fail_with: Some(crate::firewall::Error::new(
+            crate::firewall::ErrorKind::Conflict,
+            "host port udp/8080 belongs to another container",
+        )),
+        ..Recording::default()
+    });
+    let req = test_request(Command::Add, conf(json!({})), fw.clone());
+    assert!(Portmap.add(&req).is_err());
+    assert_eq!(fw.taken().len(), 1);
+}
+
+#[test]
+fn del_removes_by_tag_and_gc_keeps_the_valid() {
+    let fw = Arc::new(Recording::default());
+    let req = test_request(Command::Del, conf(json!({"prevResult": null})), fw.clone());
+    Portmap.del(&req).expect("del");
+    assert_eq!(fw.taken(), vec![Request::from(Op::Del { att: att() })]);
+
+    let gc = json!({"cniVersion": "1.1.0", "name": "n", "type": "portmap",
+        "cni.dev/valid-attachments": [{"containerID": "c2", "ifname": "eth0"}]});
+    let req = test_request(Command::Gc, gc, fw.clone());
+    Portmap.gc(&req).expect("gc");
+    assert_eq!(
+        fw.taken(),
+        vec![Request::from(Op::Gc {
+            network: "n".into(),
+            valid: vec![Attachment::new("n", "c2", "eth0")],
+        })]
+    );
+}
