@@ -7,17 +7,12 @@ use std::net::IpAddr;
 use ipnet::IpNet;
 use serde::{Deserialize, Serialize};
 
+pub use crate::attachment::Attachment;
 use crate::config::RangeSet;
 use crate::{Error, ErrorKind};
 
-/// A lease is held by one attachment: (network name, container ID, interface name).
-#[derive(Debug, Clone, PartialEq, Eq, Hash, Serialize, Deserialize)]
-#[serde(rename_all = "camelCase")]
-pub struct LeaseKey {
-    pub network: String,
-    pub container_id: String,
-    pub ifname: String,
-}
+/// A lease is held by one attachment; its JSON is `{"network", "containerId", "ifname"}`.
+pub type LeaseKey = Attachment;
 
 /// Allocate one address per range set for `key`.
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
@@ -53,25 +48,63 @@ pub struct LeaseInfo {
     pub created_unix: u64,
 }
 
-/// One attachment of GC's valid list.
-#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
-#[serde(rename_all = "camelCase")]
-pub struct Attachment {
-    pub container_id: String,
-    pub ifname: String,
-}
-
 #[derive(Debug, Clone, Serialize, Deserialize)]
 #[serde(rename_all = "camelCase")]
 pub struct AllocateResponse {
     pub allocations: Vec<Allocation>,
 }
 
-#[derive(Debug, Clone, Serialize, Deserialize)]
-#[serde(rename_all = "camelCase")]
+/// Free the leases of `network` whose attachment is not in `valid`. On the wire the valid
+/// entries leave out the network they share: `{"network", "valid": [{"containerId",
+/// "ifname"}]}`.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(from = "GcWire", into = "GcWire")]
 pub struct GcRequest {
     pub network: String,
     pub valid: Vec<Attachment>,
+}
+
+#[derive(Serialize, Deserialize)]
+struct GcWire {
+    network: String,
+    valid: Vec<GcWireEntry>,
+}
+
+#[derive(Serialize, Deserialize)]
+#[serde(rename_all = "camelCase")]
+struct GcWireEntry {
+    container_id: String,
+    ifname: String,
+}
+
+impl From<GcWire> for GcRequest {
+    fn from(w: GcWire) -> GcRequest {
+        let valid = w
+            .valid
+            .into_iter()
+            .map(|e| Attachment::new(&w.network, &e.container_id, &e.ifname))
+            .collect();
+        GcRequest {
+            network: w.network,
+            valid,
+        }
+    }
+}
+
+impl From<GcRequest> for GcWire {
+    fn from(r: GcRequest) -> GcWire {
+        GcWire {
+            network: r.network,
+            valid: r
+                .valid
+                .into_iter()
+                .map(|a| GcWireEntry {
+                    container_id: a.container_id,
+                    ifname: a.ifname,
+                })
+                .collect(),
+        }
+    }
 }
 
 #[derive(Debug, Clone, Serialize, Deserialize)]
@@ -164,33 +197,4 @@ pub fn parse_data_dir_header(value: &[u8]) -> Option<(Option<(u64, u64)>, String
         }
     }
     Some((id, String::from_utf8_lossy(&raw).into_owned()))
-}
-
-/// CNI's network-name charset (`^[a-zA-Z0-9][a-zA-Z0-9_.\-]*$`): the name becomes a
-/// directory under `dataDir`, so this is also what keeps `../` and absolute paths out.
-pub fn validate_network_name(name: &str) -> Result<(), Error> {
-    let mut chars = name.chars();
-    let ok_first = chars.next().is_some_and(|c| c.is_ascii_alphanumeric());
-    let ok_rest = chars.all(|c| c.is_ascii_alphanumeric() || matches!(c, '_' | '.' | '-'));
-    if ok_first && ok_rest && name.len() <= 200 {
-        Ok(())
-    } else {
-        Err(Error::invalid(format!(
-            "network name {name:?} is invalid: it must match ^[a-zA-Z0-9][a-zA-Z0-9_.\\-]*$ (at most 200 characters)"
-        )))
-    }
-}
-
-impl LeaseKey {
-    /// Refuse keys that cannot name an attachment (checked by the store before any change).
-    pub fn validate(&self) -> Result<(), Error> {
-        validate_network_name(&self.network)?;
-        if self.container_id.is_empty() {
-            return Err(Error::invalid("container ID is empty (CNI_CONTAINERID)"));
-        }
-        if self.ifname.is_empty() {
-            return Err(Error::invalid("interface name is empty (CNI_IFNAME)"));
-        }
-        Ok(())
-    }
 }

@@ -1,8 +1,10 @@
 //! `ipamd`: the journalled lease store behind cnikit's `ipamd` IPAM plugin, the daemon that
 //! serves it over a unix socket, and the client the short-lived plugin process uses.
 //!
-//! Layout (see design.md, "Lease store"):
+//! Layout:
 //! - [`config`]: the CNI `ipam` object (host-local compatible keys) and its validation.
+//! - [`attachment`]: the key (network, container ID, ifname) of everything kept per
+//!   attachment, and the rules for those three names.
 //! - [`api`]: request/response types shared by the daemon and the client.
 //! - [`client`]: one call per plugin invocation; talks to the daemon, or does the same work
 //!   in-process against the store when no daemon is listening.
@@ -13,6 +15,7 @@
 //!   `store` (one network's state under a flock), `server` (HTTP over the unix socket).
 
 pub mod api;
+pub mod attachment;
 pub mod client;
 pub mod config;
 pub mod daemon;

@@ -5,6 +5,7 @@ use super::env::validate_network_name;
 use super::error::{Code, Error};
 use super::result::CniResult;
 use super::version::Version;
+use ipamd::attachment::Attachment;
 use serde::de::DeserializeOwned;
 use serde::Deserialize;
 use serde_json::{Map, Value};
@@ -23,12 +24,13 @@ pub struct NetConf {
     pub prev_result: Option<CniResult>,
 }
 
-/// One entry of `cni.dev/valid-attachments` (GC).
-#[derive(Debug, Clone, PartialEq, Eq, Deserialize)]
-pub struct Attachment {
+/// One entry of `cni.dev/valid-attachments` (GC) as libcni spells it; the
+/// network is the configuration's own.
+#[derive(Deserialize)]
+struct ValidEntry {
     #[serde(rename = "containerID")]
-    pub container_id: String,
-    pub ifname: String,
+    container_id: String,
+    ifname: String,
 }
 
 impl NetConf {
@@ -118,18 +120,23 @@ impl NetConf {
             .filter(|v| !v.is_null())
     }
 
-    /// GC's list of attachments still in use; `None` when neither key is present.
+    /// GC's list of this network's attachments still in use; `None` when
+    /// neither key is present.
     pub fn valid_attachments(&self) -> Result<Option<Vec<Attachment>>, Error> {
         let list = self
             .raw
             .get("cni.dev/valid-attachments")
             .or_else(|| self.raw.get("cni.dev/attachments"));
-        match list {
-            None | Some(Value::Null) => Ok(None),
+        let entries: Vec<ValidEntry> = match list {
+            None | Some(Value::Null) => return Ok(None),
             Some(v) => serde_json::from_value(v.clone())
-                .map(Some)
-                .map_err(|e| Error::invalid_config(format!("cni.dev/valid-attachments: {e}"))),
-        }
+                .map_err(|e| Error::invalid_config(format!("cni.dev/valid-attachments: {e}")))?,
+        };
+        let list = entries
+            .iter()
+            .map(|e| Attachment::new(&self.name, &e.container_id, &e.ifname))
+            .collect();
+        Ok(Some(list))
     }
 }
 

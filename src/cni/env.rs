@@ -133,49 +133,9 @@ impl Env {
     }
 }
 
-/// Spec: non-empty, starts alphanumeric, then alphanumerics, `_`, `.`, `-`.
-pub fn validate_container_id(id: &str) -> Result<(), &'static str> {
-    validate_identifier(id)
-}
-
-/// Network names follow the same charset as container IDs.
-pub fn validate_network_name(name: &str) -> Result<(), &'static str> {
-    validate_identifier(name)
-}
-
-fn validate_identifier(s: &str) -> Result<(), &'static str> {
-    let mut chars = s.chars();
-    match chars.next() {
-        None => return Err("must not be empty"),
-        Some(c) if !c.is_ascii_alphanumeric() => return Err("must start with a letter or digit"),
-        _ => {}
-    }
-    if chars.all(|c| c.is_ascii_alphanumeric() || matches!(c, '_' | '.' | '-')) {
-        Ok(())
-    } else {
-        Err("may only contain letters, digits, '_', '.' and '-'")
-    }
-}
-
-/// Spec: non-empty, not `.`/`..`, under 16 bytes, no `/`, `:` or whitespace.
-pub fn validate_ifname(name: &str) -> Result<(), &'static str> {
-    if name.is_empty() {
-        return Err("must not be empty");
-    }
-    if name == "." || name == ".." {
-        return Err("must not be '.' or '..'");
-    }
-    if name.len() >= 16 {
-        return Err("must be shorter than 16 bytes");
-    }
-    if name
-        .chars()
-        .any(|c| c == '/' || c == ':' || c.is_whitespace())
-    {
-        return Err("must not contain '/', ':' or whitespace");
-    }
-    Ok(())
-}
+/// The name rules are the attachment key's, kept with it in `ipamd` so the
+/// lease store and the plugins check the same things.
+pub use ipamd::attachment::{validate_container_id, validate_ifname, validate_network_name};
 
 #[cfg(test)]
 mod tests {

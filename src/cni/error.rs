@@ -177,7 +177,10 @@ mod tests {
         use crate::netlink::{Error as NlError, ErrorKind};
         let gone = NlError::new(ErrorKind::NetnsNotFound, "open netns /run/netns/x: gone");
         assert_eq!(Error::from(gone).code, Code::UnknownContainer as u32);
-        let denied = NlError::new(ErrorKind::Other, "open netns /run/netns/x: Permission denied");
+        let denied = NlError::new(
+            ErrorKind::Other,
+            "open netns /run/netns/x: Permission denied",
+        );
         assert_eq!(Error::from(denied).code, Code::Kernel as u32);
     }
 }

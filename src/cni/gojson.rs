@@ -228,7 +228,11 @@ pub fn struct_fields<T: serde::de::DeserializeOwned>() -> &'static [&'static str
 #[cfg(test)]
 pub fn assert_known(fields: &[&[&str]]) {
     for key in fields.concat() {
-        assert_eq!(known_key(key), Some(key), "{key} is missing from gojson::KEYS");
+        assert_eq!(
+            known_key(key),
+            Some(key),
+            "{key} is missing from gojson::KEYS"
+        );
     }
 }
 
@@ -336,7 +340,10 @@ mod tests {
     #[test]
     fn unknown_keys_and_order_are_kept() {
         let v = canon(json!({"X-Vendor": {"Foo": 1}, "MTU": 1400, "zeta": 0}));
-        assert_eq!(v.to_string(), r#"{"X-Vendor":{"Foo":1},"mtu":1400,"zeta":0}"#);
+        assert_eq!(
+            v.to_string(),
+            r#"{"X-Vendor":{"Foo":1},"mtu":1400,"zeta":0}"#
+        );
     }
 
     #[test]

@@ -14,6 +14,7 @@ pub mod version;
 
 pub use env::Command;
 pub use error::{Code, Error};
+pub use ipamd::attachment::Attachment;
 pub use result::{CniResult, Dns, Interface, IpConfig, Route};
 pub use runner::{BuiltinLookup, Context, Plugin, Request};
 pub use version::Version;

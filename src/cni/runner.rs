@@ -70,6 +70,11 @@ pub struct Request {
 }
 
 impl Request {
+    /// This call's attachment: the configuration's network name,
+    /// CNI_CONTAINERID and CNI_IFNAME.
+    pub fn attachment(&self) -> super::Attachment {
+        super::Attachment::new(&self.conf.name, self.container_id(), self.ifname())
+    }
     pub fn container_id(&self) -> &str {
         &self.env.container_id
     }

@@ -3,7 +3,7 @@
 
 use super::schema::{self, key, Value, BRIDGE, SPOOF_ALLOW, SPOOF_PORTS};
 use super::store::{claim_anchor, not_valid, owned, release, transact, Derived};
-use super::tag::Attachment;
+use super::tag::{self, Attachment};
 use super::{Error, ErrorKind, Result};
 use serde::{Deserialize, Serialize};
 
@@ -15,17 +15,22 @@ pub enum Op {
     /// ADD: guard host port `host_ifname`; only `mac` ("aa:bb:…") may send.
     #[serde(rename = "macspoof-add")]
     Add {
+        #[serde(with = "tag::snake")]
         att: Attachment,
         host_ifname: String,
         mac: String,
     },
     /// DEL: this attachment's entries, found by tag.
     #[serde(rename = "macspoof-del")]
-    Del { att: Attachment },
+    Del {
+        #[serde(with = "tag::snake")]
+        att: Attachment,
+    },
     /// GC: entries of `network` whose attachment is not in `valid`.
     #[serde(rename = "macspoof-gc")]
     Gc {
         network: String,
+        #[serde(with = "tag::snake_list")]
         valid: Vec<Attachment>,
     },
 }

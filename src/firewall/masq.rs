@@ -3,7 +3,7 @@
 
 use super::schema::{self, key, range, Value, INET, MASQ4, MASQ4_SKIP, MASQ6, MASQ6_SKIP};
 use super::store::{claim_anchor, not_valid, owned, owned_range, release, transact, Derived};
-use super::tag::Attachment;
+use super::tag::{self, Attachment};
 use super::Result;
 use ipnet::IpNet;
 use serde::{Deserialize, Serialize};
@@ -17,17 +17,22 @@ pub enum Op {
     /// ADD: masquerade traffic from `addrs` to anywhere but `subnets`.
     #[serde(rename = "masq-add")]
     Add {
+        #[serde(with = "tag::snake")]
         att: Attachment,
         addrs: Vec<IpAddr>,
         subnets: Vec<IpNet>,
     },
     /// DEL: this attachment's entries, found by tag (works with the netns gone).
     #[serde(rename = "masq-del")]
-    Del { att: Attachment },
+    Del {
+        #[serde(with = "tag::snake")]
+        att: Attachment,
+    },
     /// GC: entries of `network` whose attachment is not in `valid`.
     #[serde(rename = "masq-gc")]
     Gc {
         network: String,
+        #[serde(with = "tag::snake_list")]
         valid: Vec<Attachment>,
     },
 }

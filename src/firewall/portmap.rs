@@ -74,6 +74,7 @@ pub enum Op {
     /// an error and nothing is changed; our own mapping again is fine.
     #[serde(rename = "portmap-add")]
     Add {
+        #[serde(with = "tag::snake")]
         att: Attachment,
         container: Vec<IpNet>,
         mappings: Vec<Mapping>,
@@ -83,6 +84,7 @@ pub enum Op {
     /// present, ours, and points at the container.
     #[serde(rename = "portmap-check")]
     Check {
+        #[serde(with = "tag::snake")]
         att: Attachment,
         container: Vec<IpNet>,
         mappings: Vec<Mapping>,
@@ -90,11 +92,15 @@ pub enum Op {
     },
     /// DEL: every entry tagged with this attachment, whatever it mapped.
     #[serde(rename = "portmap-del")]
-    Del { att: Attachment },
+    Del {
+        #[serde(with = "tag::snake")]
+        att: Attachment,
+    },
     /// GC: entries of `network` whose attachment is not in `valid`.
     #[serde(rename = "portmap-gc")]
     Gc {
         network: String,
+        #[serde(with = "tag::snake_list")]
         valid: Vec<Attachment>,
     },
 }

@@ -3,44 +3,14 @@
 //! and GC find exactly their entries with nothing else to go on (no netns, no
 //! prevResult), and `nft list ruleset` shows whose entry it is.
 
-/// One attachment: the CNI key (network name, container ID, ifname).
-#[derive(Debug, Clone, PartialEq, Eq, serde::Serialize, serde::Deserialize)]
-pub struct Attachment {
-    pub network: String,
-    pub container_id: String,
-    pub ifname: String,
-}
+pub use ipamd::attachment::Attachment;
 
 /// NFTNL_UDATA_SET_ELEM_COMMENT: the TLV type nft prints as `comment "…"`.
 const UDATA_COMMENT: u8 = 0;
-/// Longer names are replaced by a hash so a tag always fits nft's 255-byte
-/// comment (container IDs have no length limit in the spec).
-const MAX_NETWORK: usize = 64;
-const MAX_CONTAINER: usize = 128;
-
-impl Attachment {
-    pub fn new(network: &str, container_id: &str, ifname: &str) -> Attachment {
-        Attachment {
-            network: network.to_string(),
-            container_id: container_id.to_string(),
-            ifname: ifname.to_string(),
-        }
-    }
-
-    /// `network/containerID/ifname`: none of the three may contain a '/'.
-    pub(crate) fn tag(&self) -> String {
-        format!(
-            "{}{}/{}",
-            network_prefix(&self.network),
-            part(&self.container_id, MAX_CONTAINER),
-            self.ifname
-        )
-    }
-}
 
 /// The tag prefix shared by every attachment of `network` (for GC).
 pub(crate) fn network_prefix(network: &str) -> String {
-    format!("{}/", part(network, MAX_NETWORK))
+    Attachment::tag_prefix(network)
 }
 
 /// Human words for a tag in error messages: "container c1 (eth0) of network n".
@@ -54,19 +24,48 @@ pub(crate) fn describe(tag: &str) -> String {
     }
 }
 
-fn part(s: &str, max: usize) -> String {
-    if s.len() <= max {
-        s.to_string()
-    } else {
-        format!("#{:016x}", fnv1a(s.as_bytes()))
+/// Firewall requests spell an attachment's fields in snake_case
+/// (`{"network", "container_id", "ifname"}`), unlike the lease API; these keep
+/// that wire format: `#[serde(with = "tag::snake")]`, and `tag::snake_list`
+/// for a list.
+pub(crate) mod snake {
+    use super::Attachment;
+    use serde::{Deserialize, Deserializer, Serialize, Serializer};
+
+    #[derive(Serialize, Deserialize)]
+    #[serde(remote = "Attachment")]
+    struct Snake {
+        network: String,
+        container_id: String,
+        ifname: String,
+    }
+
+    #[derive(Serialize, Deserialize)]
+    pub(super) struct Wrap(#[serde(with = "Snake")] pub(super) Attachment);
+
+    pub fn serialize<S: Serializer>(a: &Attachment, s: S) -> Result<S::Ok, S::Error> {
+        Snake::serialize(a, s)
+    }
+
+    pub fn deserialize<'de, D: Deserializer<'de>>(d: D) -> Result<Attachment, D::Error> {
+        Snake::deserialize(d)
     }
 }
 
-/// FNV-1a 64: stable across builds and versions (unlike std's hasher).
-fn fnv1a(bytes: &[u8]) -> u64 {
-    bytes.iter().fold(0xcbf2_9ce4_8422_2325, |h, b| {
-        (h ^ u64::from(*b)).wrapping_mul(0x0100_0000_01b3)
-    })
+/// [`snake`] for a list of attachments.
+pub(crate) mod snake_list {
+    use super::snake::Wrap;
+    use super::Attachment;
+    use serde::{Deserialize, Deserializer, Serializer};
+
+    pub fn serialize<S: Serializer>(list: &[Attachment], s: S) -> Result<S::Ok, S::Error> {
+        s.collect_seq(list.iter().map(|a| Wrap(a.clone())))
+    }
+
+    pub fn deserialize<'de, D: Deserializer<'de>>(d: D) -> Result<Vec<Attachment>, D::Error> {
+        let list = Vec::<Wrap>::deserialize(d)?;
+        Ok(list.into_iter().map(|w| w.0).collect())
+    }
 }
 
 /// The element userdata carrying `tag`: one comment TLV, NUL-terminated.
@@ -123,6 +122,27 @@ mod tests {
         ud.extend(userdata("x/y/z"));
         assert_eq!(from_userdata(&ud).as_deref(), Some("x/y/z"));
         assert_eq!(from_userdata(&[0, 9, 1]), None);
+    }
+
+    #[test]
+    fn firewall_wire_spells_fields_in_snake_case() {
+        #[derive(serde::Serialize, serde::Deserialize, PartialEq, Debug)]
+        struct Op {
+            #[serde(with = "snake")]
+            att: Attachment,
+            #[serde(with = "snake_list")]
+            valid: Vec<Attachment>,
+        }
+        let op = Op {
+            att: Attachment::new("n", "c1", "eth0"),
+            valid: vec![Attachment::new("n", "c2", "eth1")],
+        };
+        let text = serde_json::to_string(&op).unwrap();
+        assert_eq!(
+            text,
+            r#"{"att":{"network":"n","container_id":"c1","ifname":"eth0"},"valid":[{"network":"n","container_id":"c2","ifname":"eth1"}]}"#
+        );
+        assert_eq!(serde_json::from_str::<Op>(&text).unwrap(), op);
     }
 
     #[test]

@@ -3,7 +3,6 @@
 
 use crate::cni::delegate;
 use crate::cni::{CniResult, Code, Command, Error, Request};
-use crate::firewall::Attachment;
 use crate::netlink::{sysctl, Link, NetNs, Netlink, Route as KernelRoute};
 use ipnet::IpNet;
 use serde_json::Value;
@@ -379,15 +378,6 @@ pub fn ipam_if_configured(req: &Request, command: Command) -> Result<(), Error> 
         delegate::ipam(req, command)?;
     }
     Ok(())
-}
-
-/// GC's valid list as firewall attachments of this network; None without one.
-pub fn valid_attachments(req: &Request) -> Result<Option<Vec<Attachment>>, Error> {
-    Ok(req.conf.valid_attachments()?.map(|list| {
-        list.iter()
-            .map(|a| Attachment::new(&req.conf.name, &a.container_id, &a.ifname))
-            .collect()
-    }))
 }
 
 /// `daemonSocket` when it is a string, for a DEL whose configuration is

@@ -3,7 +3,7 @@
 //! Configuration keys are host-local's, so migrating is a change of `type`.
 
 use crate::cni::{CniResult, Code, Error, IpConfig, Plugin, Request, Route};
-use ipamd::api::{AllocateRequest, LeaseKey};
+use ipamd::api::AllocateRequest;
 use ipamd::client::Client;
 use ipamd::config::{IpamConfig, RangeSet};
 use std::net::IpAddr;
@@ -68,14 +68,6 @@ impl Call {
             network: req.conf.name.clone(),
         }
     }
-
-    fn key(&self, req: &Request) -> LeaseKey {
-        LeaseKey {
-            network: self.network.clone(),
-            container_id: req.container_id().to_string(),
-            ifname: req.ifname().to_string(),
-        }
-    }
 }
 
 impl Plugin for Ipamd {
@@ -88,7 +80,7 @@ impl Plugin for Ipamd {
             None => Default::default(),
         };
         let allocations = call.client.allocate(&AllocateRequest {
-            key: call.key(req),
+            key: req.attachment(),
             range_sets: call.conf.range_sets.clone(),
             requested: requested_ips(req)?,
         })?;
@@ -120,7 +112,7 @@ impl Plugin for Ipamd {
     // ---------------------------------------------------------------- CHECK
     fn check(&self, req: &Request) -> Result<(), Error> {
         let call = Call::new(req)?;
-        let held = call.client.check(&call.key(req))?;
+        let held = call.client.check(&req.attachment())?;
         if held.is_empty() {
             return Err(Error::new(
                 Code::AddressUnavailable,
@@ -160,7 +152,7 @@ impl Plugin for Ipamd {
             return Ok(());
         }
         let call = req.conf_or_del_fallback(Call::new, Call::del_fallback)?;
-        call.client.release(&call.key(req))?;
+        call.client.release(&req.attachment())?;
         Ok(())
     }
 
@@ -182,10 +174,6 @@ impl Plugin for Ipamd {
                 "GC needs cni.dev/valid-attachments (or cni.dev/attachments)",
             ));
         };
-        let valid: Vec<(String, String)> = valid
-            .into_iter()
-            .map(|a| (a.container_id, a.ifname))
-            .collect();
         let freed = call.client.gc(&call.network, &valid)?;
         if freed > 0 {
             eprintln!(
@@ -248,7 +236,14 @@ mod tests {
         assert_known(&[
             struct_fields::<ipamd::config::Range>(),
             struct_fields::<ipamd::config::RouteSpec>(),
-            &["subnet", "ranges", "routes", "dataDir", "socket", "resolvConf"],
+            &[
+                "subnet",
+                "ranges",
+                "routes",
+                "dataDir",
+                "socket",
+                "resolvConf",
+            ],
         ]);
     }
 }

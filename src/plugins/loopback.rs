@@ -24,7 +24,10 @@ impl Plugin for Loopback {
         if let Some(bad) = addrs.iter().find(|a| !a.addr().is_loopback()) {
             return Err(Error::new(
                 Code::Kernel,
-                format!("{LO} in netns {} has a non-loopback address {bad}", req.netns()),
+                format!(
+                    "{LO} in netns {} has a non-loopback address {bad}",
+                    req.netns()
+                ),
             ));
         }
         if let Some(prev) = &req.conf.prev_result {
@@ -78,12 +81,8 @@ impl Plugin for Loopback {
 }
 
 fn loopback_link(nl: &mut Netlink, netns: &str) -> Result<Link, Error> {
-    nl.link_by_name(LO)?.ok_or_else(|| {
-        Error::new(
-            Code::Kernel,
-            format!("netns {netns} has no {LO} interface"),
-        )
-    })
+    nl.link_by_name(LO)?
+        .ok_or_else(|| Error::new(Code::Kernel, format!("netns {netns} has no {LO} interface")))
 }
 
 fn lo_result(addrs: &[IpNet], netns: &str) -> CniResult {

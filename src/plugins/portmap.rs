@@ -6,7 +6,7 @@
 use crate::cni::{CniResult, Code, Error, Plugin, Request};
 use crate::firewall::conntrack::{self, UdpPort};
 use crate::firewall::portmap::{Mapping, Masquerade, Op, Proto};
-use crate::firewall::{Attachment, Firewall};
+use crate::firewall::Firewall;
 use crate::netlink::{sysctl, Netlink};
 use ipnet::IpNet;
 use serde::Deserialize;
@@ -117,7 +117,7 @@ impl Plugin for Portmap {
         let fw = conf.firewall(req);
         fw.apply(
             Op::Add {
-                att: attachment(req),
+                att: req.attachment(),
                 container: container.clone(),
                 mappings: mappings.clone(),
                 masq: conf.masquerade(),
@@ -144,7 +144,7 @@ impl Plugin for Portmap {
         let container = container_addrs(prev, req.ifname())?;
         conf.firewall(req).apply(
             Op::Check {
-                att: attachment(req),
+                att: req.attachment(),
                 container,
                 mappings,
                 masq: conf.masquerade(),
@@ -173,7 +173,7 @@ impl Plugin for Portmap {
         }
         conf.firewall(req).apply(
             Op::Del {
-                att: attachment(req),
+                att: req.attachment(),
             }
             .into(),
         )?;
@@ -190,7 +190,7 @@ impl Plugin for Portmap {
     // ---------------------------------------------------------------- GC
     fn gc(&self, req: &Request) -> Result<(), Error> {
         let conf = Conf::load(req)?;
-        let Some(valid) = super::common::valid_attachments(req)? else {
+        let Some(valid) = req.conf.valid_attachments()? else {
             return Ok(());
         };
         conf.firewall(req).apply(
@@ -239,10 +239,6 @@ mod mapped_marker {
     pub(super) fn clear(req: &Request) {
         let _ = std::fs::remove_file(path(req));
     }
-}
-
-fn attachment(req: &Request) -> Attachment {
-    Attachment::new(&req.conf.name, req.container_id(), req.ifname())
 }
 
 /// `runtimeConfig.portMappings`; absent or null is no mappings.

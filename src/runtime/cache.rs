@@ -3,6 +3,7 @@
 //! written by libcni runtimes (cnitool, containerd) and by us are readable by
 //! both.
 
+use crate::cni::Attachment;
 use serde::{Deserialize, Serialize};
 use serde_json::{Map, Value};
 use std::io::Write;
@@ -32,18 +33,23 @@ pub struct Entry {
 }
 
 impl Entry {
-    pub fn new(network: &str, container_id: &str, ifname: &str) -> Entry {
+    pub fn new(key: &Attachment) -> Entry {
         Entry {
             kind: KIND.into(),
-            container_id: container_id.into(),
+            container_id: key.container_id.clone(),
             config: Vec::new(),
-            if_name: ifname.into(),
-            network_name: network.into(),
+            if_name: key.ifname.clone(),
+            network_name: key.network.clone(),
             netns: String::new(),
             cni_args: Vec::new(),
             capability_args: Map::new(),
             result: None,
         }
+    }
+
+    /// The attachment this entry is of.
+    pub fn key(&self) -> Attachment {
+        Attachment::new(&self.network_name, &self.container_id, &self.if_name)
     }
 }
 
@@ -55,14 +61,19 @@ pub struct Cache {
 
 impl Cache {
     /// libcni's file name: `<network>-<containerID>-<ifname>`.
-    pub fn path(&self, network: &str, container_id: &str, ifname: &str) -> PathBuf {
+    pub fn path(&self, key: &Attachment) -> PathBuf {
+        let Attachment {
+            network,
+            container_id,
+            ifname,
+        } = key;
         self.dir.join(format!("{network}-{container_id}-{ifname}"))
     }
 
     /// Write atomically (temp file + rename): a crash must not leave a torn
     /// entry that makes the later DEL lose its prevResult.
     pub fn save(&self, entry: &Entry) -> Result<(), String> {
-        let path = self.path(&entry.network_name, &entry.container_id, &entry.if_name);
+        let path = self.path(&entry.key());
         let text = serde_json::to_vec(entry).map_err(|e| e.to_string())?;
         create_private_dir(&self.dir)
             .map_err(|e| format!("cannot create {}: {e}", self.dir.display()))?;
@@ -76,13 +87,8 @@ impl Cache {
     }
 
     /// The entry of one attachment; `Ok(None)` when there is none.
-    pub fn load(
-        &self,
-        network: &str,
-        container_id: &str,
-        ifname: &str,
-    ) -> Result<Option<Entry>, String> {
-        let path = self.path(network, container_id, ifname);
+    pub fn load(&self, key: &Attachment) -> Result<Option<Entry>, String> {
+        let path = self.path(key);
         let bytes = match std::fs::read(&path) {
             Ok(b) => b,
             Err(e) if e.kind() == std::io::ErrorKind::NotFound => return Ok(None),
@@ -94,8 +100,8 @@ impl Cache {
     }
 
     /// Removing an entry that is not there is success (DEL is idempotent).
-    pub fn remove(&self, network: &str, container_id: &str, ifname: &str) -> Result<(), String> {
-        let path = self.path(network, container_id, ifname);
+    pub fn remove(&self, key: &Attachment) -> Result<(), String> {
+        let path = self.path(key);
         match std::fs::remove_file(&path) {
             Err(e) if e.kind() != std::io::ErrorKind::NotFound => {
                 Err(format!("cannot remove {}: {e}", path.display()))

@@ -2,6 +2,7 @@
 //! command line, with cnitool's environment variables as defaults.
 
 use super::{load_by_name, Attachment, ConfList, Error, Gone, Outcome, Runtime};
+use crate::cni::Attachment as Key;
 use serde_json::{Map, Value};
 use std::ffi::OsString;
 use std::path::{Path, PathBuf};
@@ -226,7 +227,7 @@ fn attachment(args: &NetArgs, rt: &Runtime, list: &ConfList) -> Result<Attachmen
     let cached = match args.command {
         Verb::Check | Verb::Del => rt
             .cache
-            .load(&list.name, &container_id, &args.ifname)
+            .load(&Key::new(&list.name, &container_id, &args.ifname))
             .ok()
             .flatten(),
         _ => None,

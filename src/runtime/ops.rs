@@ -5,9 +5,9 @@ use super::cache::{Cache, Entry};
 use super::conf::ConfList;
 use super::derive::{request_config, Inject};
 use super::exec::{self, CallEnv};
-use crate::cni::{CniResult, Version};
 use super::{Error, PluginFailure};
 use crate::cni::env::{validate_container_id, validate_ifname};
+use crate::cni::{Attachment as Key, CniResult, Version};
 use serde_json::{json, Map, Value};
 use std::ffi::OsString;
 use std::path::PathBuf;
@@ -26,7 +26,9 @@ pub struct Runtime {
     path_env: OsString,
 }
 
-/// The per-attachment parameters (spec "Attachment Parameters").
+/// The per-attachment parameters (spec "Attachment Parameters"): the
+/// attachment's [`key`](Attachment::key) without its network, which is the
+/// list's, and what the runtime passes on to plugins.
 #[derive(Debug, Clone, Default)]
 pub struct Attachment {
     pub container_id: String,
@@ -54,6 +56,11 @@ pub struct Gone {
 }
 
 impl Attachment {
+    /// The key of this attachment to `network` (the result cache's, the plugins').
+    pub fn key(&self, network: &str) -> Key {
+        Key::new(network, &self.container_id, &self.ifname)
+    }
+
     fn validate(&self, needs_netns: bool) -> Result<(), Error> {
         validate_container_id(&self.container_id)
             .map_err(|why| invalid(format!("container ID {:?} {why}", self.container_id)))?;
@@ -124,7 +131,7 @@ impl Runtime {
     }
 
     fn save(&self, list: &ConfList, att: &Attachment, result: Value) -> Result<Value, Error> {
-        let mut entry = Entry::new(&list.name, &att.container_id, &att.ifname);
+        let mut entry = Entry::new(&att.key(&list.name));
         entry.config = list.bytes.clone();
         entry.netns = att.netns.clone();
         entry.cni_args = att.args.clone();
@@ -141,9 +148,7 @@ impl Runtime {
 
     fn roll_back(&self, list: &ConfList, att: &Attachment, err: Error) -> Error {
         let cleanup = self.del_chain(list, att, None);
-        let _ = self
-            .cache
-            .remove(&list.name, &att.container_id, &att.ifname);
+        let _ = self.cache.remove(&att.key(&list.name));
         match cleanup {
             Ok(()) => err.with_note("the whole list was deleted again (DEL)".into()),
             Err(e) => err.with_note(format!("the cleanup DEL failed too: {e}")),
@@ -198,9 +203,7 @@ impl Runtime {
             None
         };
         self.del_chain(list, att, prev.as_ref())?;
-        self.cache
-            .remove(&list.name, &att.container_id, &att.ifname)
-            .map_err(Error::Io)
+        self.cache.remove(&att.key(&list.name)).map_err(Error::Io)
     }
 
     fn del_chain(
@@ -219,10 +222,7 @@ impl Runtime {
     /// The cached result in the list's version (libcni converts too: the list
     /// may have been upgraded while the container ran).
     fn cached_result(&self, list: &ConfList, att: &Attachment) -> Result<Option<Value>, Error> {
-        let entry = self
-            .cache
-            .load(&list.name, &att.container_id, &att.ifname)
-            .map_err(Error::Io)?;
+        let entry = self.cache.load(&att.key(&list.name)).map_err(Error::Io)?;
         let Some(result) = entry.and_then(|e| e.result) else {
             return Ok(None);
         };
@@ -342,7 +342,7 @@ impl Runtime {
                 }
                 // The caller says it is gone: forget it even if its DEL failed;
                 // the plugin GC below then no longer counts it as valid.
-                let _ = self.cache.remove(&list.name, &e.container_id, &e.if_name);
+                let _ = self.cache.remove(&e.key());
                 out.notes
                     .push(format!("removed {}/{}", e.container_id, e.if_name));
             }

@@ -6,6 +6,7 @@ use super::cache::{base64_decode, base64_encode, Cache, Entry};
 use super::conf::{load_by_name, pick_version, ConfList};
 use super::derive::{request_config, Inject};
 use super::{Attachment, Error, Gone, Runtime};
+use crate::cni::Attachment as Key;
 use serde_json::{json, Map, Value};
 use std::path::{Path, PathBuf};
 use std::sync::atomic::{AtomicU32, Ordering};
@@ -201,7 +202,7 @@ fn cache_uses_libcni_layout() {
     let cache = Cache {
         dir: s.0.join("results"),
     };
-    let mut e = Entry::new("net1", "ctr1", "eth0");
+    let mut e = Entry::new(&Key::new("net1", "ctr1", "eth0"));
     e.config = b"{\"name\":\"net1\"}".to_vec();
     e.netns = "/run/netns/x".into();
     e.cni_args = vec![("IP".into(), "10.0.0.5".into())];
@@ -217,12 +218,15 @@ fn cache_uses_libcni_layout() {
     assert_eq!(raw["config"], "eyJuYW1lIjoibmV0MSJ9");
     assert_eq!(raw["cniArgs"], json!([["IP", "10.0.0.5"]]));
     assert!(raw.get("capabilityArgs").is_none());
-    assert_eq!(cache.load("net1", "ctr1", "eth0").unwrap(), Some(e.clone()));
+    assert_eq!(
+        cache.load(&Key::new("net1", "ctr1", "eth0")).unwrap(),
+        Some(e.clone())
+    );
     assert_eq!(cache.list("net1").unwrap(), vec![e]);
     assert!(cache.list("net").unwrap().is_empty());
-    cache.remove("net1", "ctr1", "eth0").unwrap();
-    cache.remove("net1", "ctr1", "eth0").unwrap();
-    assert_eq!(cache.load("net1", "ctr1", "eth0").unwrap(), None);
+    cache.remove(&Key::new("net1", "ctr1", "eth0")).unwrap();
+    cache.remove(&Key::new("net1", "ctr1", "eth0")).unwrap();
+    assert_eq!(cache.load(&Key::new("net1", "ctr1", "eth0")).unwrap(), None);
 }
 
 // ------------------------------------------------------------ fake plugins
@@ -342,7 +346,11 @@ fn add_chains_and_caches_del_reverses() {
         second["runtimeConfig"],
         json!({"portMappings": [{"hostPort": 1}]})
     );
-    let cached = f.rt.cache.load("fnet", "c1", "eth0").unwrap().unwrap();
+    let cached =
+        f.rt.cache
+            .load(&Key::new("fnet", "c1", "eth0"))
+            .unwrap()
+            .unwrap();
     assert_eq!(cached.result, Some(result.clone()));
     assert_eq!(cached.netns, "/run/netns/fake");
 
@@ -359,7 +367,12 @@ fn add_chains_and_caches_del_reverses() {
         "DEL one c1 eth0 /run/netns/fake IgnoreUnknown=1;K=V"
     );
     assert_eq!(f.stdin(4)["prevResult"], result);
-    assert!(f.rt.cache.load("fnet", "c1", "eth0").unwrap().is_none());
+    assert!(f
+        .rt
+        .cache
+        .load(&Key::new("fnet", "c1", "eth0"))
+        .unwrap()
+        .is_none());
     // A second DEL (no cache any more) still runs, without prevResult.
     f.rt.del(&list, &att()).unwrap();
     assert!(f.stdin(6).get("prevResult").is_none());
@@ -384,7 +397,12 @@ fn failed_add_deletes_the_whole_list() {
     let log: Vec<String> = f.log().iter().map(|l| l[..7].to_string()).collect();
     assert_eq!(log, ["ADD one", "ADD two", "DEL two", "DEL one"]);
     assert!(f.stdin(2).get("prevResult").is_none());
-    assert!(f.rt.cache.load("fnet", "c1", "eth0").unwrap().is_none());
+    assert!(f
+        .rt
+        .cache
+        .load(&Key::new("fnet", "c1", "eth0"))
+        .unwrap()
+        .is_none());
 }
 
 #[test]

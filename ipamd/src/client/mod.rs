@@ -87,7 +87,7 @@ impl Client {
 
     /// Ok when an ADD could get an address in every range set now; `Exhausted` otherwise.
     pub fn status(&self, network: &str, range_sets: &[RangeSet]) -> Result<(), Error> {
-        crate::api::validate_network_name(network)?;
+        crate::attachment::check_network(network)?;
         let req = StatusRequest {
             network: network.to_string(),
             range_sets: range_sets.to_vec(),
@@ -103,17 +103,11 @@ impl Client {
 
     /// Free the leases of every attachment of `network` not in `valid`; returns how many
     /// addresses were freed.
-    pub fn gc(&self, network: &str, valid: &[(String, String)]) -> Result<usize, Error> {
-        crate::api::validate_network_name(network)?;
+    pub fn gc(&self, network: &str, valid: &[Attachment]) -> Result<usize, Error> {
+        crate::attachment::check_network(network)?;
         let req = GcRequest {
             network: network.to_string(),
-            valid: valid
-                .iter()
-                .map(|(c, i)| Attachment {
-                    container_id: c.clone(),
-                    ifname: i.clone(),
-                })
-                .collect(),
+            valid: valid.to_vec(),
         };
         self.call(
             "POST",
@@ -128,7 +122,7 @@ impl Client {
     pub fn leases(&self, network: Option<&str>) -> Result<Vec<LeaseInfo>, Error> {
         let target = match network {
             Some(n) => {
-                crate::api::validate_network_name(n)?;
+                crate::attachment::check_network(n)?;
                 format!("/v1/leases?network={n}")
             }
             None => "/v1/leases".to_string(),

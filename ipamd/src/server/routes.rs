@@ -73,7 +73,7 @@ pub(crate) async fn handle(
                 |r, network| async move {
                     let names = match network {
                         Some(n) => {
-                            crate::api::validate_network_name(&n)?;
+                            crate::attachment::check_network(&n)?;
                             vec![n]
                         }
                         None => r.networks()?,
@@ -133,7 +133,7 @@ pub(crate) async fn handle(
         }
         (Method::POST, "/v1/gc") => {
             run(reg, "gc", body::<GcRequest>(req), |r, g| async move {
-                crate::api::validate_network_name(&g.network)?;
+                crate::attachment::check_network(&g.network)?;
                 match r.call(&g.network, Op::Gc(g.valid)).await? {
                     Reply::Freed(freed) => Ok(GcResponse { freed }),
                     other => Err(unexpected(&other)),
@@ -147,7 +147,7 @@ pub(crate) async fn handle(
                 "status",
                 body::<StatusRequest>(req),
                 |r, s| async move {
-                    crate::api::validate_network_name(&s.network)?;
+                    crate::attachment::check_network(&s.network)?;
                     r.call(&s.network, Op::Status(s.range_sets))
                         .await
                         .map(|_| serde_json::json!({}))

@@ -18,7 +18,7 @@ use std::path::{Path, PathBuf};
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
-use crate::api::validate_network_name;
+use crate::attachment::check_network;
 use crate::journal::{self, Record, HEADER_LEN};
 use crate::log::Level;
 use crate::{log_at, Error, ErrorKind};
@@ -113,7 +113,7 @@ impl Store {
     /// Open (creating if needed) the store of `network` under `data_dir`. Nothing is read
     /// until the first operation, which does it under the lock.
     pub(crate) fn open(data_dir: &Path, network: &str, opts: StoreOptions) -> Result<Store, Error> {
-        validate_network_name(network)?;
+        check_network(network)?;
         create_dir(data_dir)?;
         let dir = data_dir.join(network);
         if !dir.is_dir() {
@@ -392,7 +392,7 @@ pub(crate) fn list_networks(data_dir: &Path) -> Result<Vec<String>, Error> {
         let Ok(name) = ent.file_name().into_string() else {
             continue;
         };
-        if validate_network_name(&name).is_ok() && ent.path().join("journal").is_file() {
+        if check_network(&name).is_ok() && ent.path().join("journal").is_file() {
             out.push(name);
         }
     }

@@ -10,7 +10,8 @@ use ipnet::IpNet;
 
 use super::state::Key;
 use super::{Store, Ticket};
-use crate::api::{AllocateRequest, Allocation, Attachment, LeaseInfo};
+use crate::api::{AllocateRequest, Allocation, LeaseInfo};
+use crate::attachment::Attachment;
 use crate::config::{canonicalize_range_sets, RangeSet};
 use crate::journal::{Holder, Record, StoredLease};
 use crate::pool::{describe, Pool};

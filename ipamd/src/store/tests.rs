@@ -5,7 +5,8 @@ use std::sync::Arc;
 use std::time::Duration;
 
 use super::*;
-use crate::api::{AllocateRequest, Allocation, Attachment};
+use crate::api::{AllocateRequest, Allocation};
+use crate::attachment::Attachment;
 use crate::config::RangeSet;
 use crate::testutil::{req, sets, TempDir};
 
@@ -180,18 +181,9 @@ fn gc_frees_everything_not_in_the_valid_list() {
         alloc(&mut s, c, &rs).unwrap();
     }
     let valid = vec![
-        Attachment {
-            container_id: "a".into(),
-            ifname: "eth0".into(),
-        },
-        Attachment {
-            container_id: "c".into(),
-            ifname: "eth0".into(),
-        },
-        Attachment {
-            container_id: "d".into(),
-            ifname: "eth1".into(),
-        },
+        Attachment::new("net1", "a", "eth0"),
+        Attachment::new("net1", "c", "eth0"),
+        Attachment::new("net1", "d", "eth1"),
     ];
     let freed = s.gc(&valid).unwrap();
     assert_eq!(freed, 2);

@@ -79,7 +79,7 @@ fn client_round_trip_through_the_daemon() {
     let leases = c.leases(None).unwrap();
     assert_eq!(leases.len(), 2);
     assert_eq!(c.leases(Some("net1")).unwrap(), leases);
-    assert_eq!(c.gc("net1", &[("c1".into(), "eth0".into())]).unwrap(), 1);
+    assert_eq!(c.gc("net1", &[key("net1", "c1")]).unwrap(), 1);
     c.release(&key("net1", "c1")).unwrap();
     c.release(&key("net1", "never")).unwrap();
     assert!(c.leases(Some("net1")).unwrap().is_empty());

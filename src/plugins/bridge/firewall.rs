@@ -3,15 +3,11 @@
 
 use super::Conf;
 use crate::cni::{CniResult, Error, Request};
-use crate::firewall::{macspoof, masq, Attachment, Firewall};
+use crate::firewall::{macspoof, masq, Firewall};
 use crate::netlink::Netlink;
-use crate::plugins::common::{ipam_rollback_on_error, valid_attachments};
+use crate::plugins::common::ipam_rollback_on_error;
 use ipnet::IpNet;
 use std::net::IpAddr;
-
-fn attachment(req: &Request) -> Attachment {
-    Attachment::new(&req.conf.name, req.container_id(), req.ifname())
-}
 
 /// ipMasq and macspoofchk, once addressing succeeded. A failure releases the
 /// IPAM reservation (the caller removes the veth); each firewall call is one
@@ -48,7 +44,7 @@ fn apply_add(
     result: &CniResult,
 ) -> Result<(), Error> {
     let fw = backend(req, conf);
-    let att = attachment(req);
+    let att = req.attachment();
     if conf.ip_masq && !result.ips.is_empty() {
         let addrs: Vec<IpAddr> = result.ips.iter().map(|ip| ip.address.addr()).collect();
         let subnets: Vec<IpNet> = result.ips.iter().map(|ip| ip.address.trunc()).collect();
@@ -82,7 +78,7 @@ pub(super) fn del(req: &Request, conf: &Conf) -> Result<(), Error> {
     if conf.ip_masq {
         fw.apply(
             masq::Op::Del {
-                att: attachment(req),
+                att: req.attachment(),
             }
             .into(),
         )?;
@@ -90,7 +86,7 @@ pub(super) fn del(req: &Request, conf: &Conf) -> Result<(), Error> {
     if conf.macspoofchk {
         fw.apply(
             macspoof::Op::Del {
-                att: attachment(req),
+                att: req.attachment(),
             }
             .into(),
         )?;
@@ -101,7 +97,7 @@ pub(super) fn del(req: &Request, conf: &Conf) -> Result<(), Error> {
 /// Whatever this network's attachments left behind, whatever the config
 /// says now.
 pub(super) fn gc(req: &Request, conf: &Conf) -> Result<(), Error> {
-    let Some(valid) = valid_attachments(req)? else {
+    let Some(valid) = req.conf.valid_attachments()? else {
         return Ok(());
     };
     let fw = backend(req, conf);
