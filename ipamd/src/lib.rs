@@ -11,9 +11,10 @@
 //! - [`daemon`]: `cnikit ipamd daemon`.
 //! - [`service`]: typed services the daemon hosts besides the lease API, each with its own
 //!   request, response, error and permission check (cnikit's firewall is one).
-//! - internal: `pool` (range arithmetic), `journal` (checksummed records + snapshots),
-//!   `store` (one network's state under a flock), `server` (HTTP over the unix socket).
+//! - internal: `addr` (address arithmetic), `pool` (range arithmetic), `journal`
+//!   (checksummed records + snapshots), `store` (one network's state under a flock), `server` (HTTP over the unix socket).
 
+mod addr;
 pub mod api;
 pub mod attachment;
 pub mod client;

@@ -1,29 +1,13 @@
 //! Range arithmetic and host-local's round-robin choice of the next address.
 //!
-//! Addresses are handled as `u128` so one code path serves v4 and v6. The search never walks
-//! a whole range: it only steps over addresses in use or excluded, so it is bounded by the
-//! number of leases, which keeps a /64 cheap.
+//! The search never walks a whole range: it only steps over addresses in use or excluded,
+//! so it is bounded by the number of leases, which keeps a /64 cheap.
 
 use std::collections::BTreeSet;
-use std::net::{IpAddr, Ipv4Addr, Ipv6Addr};
+use std::net::IpAddr;
 
+use crate::addr::{from_u128, last_usable, to_u128};
 use crate::config::{Range, RangeSet};
-
-pub(crate) fn to_u128(ip: IpAddr) -> u128 {
-    match ip {
-        IpAddr::V4(a) => u128::from(u32::from(a)),
-        IpAddr::V6(a) => u128::from(a),
-    }
-}
-
-pub(crate) fn from_u128(v: u128, v4: bool) -> IpAddr {
-    if v4 {
-        // Truncation is intended: v4 values never exceed u32 here.
-        IpAddr::V4(Ipv4Addr::from(v as u32))
-    } else {
-        IpAddr::V6(Ipv6Addr::from(v))
-    }
-}
 
 /// A range resolved to numbers, with host-local's defaults filled in for unset bounds.
 #[derive(Debug, Clone)]
@@ -41,7 +25,7 @@ impl Bounds {
         let end = r
             .range_end
             .map(to_u128)
-            .unwrap_or_else(|| to_u128(crate::config::last_usable(&r.subnet)));
+            .unwrap_or_else(|| to_u128(last_usable(&r.subnet)));
         Bounds { start, end, v4 }
     }
 

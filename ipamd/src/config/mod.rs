@@ -17,7 +17,7 @@ use serde_json::Value;
 use crate::Error;
 
 pub use resolv::{parse_resolv_conf, Dns};
-pub(crate) use validate::{canonicalize_range_sets, last_usable};
+pub(crate) use validate::canonicalize_range_sets;
 
 /// Default `dataDir`: where each network's lease journal lives.
 pub const DEFAULT_DATA_DIR: &str = "/var/lib/cni/ipamd";

@@ -7,7 +7,7 @@ use std::net::IpAddr;
 use ipnet::IpNet;
 
 use super::{PathSet, Range, RangeSet};
-use crate::pool::{from_u128, to_u128};
+use crate::addr::{last_usable, next, to_u128};
 use crate::Error;
 
 /// Validate parsed range sets (config or runtimeConfig) and return them canonicalized.
@@ -175,19 +175,5 @@ fn describe(r: &Range) -> String {
     match (r.range_start, r.range_end) {
         (Some(s), Some(e)) => format!("{} {s}-{e}", r.subnet),
         _ => r.subnet.to_string(),
-    }
-}
-
-fn next(ip: IpAddr) -> IpAddr {
-    from_u128(to_u128(ip).wrapping_add(1), ip.is_ipv4())
-}
-
-/// host-local's `lastIP`: the broadcast address minus one for v4, the last address for v6.
-pub(crate) fn last_usable(subnet: &IpNet) -> IpAddr {
-    let b = subnet.broadcast();
-    if b.is_ipv4() {
-        from_u128(to_u128(b) - 1, true)
-    } else {
-        b
     }
 }

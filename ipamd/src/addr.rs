@@ -1,0 +1,37 @@
+//! Address arithmetic shared by range validation (`config`) and allocation (`pool`).
+//! Addresses are handled as `u128` so one code path serves v4 and v6.
+
+use std::net::{IpAddr, Ipv4Addr, Ipv6Addr};
+
+use ipnet::IpNet;
+
+pub(crate) fn to_u128(ip: IpAddr) -> u128 {
+    match ip {
+        IpAddr::V4(a) => u128::from(u32::from(a)),
+        IpAddr::V6(a) => u128::from(a),
+    }
+}
+
+pub(crate) fn from_u128(v: u128, v4: bool) -> IpAddr {
+    if v4 {
+        // Truncation is intended: v4 values never exceed u32 here.
+        IpAddr::V4(Ipv4Addr::from(v as u32))
+    } else {
+        IpAddr::V6(Ipv6Addr::from(v))
+    }
+}
+
+/// The address after `ip` (wrapping at the end of its family).
+pub(crate) fn next(ip: IpAddr) -> IpAddr {
+    from_u128(to_u128(ip).wrapping_add(1), ip.is_ipv4())
+}
+
+/// host-local's `lastIP`: the broadcast address minus one for v4, the last address for v6.
+pub(crate) fn last_usable(subnet: &IpNet) -> IpAddr {
+    let b = subnet.broadcast();
+    if b.is_ipv4() {
+        from_u128(to_u128(b) - 1, true)
+    } else {
+        b
+    }
+}
