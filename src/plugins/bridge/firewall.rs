@@ -36,7 +36,7 @@ pub(super) fn add(
 
 /// The firewall requests of ADD, given the container's MAC (what the
 /// unit tests drive with a recording backend).
-fn apply_add(
+pub(super) fn apply_add(
     req: &Request,
     conf: &Conf,
     host_veth: &str,

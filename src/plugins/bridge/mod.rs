@@ -13,6 +13,8 @@ use gateway::{apply_gateways, gateway_on_bridge};
 use serde::Deserialize;
 
 mod firewall;
+#[cfg(test)]
+mod firewall_tests;
 mod gateway;
 
 pub struct Bridge;
@@ -50,7 +52,7 @@ struct Conf {
     disable_container_interface: bool,
     #[serde(default)]
     port_isolation: bool,
-    /// The ipamd daemon that applies ipMasq/macspoofchk (see firewall/remote.rs).
+    /// The ipamd daemon that applies ipMasq/macspoofchk (see firewall/backend.rs).
     #[serde(default)]
     daemon_socket: Option<std::path::PathBuf>,
 }

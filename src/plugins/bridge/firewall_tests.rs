@@ -1,0 +1,174 @@
+//! bridge's firewall requests (ipMasq, macspoofchk) for ADD, DEL and GC, with
+//! a recording backend: no root, no kernel.
+
+use super::firewall::{apply_add, del, gc};
+use super::Conf;
+use crate::cni::runner::test_request;
+use crate::cni::{Attachment, CniResult, Command, Request};
+use crate::firewall::{self, macspoof, masq, Recording};
+use serde_json::{json, Value};
+use std::sync::Arc;
+
+const MAC: &str = "0a:58:0a:01:00:02";
+
+fn conf(extra: Value) -> Value {
+    let mut c = json!({"cniVersion": "1.1.0", "name": "n", "type": "bridge"});
+    c.as_object_mut()
+        .unwrap()
+        .extend(extra.as_object().unwrap().clone());
+    c
+}
+
+fn request(command: Command, extra: Value, fw: &Arc<Recording>) -> (Request, Conf) {
+    let req = test_request(command, conf(extra), fw.clone());
+    let conf = Conf::load(&req).expect("bridge conf");
+    (req, conf)
+}
+
+fn result(addresses: &[&str]) -> CniResult {
+    let ips: Vec<Value> = addresses.iter().map(|a| json!({"address": a})).collect();
+    CniResult::from_value(&json!({"cniVersion": "1.1.0", "ips": ips})).expect("result")
+}
+
+fn att() -> Attachment {
+    Attachment::new("n", "c1", "eth0")
+}
+
+fn failing() -> Arc<Recording> {
+    Arc::new(Recording {
+        fail_with: Some(firewall::Error::new(
+            firewall::ErrorKind::Other,
+            "netlink said no",
+        )),
+        ..Recording::default()
+    })
+}
+
+#[test]
+fn add_masquerades_every_address_except_to_its_subnet() {
+    let fw = Arc::new(Recording::default());
+    let (req, c) = request(Command::Add, json!({"ipMasq": true}), &fw);
+    let res = result(&["10.1.0.2/24", "fd00::2/64"]);
+    apply_add(&req, &c, "veth1", None, &res).expect("add");
+    assert_eq!(
+        fw.taken(),
+        vec![firewall::Request::from(masq::Op::Add {
+            att: att(),
+            addrs: vec!["10.1.0.2".parse().unwrap(), "fd00::2".parse().unwrap()],
+            subnets: vec!["10.1.0.0/24".parse().unwrap(), "fd00::/64".parse().unwrap()],
+        })]
+    );
+}
+
+#[test]
+fn add_without_firewall_keys_or_addresses_asks_for_nothing() {
+    let fw = Arc::new(Recording::default());
+    let (req, c) = request(Command::Add, json!({}), &fw);
+    apply_add(&req, &c, "veth1", Some(MAC), &result(&["10.1.0.2/24"])).expect("add");
+    let (req, c) = request(Command::Add, json!({"ipMasq": true}), &fw);
+    apply_add(&req, &c, "veth1", None, &result(&[])).expect("add");
+    assert_eq!(fw.taken(), vec![]);
+}
+
+#[test]
+fn add_guards_the_host_port_with_the_container_mac() {
+    let fw = Arc::new(Recording::default());
+    let extra = json!({"ipMasq": true, "macspoofchk": true});
+    let (req, c) = request(Command::Add, extra, &fw);
+    apply_add(&req, &c, "veth1", Some(MAC), &result(&["10.1.0.2/24"])).expect("add");
+    let got = fw.taken();
+    assert_eq!(got.len(), 2, "{got:?}");
+    assert!(matches!(
+        &got[0],
+        firewall::Request::Masq(masq::Op::Add { .. })
+    ));
+    assert_eq!(
+        got[1],
+        firewall::Request::from(macspoof::Op::add(&att(), "veth1", MAC).unwrap())
+    );
+}
+
+#[test]
+fn a_failed_macspoofchk_takes_back_the_masquerade() {
+    let fw = Arc::new(Recording::default());
+    let extra = json!({"ipMasq": true, "macspoofchk": true});
+    let (req, c) = request(Command::Add, extra, &fw);
+    // No MAC could be read from the container's link: the check cannot be set up.
+    assert!(apply_add(&req, &c, "veth1", None, &result(&["10.1.0.2/24"])).is_err());
+    let got = fw.taken();
+    assert_eq!(got.len(), 2, "{got:?}");
+    assert!(matches!(
+        &got[0],
+        firewall::Request::Masq(masq::Op::Add { .. })
+    ));
+    assert_eq!(
+        got[1],
+        firewall::Request::from(masq::Op::Del { att: att() })
+    );
+}
+
+#[test]
+fn a_refused_masquerade_fails_add_before_anything_else() {
+    let fw = failing();
+    let extra = json!({"ipMasq": true, "macspoofchk": true});
+    let (req, c) = request(Command::Add, extra, &fw);
+    let err = apply_add(&req, &c, "veth1", Some(MAC), &result(&["10.1.0.2/24"])).unwrap_err();
+    assert!(err.msg.contains("netlink said no"), "{}", err.msg);
+    assert_eq!(fw.taken().len(), 1);
+}
+
+#[test]
+fn del_removes_by_tag_what_the_config_enables() {
+    let fw = Arc::new(Recording::default());
+    let extra = json!({"ipMasq": true, "macspoofchk": true});
+    let (req, c) = request(Command::Del, extra, &fw);
+    del(&req, &c).expect("del");
+    assert_eq!(
+        fw.taken(),
+        vec![
+            firewall::Request::from(masq::Op::Del { att: att() }),
+            firewall::Request::from(macspoof::Op::Del { att: att() }),
+        ]
+    );
+    let (req, c) = request(Command::Del, json!({"ipMasq": true}), &fw);
+    del(&req, &c).expect("del");
+    assert_eq!(
+        fw.taken(),
+        vec![firewall::Request::from(masq::Op::Del { att: att() })]
+    );
+}
+
+#[test]
+fn gc_keeps_the_valid_whatever_the_config_says_now() {
+    let fw = Arc::new(Recording::default());
+    let extra = json!({"cni.dev/valid-attachments": [{"containerID": "c2", "ifname": "eth0"}]});
+    let (req, c) = request(Command::Gc, extra, &fw);
+    gc(&req, &c).expect("gc");
+    let valid = vec![Attachment::new("n", "c2", "eth0")];
+    assert_eq!(
+        fw.taken(),
+        vec![
+            firewall::Request::from(masq::Op::Gc {
+                network: "n".into(),
+                valid: valid.clone(),
+            }),
+            firewall::Request::from(macspoof::Op::Gc {
+                network: "n".into(),
+                valid,
+            }),
+        ]
+    );
+    let (req, c) = request(Command::Gc, json!({}), &fw);
+    gc(&req, &c).expect("gc without a valid list");
+    assert_eq!(fw.taken(), vec![]);
+}
+
+#[test]
+fn gc_tries_both_and_reports_both_failures() {
+    let fw = failing();
+    let extra = json!({"cni.dev/valid-attachments": []});
+    let (req, c) = request(Command::Gc, extra, &fw);
+    let err = gc(&req, &c).unwrap_err();
+    assert_eq!(fw.taken().len(), 2);
+    assert_eq!(err.msg.matches("netlink said no").count(), 2, "{}", err.msg);
+}
