@@ -53,6 +53,8 @@ pub mod masq;
 pub mod portmap;
 mod request;
 pub mod service;
+#[cfg(test)]
+mod service_tests;
 
 pub use backend::{Firewall, InProcess, Recording, ViaDaemon};
 pub use error::{Error, ErrorKind};
