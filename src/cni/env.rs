@@ -212,6 +212,21 @@ mod tests {
     }
 
     #[test]
+    fn kernel_name_templates_and_nul_are_refused_with_code_4() {
+        for bad in ["eth%d", "a\0b"] {
+            let e = env(&[
+                ("CNI_COMMAND", "ADD"),
+                ("CNI_CONTAINERID", "abc"),
+                ("CNI_NETNS", "/x"),
+                ("CNI_IFNAME", bad),
+            ])
+            .unwrap_err();
+            assert_eq!(e.code, 4, "{bad:?}");
+            assert!(e.msg.contains("CNI_IFNAME"), "{}", e.msg);
+        }
+    }
+
+    #[test]
     fn container_id_rules() {
         assert!(validate_container_id("a1_b.c-d").is_ok());
         for bad in ["", "_a", "a/b", "a b", "é"] {

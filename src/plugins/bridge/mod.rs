@@ -421,4 +421,14 @@ mod tests {
     fn config_keys_get_go_matching() {
         assert_known(&[struct_fields::<Conf>(), struct_fields::<Trunk>()]);
     }
+
+    #[test]
+    fn bridge_names_follow_the_kernels_rules() {
+        let fw = std::sync::Arc::new(crate::firewall::Recording::default());
+        for bad in ["br%d", "a\u{0}b", "a/b", "br 0"] {
+            let conf = serde_json::json!({"cniVersion": "1.1.0", "name": "n", "type": "bridge", "bridge": bad});
+            let req = crate::cni::runner::test_request(crate::cni::Command::Add, conf, fw.clone());
+            assert_eq!(Conf::load(&req).unwrap_err().code, 7, "{bad:?}");
+        }
+    }
 }
