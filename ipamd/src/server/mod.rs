@@ -1,5 +1,7 @@
 //! The daemon's HTTP/1.1 server on a unix socket (tokio + hyper).
 
+mod http;
+mod ipam;
 mod metrics;
 mod registry;
 mod routes;

@@ -11,9 +11,11 @@ use crate::testutil::TempDir;
 
 const NOBODY: libc::uid_t = 65534;
 
+const LEASES: &[u8] = b"GET /v1/leases HTTP/1.1\r\nHost: x\r\nConnection: close\r\n\r\n";
+
 /// Fork a child that drops to uid/gid 65534 (with `groups` as supplementary groups),
-/// sends one request and exits 0 if the status line starts with `expect`.
-fn child_request(sock: &Path, groups: &[libc::gid_t], expect: &[u8]) -> i32 {
+/// sends `req` and exits 0 if the status line starts with `expect`.
+fn child_request(sock: &Path, groups: &[libc::gid_t], req: &[u8], expect: &[u8]) -> i32 {
     // Everything the child needs is prepared before fork: after it, only async-signal-safe
     // calls (no allocation) in the child.
     let mut addr: libc::sockaddr_un = unsafe { std::mem::zeroed() };
@@ -21,7 +23,6 @@ fn child_request(sock: &Path, groups: &[libc::gid_t], expect: &[u8]) -> i32 {
     for (d, s) in addr.sun_path.iter_mut().zip(sock.as_os_str().as_bytes()) {
         *d = *s as libc::c_char;
     }
-    let req = b"GET /v1/leases HTTP/1.1\r\nHost: x\r\nConnection: close\r\n\r\n";
     let mut buf = [0u8; 64];
     // SAFETY: the child only makes raw syscalls and _exits.
     unsafe {
@@ -80,13 +81,21 @@ fn non_root_peer_gets_403_and_allowed_group_gets_in() {
     // check is what must refuse it.
     std::fs::set_permissions(&sock, std::fs::Permissions::from_mode(0o666)).unwrap();
     assert_eq!(
-        child_request(&sock, &[], b"HTTP/1.1 403"),
+        child_request(&sock, &[], LEASES, b"HTTP/1.1 403"),
         0,
         "nobody was not refused"
     );
     assert_eq!(
-        child_request(&sock, &[4242], b"HTTP/1.1 200"),
+        child_request(&sock, &[4242], LEASES, b"HTTP/1.1 200"),
         0,
         "allowed group refused"
+    );
+    // Reading is all the group may do: freeing a root pod's lease would let its address be
+    // handed out twice.
+    let gc = b"POST /v1/gc HTTP/1.1\r\nHost: x\r\nConnection: close\r\nContent-Length: 32\r\n\r\n{\"network\":\"rootnet\",\"valid\":[]}";
+    assert_eq!(
+        child_request(&sock, &[4242], gc, b"HTTP/1.1 403"),
+        0,
+        "a group member changed leases"
     );
 }
