@@ -5,7 +5,7 @@
 //! filter), else by dumping the table and deleting the matches one by one.
 
 use super::nft::nla;
-use super::socket::{Failure, Nfnl};
+use super::socket::{with_socket, Failure, Nfnl};
 use super::Result;
 use netlink_packet_core::{DefaultNla, NLM_F_DUMP};
 use netlink_packet_netfilter::conntrack::{
@@ -72,7 +72,7 @@ fn flush_udp_here(targets: &[UdpPort]) -> Result<()> {
     if targets.is_empty() {
         return Ok(());
     }
-    Nfnl::with(|nl| {
+    with_socket(|nl| {
         let mut first_error = None;
         for t in targets {
             if let Err(e) = flush_one(nl, t) {
@@ -99,9 +99,9 @@ fn flush_one(nl: &mut Nfnl, t: &UdpPort) -> Result<()> {
                 Some(libc::EOPNOTSUPP | libc::EINVAL | libc::ENOENT)
             ) =>
         {
-            delete_matching(nl, family, t.dst, t.port).map_err(|f| f.context(&what))
+            delete_matching(nl, family, t.dst, t.port).map_err(|f| f.context(&what).into())
         }
-        Err(f) => Err(f.context(&what)),
+        Err(f) => Err(f.context(&what).into()),
     }
 }
 

@@ -2,7 +2,6 @@
 //! to CNI error codes lives in `cni/error.rs`, like every other mapping.
 
 use std::fmt;
-use std::io;
 
 #[derive(Debug, Clone, Copy, PartialEq, Eq, serde::Serialize, serde::Deserialize)]
 #[serde(rename_all = "lowercase")]
@@ -32,32 +31,18 @@ impl Error {
             message: message.into(),
         }
     }
-
-    /// `"<what>: <strerror>"`, the kind derived from the errno.
-    pub(crate) fn from_errno(errno: i32, what: &str) -> Error {
-        let kind = match errno {
-            libc::EOPNOTSUPP | libc::EAFNOSUPPORT | libc::EPROTONOSUPPORT => ErrorKind::Unsupported,
-            _ => ErrorKind::Other,
-        };
-        Error {
-            kind,
-            message: format!("{what}: {}", strerror(errno)),
-        }
-    }
-
-    pub(crate) fn io(what: &str, err: &io::Error) -> Error {
-        match err.raw_os_error() {
-            Some(errno) => Error::from_errno(errno, what),
-            None => Error::new(ErrorKind::Other, format!("{what}: {err}")),
-        }
-    }
 }
 
-/// The libc text of an errno without std's " (os error N)" suffix.
-fn strerror(errno: i32) -> String {
-    let text = io::Error::from_raw_os_error(errno).to_string();
-    let suffix = format!(" (os error {errno})");
-    text.strip_suffix(&suffix).unwrap_or(&text).to_string()
+/// A kernel or socket failure (the operation is already named in the
+/// message); only "the kernel lacks it" matters to a plugin.
+impl From<crate::netlink::Error> for Error {
+    fn from(e: crate::netlink::Error) -> Error {
+        let kind = match e.kind {
+            crate::netlink::ErrorKind::Unsupported => ErrorKind::Unsupported,
+            _ => ErrorKind::Other,
+        };
+        Error::new(kind, e.message)
+    }
 }
 
 impl fmt::Display for Error {

@@ -9,7 +9,7 @@
 
 use super::nft::{self, BaseHook, Element, Expr, SetSpec, Table};
 use super::schema::SetDef;
-use super::socket::{Failure, Nfnl};
+use super::socket::{with_socket, Nfnl};
 use super::tag;
 use super::{Error, ErrorKind, Result};
 use netlink_packet_core::{NLM_F_APPEND, NLM_F_CREATE, NLM_F_DUMP};
@@ -97,8 +97,8 @@ impl Tx {
     }
 }
 
-/// Reads and commits on this process's netfilter socket (see `socket.rs`
-/// for why it is shared and never closed early).
+/// Reads and commits on a netfilter socket of this process (see
+/// `socket.rs` for why it is kept open).
 pub(crate) struct Nft<'a> {
     nl: &'a mut Nfnl,
 }
@@ -129,7 +129,7 @@ impl Nft<'_> {
                 .flat_map(|r| nft::elements_of(&r.payload))
                 .next()),
             Err(f) if f.errno() == Some(libc::ENOENT) => Ok(None),
-            Err(f) => Err(f.context(&format!("read set {}", set.name))),
+            Err(f) => Err(f.context(&format!("read set {}", set.name)).into()),
         }
     }
 
@@ -144,7 +144,7 @@ impl Nft<'_> {
                 .flat_map(|r| nft::elements_of(&r.payload))
                 .collect()),
             Err(f) if f.errno() == Some(libc::ENOENT) => Ok(Vec::new()),
-            Err(f) => Err(f.context(&format!("list set {}", set.name))),
+            Err(f) => Err(f.context(&format!("list set {}", set.name)).into()),
         }
     }
 
@@ -152,7 +152,7 @@ impl Nft<'_> {
         match self.nl.request(nft::get_chain(t, name), 0) {
             Ok(_) => Ok(true),
             Err(f) if f.errno() == Some(libc::ENOENT) => Ok(false),
-            Err(f) => Err(f.context(&format!("read chain {name}"))),
+            Err(f) => Err(f.context(&format!("read chain {name}")).into()),
         }
     }
 
@@ -166,14 +166,14 @@ impl Nft<'_> {
         }
         match self.nl.batch(msgs, Some(genid)) {
             Ok(()) => Ok(true),
-            Err(f) if f.errno() == Some(libc::ERESTART) => Ok(false),
+            Err(f) if f.failure.errno() == Some(libc::ERESTART) => Ok(false),
             Err(f) => {
-                let what = match &f {
-                    Failure::Kernel { index: Some(i), .. } => whats.get(*i).cloned(),
-                    _ => None,
-                };
-                let what = what.unwrap_or_else(|| "apply nftables changes".into());
-                Err(f.context(&format!("{what} (nothing was changed)")))
+                let what = f.index.and_then(|i| whats.get(i).map(String::as_str));
+                let what = what.unwrap_or("apply nftables changes");
+                Err(f
+                    .failure
+                    .context(&format!("{what} (nothing was changed)"))
+                    .into())
             }
         }
     }
@@ -183,7 +183,7 @@ impl Nft<'_> {
 /// re-planning when the ruleset changed in between. An empty plan sends
 /// nothing.
 pub(crate) fn transact(mut plan: impl FnMut(&mut Nft, &mut Tx) -> Result<()>) -> Result<()> {
-    Nfnl::with(|nl| {
+    with_socket(|nl| {
         let _turn = lock();
         let mut nft = Nft { nl };
         for _ in 0..MAX_TRIES {
@@ -203,7 +203,7 @@ pub(crate) fn transact(mut plan: impl FnMut(&mut Nft, &mut Tx) -> Result<()>) ->
 
 /// Runs `f` on the current ruleset, changing nothing (CHECK).
 pub(crate) fn read<T>(f: impl FnOnce(&mut Nft) -> Result<T>) -> Result<T> {
-    Nfnl::with(|nl| f(&mut Nft { nl }))
+    with_socket(|nl| f(&mut Nft { nl }))
 }
 
 /// cnikit's firewall transactions take turns (flock, released when the
@@ -360,4 +360,82 @@ pub(crate) fn not_valid(network: &str, valid: &[tag::Attachment]) -> impl Fn(&st
     let prefix = tag::network_prefix(network);
     let keep: Vec<String> = valid.iter().map(tag::Attachment::tag).collect();
     move |owner: &str| owner.starts_with(&prefix) && !keep.iter().any(|k| k == owner)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::firewall::schema::{self, Value, INET, PM4_ANY};
+    use crate::netlink::NetNs;
+    use std::process::Command;
+
+    /// Runs `f` inside a new named netns (needs root: only under the
+    /// isolated test runner, CNIKIT_ISOLATED=1).
+    fn in_new_netns(tag: &str, f: impl FnOnce()) {
+        if std::env::var("CNIKIT_ISOLATED").as_deref() != Ok("1") {
+            eprintln!("skipping {tag}: needs an isolated root namespace (CNIKIT_ISOLATED=1)");
+            return;
+        }
+        let name = format!("cnikit-{}-{tag}", std::process::id());
+        let ip = |args: &[&str]| Command::new("ip").args(args).status().expect("run ip");
+        assert!(ip(&["netns", "add", &name]).success());
+        let ns = NetNs::open(format!("/run/netns/{name}")).expect("open netns");
+        let out = ns.run(f);
+        ip(&["netns", "del", &name]);
+        out.expect("enter netns");
+    }
+
+    /// One message per element, as a portmap ADD of many mappings sends:
+    /// the batch must report the commit although it is far larger than the
+    /// socket's receive buffer would be in acks.
+    #[test]
+    fn a_batch_of_thousands_of_messages_reports_its_commit() {
+        in_new_netns("big-batch", || {
+            let owner = "big/c1/eth0";
+            let elems: Vec<Element> = (0..3000u16)
+                .map(|port| {
+                    let k = schema::key(&[Value::Proto(6), Value::Port(10000 + port)]);
+                    let ip = "10.1.2.3".parse().expect("ip");
+                    let d = schema::key(&[Value::Ip(ip), Value::Port(80)]);
+                    owned(k, Some(d), owner)
+                })
+                .collect();
+            transact(|nft, tx| {
+                schema::ensure(nft, tx, &schema::PORTMAP)?;
+                for e in &elems {
+                    tx.add(INET, &PM4_ANY, vec![e.clone()]);
+                }
+                Ok(())
+            })
+            .expect("a large batch commits");
+            let have = read(|nft| nft.dump(INET, &PM4_ANY)).expect("dump");
+            assert_eq!(have.len(), elems.len());
+
+            // One failing message among thousands: nothing applies, and the
+            // error names that message.
+            let err = transact(|_, tx| {
+                for (i, e) in elems.iter().enumerate() {
+                    if i == 1500 {
+                        tx.flush_chain(INET, "no-such-chain");
+                    }
+                    tx.del(INET, &PM4_ANY, vec![e.clone()]);
+                }
+                Ok(())
+            })
+            .expect_err("a missing chain fails the batch");
+            assert!(
+                err.message
+                    .starts_with("flush chain no-such-chain (nothing was changed): "),
+                "{}",
+                err.message
+            );
+            let have = read(|nft| nft.dump(INET, &PM4_ANY)).expect("dump");
+            assert_eq!(have.len(), elems.len());
+
+            transact(|nft, tx| release(nft, tx, INET, &[&PM4_ANY], &|o| o == owner))
+                .expect("release");
+            let have = read(|nft| nft.dump(INET, &PM4_ANY)).expect("dump");
+            assert!(have.is_empty());
+        });
+    }
 }

@@ -2,7 +2,7 @@
 //! VLAN membership (AF_BRIDGE IFLA_AF_SPEC).
 use super::link::bridge_vlan_filtering;
 use super::linkops::{create_error, link_message, says_unknown_kind, unsupported};
-use super::socket::Failure;
+use super::Failure;
 use super::{BridgePort, BridgeSpec, Error, ErrorKind, Link, Netlink, Result};
 use netlink_packet_core::DefaultNla;
 use netlink_packet_route::link::{

@@ -1,9 +1,9 @@
 //! Link operations: read-back, veth / macvlan / ipvlan creation, and RTM_SETLINK
 //! setters.
-use super::link::parse_mac;
-use super::socket::Failure;
 #[cfg(test)]
-use super::socket::Reply;
+use super::frame::Reply;
+use super::link::parse_mac;
+use super::Failure;
 use super::{
     Error, ErrorKind, IpvlanSpec, Link, MacvlanSpec, NetNs, Netlink, Result, VethPair, VethSpec,
 };

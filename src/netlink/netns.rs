@@ -10,6 +10,7 @@ use super::{Error, ErrorKind, Result};
 use std::fs::File;
 use std::io;
 use std::os::fd::{AsFd, AsRawFd, BorrowedFd, OwnedFd, RawFd};
+use std::os::unix::fs::MetadataExt;
 use std::path::{Path, PathBuf};
 
 const THREAD_NETNS: &str = "/proc/thread-self/ns/net";
@@ -39,6 +40,14 @@ impl NetNs {
     /// The namespace the calling thread is in right now.
     pub fn current() -> Result<NetNs> {
         NetNs::open(THREAD_NETNS)
+    }
+
+    /// The identity (nsfs inode) of the calling thread's namespace: two
+    /// threads or processes are in the same namespace when their ids match.
+    pub fn current_id() -> Result<u64> {
+        std::fs::metadata(THREAD_NETNS)
+            .map(|m| m.ino())
+            .map_err(|e| Error::io("read the current network namespace", &e))
     }
 
     pub fn path(&self) -> &Path {

@@ -1,155 +1,167 @@
-//! The rtnetlink socket: framing, sequence numbers, ack / dump handling and
-//! errno translation. The typed operations live in `linkops.rs`, `bridge.rs`,
-//! `addr.rs` and `route.rs` as further `impl Netlink` blocks.
-use super::{Error, ErrorKind, NetNs, Result};
-use netlink_packet_core::{
-    NetlinkBuffer, NetlinkMessage, NlasIterator, NLMSG_DONE, NLMSG_ERROR, NLMSG_NOOP,
-    NLMSG_OVERRUN, NLM_F_ACK, NLM_F_REQUEST,
-};
+//! The netlink socket, one type for every protocol family this crate speaks
+//! (rtnetlink for links, addresses and routes; netfilter for nftables and
+//! conntrack): sequence numbers, sending a datagram, and reading the answers
+//! of an exchange. Messages are built elsewhere (the message crates, and
+//! `frame.rs` for the netlink header); what a family adds on top lives in
+//! `linkops.rs`, `bridge.rs`, `addr.rs`, `route.rs` (route) and `netfilter.rs`.
+
+use super::frame::{self, Answer, Message, Reply};
+use super::{Error, Failure, NetNs, Result};
+use netlink_packet_core::{NetlinkSerializable, NLM_F_ACK, NLM_F_REQUEST};
 use netlink_packet_route::RouteNetlinkMessage;
-use netlink_sys::{protocols::NETLINK_ROUTE, Socket};
+use netlink_sys::protocols::NETLINK_ROUTE;
 use std::io;
+use std::marker::PhantomData;
+use std::os::fd::AsRawFd;
 
-/// Start size of the receive buffer; dumps of a few hundred links fit, and
-/// bigger datagrams are detected with MSG_PEEK|MSG_TRUNC and the buffer grows.
+/// Start size of the receive buffer; the kernel sizes dump datagrams after
+/// the reader's buffer but caps them near 32 KiB, and a bigger datagram is
+/// detected with MSG_PEEK|MSG_TRUNC and the buffer grows.
 const RECV_BUF_SIZE: usize = 32 * 1024;
-const NLMSG_HDR_LEN: usize = 16;
-/// Flags of an NLMSG_ERROR: `NLM_F_CAPPED` = only the request's header is
-/// echoed (not its body); `NLM_F_ACK_TLVS` = extended-ack attributes follow.
-const NLM_F_CAPPED: u16 = 0x100;
-const NLM_F_ACK_TLVS: u16 = 0x200;
-const NLMSGERR_ATTR_MSG: u16 = 1;
+/// The kernel answers while it handles our send, so a reply that has not
+/// come after this long never will; the caller must not hang forever.
+const RECV_TIMEOUT_SECS: libc::time_t = 30;
+/// The default socket send buffer; a larger datagram (an nftables batch of
+/// thousands of elements) raises it first.
+const DEFAULT_SNDBUF: usize = 200 * 1024;
 
-/// A blocking rtnetlink socket bound to the network namespace it was created in.
-pub struct Netlink {
-    socket: Socket,
+/// A netlink protocol family: its protocol number and message type.
+pub trait Family {
+    const PROTOCOL: isize;
+    /// Names the socket in errors: "open rtnetlink socket".
+    const NAME: &'static str;
+    type Message: NetlinkSerializable;
+}
+
+/// NETLINK_ROUTE: links, addresses, routes, bridge ports.
+pub struct Rtnetlink;
+
+impl Family for Rtnetlink {
+    const PROTOCOL: isize = NETLINK_ROUTE;
+    const NAME: &'static str = "rtnetlink";
+    type Message = RouteNetlinkMessage;
+}
+
+/// A blocking netlink socket bound to the network namespace it was created
+/// in. One request (or one batch) at a time; `&mut self` guarantees that.
+pub struct Socket<F: Family> {
+    socket: netlink_sys::Socket,
     seq: u32,
     buf: Vec<u8>,
+    /// An exchange ended before all of its answers were read (an I/O error,
+    /// a batch refused as a whole): they are discarded before the next send.
+    unread: bool,
+    family: PhantomData<F>,
 }
 
-/// One reply message of ours: its netlink type and payload (after the nlmsghdr).
-pub(crate) struct Reply {
-    pub(crate) kind: u16,
-    pub(crate) payload: Vec<u8>,
-}
+/// The rtnetlink socket the plugins use.
+pub type Netlink = Socket<Rtnetlink>;
 
-/// A request failure before an operation name is attached (see `Failure::context`).
-#[derive(Debug)]
-pub(crate) enum Failure {
-    /// The kernel answered with -errno, plus its extended-ack text if any.
-    Kernel {
-        errno: i32,
-        extack: Option<String>,
-    },
-    Io(io::Error),
-    Decode(String),
-}
-
-impl Failure {
-    /// The kernel's answer; socket I/O errors deliberately have none so that
-    /// callers' "EEXIST is fine" / "ENODEV means absent" checks only ever
-    /// look at what the kernel said about the object.
-    pub(crate) fn errno(&self) -> Option<i32> {
-        match self {
-            Failure::Kernel { errno, .. } => Some(*errno),
-            _ => None,
-        }
-    }
-
-    pub(crate) fn extack(&self) -> Option<&str> {
-        match self {
-            Failure::Kernel { extack, .. } => extack.as_deref(),
-            _ => None,
-        }
-    }
-
-    /// Names the operation: "create veth a (peer b): File exists (kernel text)".
-    pub(crate) fn context(self, what: &str) -> Error {
-        match self {
-            Failure::Kernel { errno, extack } => {
-                let mut e = Error::from_errno(errno, what);
-                if let Some(text) = extack {
-                    e.message = format!("{} ({text})", e.message);
-                }
-                e
-            }
-            Failure::Io(err) => Error::io(&format!("{what}: netlink socket"), &err),
-            Failure::Decode(msg) => Error::new(
-                ErrorKind::Other,
-                format!("{what}: cannot decode kernel reply: {msg}"),
-            ),
-        }
-    }
-}
-
-impl Netlink {
+impl<F: Family> Socket<F> {
     /// A socket in the calling thread's current network namespace.
-    pub fn open() -> Result<Netlink> {
-        let socket =
-            Socket::new(NETLINK_ROUTE).map_err(|e| Error::io("open rtnetlink socket", &e))?;
+    pub fn open() -> Result<Self> {
+        let socket = netlink_sys::Socket::new(F::PROTOCOL)
+            .map_err(|e| Error::io(&format!("open {} socket", F::NAME), &e))?;
         // Both are best effort (old kernels): extended acks give us the
         // kernel's own reason ("Unknown device type"), capped acks keep error
         // replies from echoing our whole request back.
         let _ = socket.set_ext_ack(true);
         let _ = socket.set_cap_ack(true);
-        Ok(Netlink {
+        set_recv_timeout(&socket);
+        Ok(Socket {
             socket,
             seq: 0,
             buf: Vec::with_capacity(RECV_BUF_SIZE),
+            unread: false,
+            family: PhantomData,
         })
     }
 
     /// A socket bound to `ns`: created while this thread is inside `ns`, it keeps
     /// talking to that namespace after the thread switched back.
-    pub fn open_in(ns: &NetNs) -> Result<Netlink> {
-        ns.run(Netlink::open)?
+    pub fn open_in(ns: &NetNs) -> Result<Self> {
+        ns.run(Self::open)?
     }
 
-    /// Sends one request (NLM_F_REQUEST|NLM_F_ACK|`flags`) and collects our
-    /// replies until the ACK (or NLMSG_DONE for dumps).
-    pub(crate) fn request(
-        &mut self,
-        msg: RouteNetlinkMessage,
-        flags: u16,
-    ) -> std::result::Result<Vec<Reply>, Failure> {
-        let seq = self.send(msg, flags)?;
+    /// Sends one request (NLM_F_REQUEST|NLM_F_ACK|`flags`) and collects its
+    /// data replies until the ACK (or NLMSG_DONE for dumps).
+    pub(crate) fn request(&mut self, msg: F::Message, flags: u16) -> Result<Vec<Reply>, Failure> {
+        let seq = self.next_seqs(1);
+        self.send(&frame::encode(msg, NLM_F_REQUEST | NLM_F_ACK | flags, seq))?;
         let mut replies = Vec::new();
+        self.receive(|m| {
+            if m.seq != seq {
+                return Ok(false);
+            }
+            match m.answer {
+                Answer::Data(reply) => {
+                    replies.push(reply);
+                    Ok(false)
+                }
+                Answer::Ack => Ok(true),
+                Answer::Failed(f) => Err(f),
+            }
+        })?;
+        Ok(replies)
+    }
+
+    /// Reserves `n` consecutive sequence numbers and returns the first.
+    pub(crate) fn next_seqs(&mut self, n: u32) -> u32 {
+        let first = self.seq.wrapping_add(1);
+        self.seq = self.seq.wrapping_add(n);
+        first
+    }
+
+    /// Sends one datagram: a request or a batch of them.
+    pub(crate) fn send(&mut self, datagram: &[u8]) -> Result<(), Failure> {
+        if self.unread {
+            self.discard_unread();
+        }
+        if datagram.len() > DEFAULT_SNDBUF {
+            self.raise_sndbuf(datagram.len());
+        }
         loop {
-            self.recv_datagram()?;
-            if parse_datagram(&self.buf, seq, &mut replies)? {
-                return Ok(replies);
+            match self.socket.send(datagram, 0) {
+                Ok(_) => return Ok(()),
+                Err(e) if e.kind() == io::ErrorKind::Interrupted => continue,
+                Err(e) => return Err(self.io(e)),
             }
         }
     }
 
-    fn send(&mut self, msg: RouteNetlinkMessage, flags: u16) -> std::result::Result<u32, Failure> {
-        self.seq = self.seq.wrapping_add(1);
-        let mut packet = NetlinkMessage::from(msg);
-        packet.header.flags = NLM_F_REQUEST | NLM_F_ACK | flags;
-        packet.header.sequence_number = self.seq;
-        packet.finalize();
-        let mut bytes = vec![0u8; packet.buffer_len()];
-        packet.serialize(&mut bytes);
+    /// Hands every received message to `on` until it says the exchange is
+    /// over (`Ok(true)`) or fails. Messages of other sequence numbers are
+    /// `on`'s to skip (late answers to an earlier exchange).
+    pub(crate) fn receive(
+        &mut self,
+        mut on: impl FnMut(Message) -> Result<bool, Failure>,
+    ) -> Result<(), Failure> {
         loop {
-            match self.socket.send(&bytes, 0) {
-                Ok(_) => return Ok(self.seq),
-                Err(e) if e.kind() == io::ErrorKind::Interrupted => continue,
-                Err(e) => return Err(Failure::Io(e)),
+            self.recv_datagram(0)?;
+            for m in frame::parse(&self.buf).inspect_err(|_| self.unread = true)? {
+                if on(m)? {
+                    return Ok(());
+                }
             }
         }
+    }
+
+    /// Marks the exchange unfinished: answers may still be queued.
+    pub(crate) fn abandon(&mut self) {
+        self.unread = true;
     }
 
     /// Reads one datagram from the kernel into `self.buf`, growing the buffer
     /// first when the pending datagram is larger than it.
-    fn recv_datagram(&mut self) -> std::result::Result<(), Failure> {
+    fn recv_datagram(&mut self, flags: libc::c_int) -> Result<(), Failure> {
         loop {
             self.buf.clear();
-            let (size, _) = self.recv_retry(libc::MSG_PEEK | libc::MSG_TRUNC)?;
+            let (size, _) = self.recv_retry(flags | libc::MSG_PEEK | libc::MSG_TRUNC)?;
             if size > self.buf.capacity() {
                 self.buf.reserve(size);
             }
             self.buf.clear();
-            let (_, from) = self.recv_retry(0)?;
+            let (_, from) = self.recv_retry(flags)?;
             // Only the kernel (port 0) may answer; ignore anything else.
             if from.port_number() == 0 {
                 return Ok(());
@@ -160,105 +172,64 @@ impl Netlink {
     fn recv_retry(
         &mut self,
         flags: libc::c_int,
-    ) -> std::result::Result<(usize, netlink_sys::SocketAddr), Failure> {
+    ) -> Result<(usize, netlink_sys::SocketAddr), Failure> {
         loop {
             match self.socket.recv_from(&mut self.buf, flags) {
                 Ok(r) => return Ok(r),
                 Err(e) if e.kind() == io::ErrorKind::Interrupted => continue,
-                Err(e) => return Err(Failure::Io(e)),
+                Err(e) => {
+                    // After ENOBUFS or a timeout the rest of the exchange
+                    // may still arrive; it must not be taken for the next one's.
+                    self.unread = true;
+                    return Err(self.io(e));
+                }
             }
         }
     }
-}
 
-/// Walks the messages of one datagram; returns true when the exchange is over.
-/// Messages with another sequence number (late replies to an earlier request)
-/// are skipped.
-fn parse_datagram(
-    data: &[u8],
-    seq: u32,
-    replies: &mut Vec<Reply>,
-) -> std::result::Result<bool, Failure> {
-    let mut offset = 0;
-    while let Some(rest) = data.get(offset..).filter(|r| r.len() >= NLMSG_HDR_LEN) {
-        let msg = NetlinkBuffer::new_checked(rest).map_err(|e| Failure::Decode(e.to_string()))?;
-        let len = msg.length() as usize;
-        offset += align4(len);
-        if msg.sequence_number() != seq {
-            continue;
-        }
-        let payload = msg.payload();
-        match msg.message_type() {
-            NLMSG_NOOP => {}
-            NLMSG_OVERRUN => return Err(Failure::Decode("netlink overrun".into())),
-            NLMSG_ERROR => return error_reply(payload, msg.flags()).map(|()| true),
-            NLMSG_DONE => return done_reply(payload).map(|()| true),
-            // Data (a dump part, a GET answer or an NLM_F_ECHO copy): the
-            // exchange ends with NLMSG_DONE for dumps, the ACK otherwise.
-            kind => replies.push(Reply {
-                kind,
-                payload: payload.to_vec(),
-            }),
+    /// Reads and drops whatever is queued. The kernel has answered by the
+    /// time our send returned, so nothing is still on its way.
+    fn discard_unread(&mut self) {
+        while self.recv_datagram(libc::MSG_DONTWAIT).is_ok() {}
+        self.unread = false;
+    }
+
+    /// We are root: SO_SNDBUFFORCE may exceed the system's maximum.
+    fn raise_sndbuf(&self, len: usize) {
+        let size = libc::c_int::try_from(len * 2).unwrap_or(libc::c_int::MAX);
+        // SAFETY: plain setsockopt on our own socket with an int option value.
+        unsafe {
+            libc::setsockopt(
+                self.socket.as_raw_fd(),
+                libc::SOL_SOCKET,
+                libc::SO_SNDBUFFORCE,
+                (&size as *const libc::c_int).cast(),
+                std::mem::size_of::<libc::c_int>() as libc::socklen_t,
+            );
         }
     }
-    Ok(false)
-}
 
-/// NLMSG_ERROR with code 0 is the ACK; otherwise -errno and maybe extack text.
-fn error_reply(payload: &[u8], flags: u16) -> std::result::Result<(), Failure> {
-    let code = read_i32(payload)?;
-    if code == 0 {
-        return Ok(());
-    }
-    Err(Failure::Kernel {
-        errno: code.saturating_neg(),
-        extack: extack_message(payload, flags),
-    })
-}
-
-/// NLMSG_DONE carries the dump's final status (negative errno on failure).
-fn done_reply(payload: &[u8]) -> std::result::Result<(), Failure> {
-    match read_i32(payload) {
-        Ok(code) if code < 0 => Err(Failure::Kernel {
-            errno: code.saturating_neg(),
-            extack: None,
-        }),
-        _ => Ok(()),
+    fn io(&self, err: io::Error) -> Failure {
+        Failure::Io {
+            socket: F::NAME,
+            err,
+        }
     }
 }
 
-/// The NLMSGERR_ATTR_MSG string after the echoed request header (and the
-/// request body unless the ack is capped).
-fn extack_message(payload: &[u8], flags: u16) -> Option<String> {
-    if flags & NLM_F_ACK_TLVS == 0 {
-        return None;
-    }
-    let echoed = payload.get(4..8)?;
-    let echoed_len = u32::from_ne_bytes(echoed.try_into().ok()?) as usize;
-    let skip = if flags & NLM_F_CAPPED != 0 {
-        NLMSG_HDR_LEN
-    } else {
-        align4(echoed_len)
+fn set_recv_timeout(socket: &netlink_sys::Socket) {
+    let tv = libc::timeval {
+        tv_sec: RECV_TIMEOUT_SECS,
+        tv_usec: 0,
     };
-    let tlvs = payload.get(4 + skip..)?;
-    NlasIterator::new(tlvs)
-        .filter_map(|nla| nla.ok())
-        .find(|nla| nla.kind() == NLMSGERR_ATTR_MSG)
-        .map(|nla| {
-            let text = nla.value().split(|b| *b == 0).next().unwrap_or_default();
-            String::from_utf8_lossy(text).trim().to_string()
-        })
-        .filter(|text| !text.is_empty())
-}
-
-fn read_i32(payload: &[u8]) -> std::result::Result<i32, Failure> {
-    payload
-        .get(0..4)
-        .and_then(|b| b.try_into().ok())
-        .map(i32::from_ne_bytes)
-        .ok_or_else(|| Failure::Decode("short NLMSG_ERROR/NLMSG_DONE".into()))
-}
-
-pub(crate) fn align4(len: usize) -> usize {
-    (len + 3) & !3
+    // SAFETY: setsockopt with a timeval, as SO_RCVTIMEO expects.
+    unsafe {
+        libc::setsockopt(
+            socket.as_raw_fd(),
+            libc::SOL_SOCKET,
+            libc::SO_RCVTIMEO,
+            (&tv as *const libc::timeval).cast(),
+            std::mem::size_of::<libc::timeval>() as libc::socklen_t,
+        );
+    }
 }

@@ -70,21 +70,6 @@ fn mac_round_trip() {
 }
 
 #[test]
-fn errno_mapping() {
-    let e = Error::from_errno(libc::EEXIST, "create veth a");
-    assert_eq!(e.kind, ErrorKind::AlreadyExists);
-    assert_eq!(e.message, "create veth a: File exists");
-    assert_eq!(
-        Error::from_errno(libc::ESRCH, "x").kind,
-        ErrorKind::NotFound
-    );
-    assert_eq!(
-        Error::from_errno(libc::EOPNOTSUPP, "x").kind,
-        ErrorKind::Unsupported
-    );
-}
-
-#[test]
 fn missing_netns_is_netns_not_found() {
     let err = NetNs::open("/run/netns/cnikit-definitely-missing").expect_err("must fail");
     assert_eq!(err.kind, ErrorKind::NetnsNotFound);
