@@ -9,13 +9,13 @@
 //! The daemon is long-lived and never closes its socket.
 
 use super::request::Request;
-use super::socket::current_netns;
 use super::{Error, ErrorKind};
-use ipamd::service::{Peer, Refusal, Service};
+use ipamd::service::{Peer, Refusal, Service, DECLINED};
 use serde::{Deserialize, Serialize};
 
-/// What travels: the request and the caller's network namespace (the daemon
-/// declines requests meant for another one).
+/// What travels: the request, and the network namespace the caller says it
+/// is in. That claim is only a label for logs: whom the daemon serves is
+/// decided from what the kernel says of the peer (`permit`).
 #[derive(Debug, Clone, Serialize, Deserialize)]
 pub struct Envelope {
     pub netns: u64,
@@ -28,6 +28,10 @@ pub struct Done {}
 
 pub struct Firewall;
 
+/// The status of a refusal of the peer (as the daemon's own gate answers).
+pub const FORBIDDEN: u16 = 403;
+const _: () = assert!(FORBIDDEN != DECLINED);
+
 impl Service for Firewall {
     const NAME: &'static str = "firewall";
     type Request = Envelope;
@@ -38,19 +42,41 @@ impl Service for Firewall {
         req.request.name()
     }
 
-    /// Root only (the firewall is the host's), and only for callers in the
-    /// daemon's own network namespace as they say; others do it themselves.
+    /// Who gets what, from the kernel's view of the peer (`ipamd::peer`):
+    /// - a peer in another network namespace, or of unknown one: declined
+    ///   (421). Its request is about its own namespace's firewall, which the
+    ///   daemon's socket does not reach; it does the work itself, with its
+    ///   own privileges, and nothing is applied in the daemon's namespace.
+    /// - a peer in the daemon's namespace without an effective CAP_NET_ADMIN
+    ///   in the daemon's user namespace (e.g. root that dropped it): refused
+    ///   (403). It could not change this firewall itself, so the daemon does
+    ///   not do it for it, and its fallback would fail anyway.
+    /// - root with CAP_NET_ADMIN in the daemon's namespace: served.
+    /// - anyone else with the capability: declined; it can do it itself.
     fn permit(&self, peer: &Peer, req: &Envelope) -> Result<(), Refusal<Error>> {
         let op = req.request.name();
-        if peer.uid != 0 {
-            let msg = format!("firewall.{op}: served to root only; the caller does it itself");
+        let here = Peer::netns_of_this_thread().map_err(|e| {
+            let msg = format!("firewall.{op}: cannot read the daemon's network namespace: {e}");
+            Refusal::Failed(500, Error::new(ErrorKind::Other, msg))
+        })?;
+        if peer.netns != Some(here) {
+            let msg = format!(
+                "firewall.{op}: the caller is not in the daemon's network namespace; it does it itself"
+            );
             return Err(Refusal::Declined(Error::new(ErrorKind::Other, msg)));
         }
-        let here = current_netns().map_err(|e| Refusal::Failed(500, e))?;
-        if req.netns != here {
+        if !peer.cap_net_admin {
             let msg = format!(
-                "firewall.{op}: the caller's network namespace is not the daemon's; the caller does it itself"
+                "firewall.{op}: refused: the caller (uid {}) has no effective CAP_NET_ADMIN",
+                peer.uid
             );
+            return Err(Refusal::Failed(
+                FORBIDDEN,
+                Error::new(ErrorKind::Other, msg),
+            ));
+        }
+        if peer.uid != 0 {
+            let msg = format!("firewall.{op}: served to root only; the caller does it itself");
             return Err(Refusal::Declined(Error::new(ErrorKind::Other, msg)));
         }
         Ok(())

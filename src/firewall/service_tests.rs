@@ -4,8 +4,7 @@
 
 use super::conntrack::{self, UdpPort};
 use super::portmap::{Mapping, Masquerade, Proto};
-use super::service::{Done, Envelope, Firewall};
-use super::socket::current_netns;
+use super::service::{Done, Envelope, Firewall, FORBIDDEN};
 use super::{macspoof, masq, portmap, Attachment, Error, ErrorKind, Request};
 use ipamd::service::{target, Peer, Refusal, Service, DECLINED};
 
@@ -128,37 +127,84 @@ fn errors_keep_their_kind_over_the_wire() {
     assert_eq!(Firewall::malformed("x".into()).kind, ErrorKind::Other);
 }
 
-fn peer(uid: u32) -> Peer {
+/// A peer as the kernel would describe it: `uid`, whether CAP_NET_ADMIN is in
+/// its effective set, and whether it is in this (the daemon's) network namespace.
+fn peer(uid: u32, cap_net_admin: bool, here: bool) -> Peer {
+    let mut netns = Peer::netns_of_this_thread().expect("own netns");
+    if !here {
+        netns.ino = netns.ino.wrapping_add(1);
+    }
     Peer {
         uid,
         gid: uid,
         groups: vec![],
+        pid: Some(1),
+        cap_net_admin,
+        netns: Some(netns),
     }
 }
 
-fn envelope(netns: u64) -> Envelope {
+/// The caller's claim about its namespace is whatever it writes: `claim`.
+fn envelope(claim: u64) -> Envelope {
     Envelope {
-        netns,
+        netns: claim,
         request: masq::Op::Del { att: att() }.into(),
     }
 }
 
-#[test]
-fn root_in_the_daemons_netns_is_served() {
-    let here = current_netns().expect("own netns");
-    assert!(Firewall.permit(&peer(0), &envelope(here)).is_ok());
+fn own_claim() -> u64 {
+    Peer::netns_of_this_thread().expect("own netns").ino
 }
 
-#[test]
-fn others_are_declined_and_do_it_themselves() {
-    let here = current_netns().expect("own netns");
-    let declined = |r: Result<(), Refusal<Error>>| match r {
+fn declined(r: Result<(), Refusal<Error>>) -> String {
+    match r {
         Err(Refusal::Declined(e)) => e.message,
         Err(Refusal::Failed(status, e)) => panic!("failed with {status}, not {DECLINED}: {e:?}"),
         Ok(()) => panic!("permitted"),
-    };
-    let msg = declined(Firewall.permit(&peer(1000), &envelope(here)));
-    assert!(msg.contains("root only"), "{msg}");
-    let msg = declined(Firewall.permit(&peer(0), &envelope(here.wrapping_add(1))));
+    }
+}
+
+fn forbidden(r: Result<(), Refusal<Error>>) -> String {
+    match r {
+        Err(Refusal::Failed(FORBIDDEN, e)) => e.message,
+        Err(Refusal::Failed(status, e)) => panic!("failed with {status}, not 403: {e:?}"),
+        Err(Refusal::Declined(e)) => panic!("declined, not refused: {e:?}"),
+        Ok(()) => panic!("permitted"),
+    }
+}
+
+#[test]
+fn root_with_net_admin_in_the_daemons_netns_is_served() {
+    let ok = Firewall.permit(&peer(0, true, true), &envelope(own_claim()));
+    assert!(ok.is_ok(), "{ok:?}");
+}
+
+#[test]
+fn capability_less_root_is_refused_whatever_it_claims() {
+    let msg = forbidden(Firewall.permit(&peer(0, false, true), &envelope(own_claim())));
+    assert!(msg.contains("CAP_NET_ADMIN"), "{msg}");
+}
+
+#[test]
+fn root_in_another_netns_is_declined_even_when_it_claims_ours() {
+    let msg = declined(Firewall.permit(&peer(0, true, false), &envelope(own_claim())));
     assert!(msg.contains("network namespace"), "{msg}");
+    // Without capabilities as well: its own fallback decides what it may do there.
+    declined(Firewall.permit(&peer(0, false, false), &envelope(own_claim())));
+}
+
+#[test]
+fn a_peer_of_unknown_netns_is_not_served() {
+    let unknown = Peer {
+        netns: None,
+        ..peer(0, true, true)
+    };
+    declined(Firewall.permit(&unknown, &envelope(own_claim())));
+}
+
+#[test]
+fn non_root_is_refused_without_the_capability_and_declined_with_it() {
+    forbidden(Firewall.permit(&peer(1000, false, true), &envelope(own_claim())));
+    let msg = declined(Firewall.permit(&peer(1000, true, true), &envelope(own_claim())));
+    assert!(msg.contains("root only"), "{msg}");
 }

@@ -5,8 +5,9 @@
 //!
 //! Who may do what: every peer here passed the daemon's gate (root or the allowed group).
 //! Reading (leases, status, check) is open to both; changing leases (allocate, release,
-//! gc) takes root, because a group member who could free another pod's lease could get
-//! its address handed out twice.
+//! gc) takes root with an effective CAP_NET_ADMIN (`Peer::net_admin`): a group member who
+//! could free another pod's lease could get its address handed out twice, and a root
+//! process that dropped its capabilities could not attach a pod to the network anyway.
 
 use std::sync::Arc;
 use std::time::Instant;
@@ -75,13 +76,17 @@ pub(super) fn verb(method: &Method, path: &str) -> Option<Verb> {
 
 /// The lease API's permission check (see the module comment).
 fn permit(peer: &Peer, verb: Verb) -> Result<(), Error> {
-    if verb.changes_leases() && peer.uid != 0 {
+    if verb.changes_leases() && !peer.net_admin() {
+        let who = if peer.uid == 0 {
+            "root without CAP_NET_ADMIN".to_string()
+        } else {
+            format!("uid {}", peer.uid)
+        };
         return Err(Error::new(
             crate::ErrorKind::Unavailable,
             format!(
-                "ipamd refuses {} from uid {}: only root may change leases",
+                "ipamd refuses {} from {who}: only root with CAP_NET_ADMIN may change leases",
                 verb.name(),
-                peer.uid
             ),
         ));
     }
@@ -227,22 +232,30 @@ where
 mod tests {
     use super::*;
 
-    fn peer(uid: u32) -> Peer {
+    fn peer(uid: u32, cap_net_admin: bool) -> Peer {
         Peer {
             uid,
             gid: 4242,
             groups: Vec::new(),
+            pid: Some(1),
+            cap_net_admin,
+            netns: None,
         }
     }
 
     #[test]
-    fn group_members_read_and_only_root_changes_leases() {
+    fn group_members_read_and_only_root_with_net_admin_changes_leases() {
         for verb in [Verb::Leases, Verb::Status, Verb::Check] {
-            assert!(permit(&peer(65534), verb).is_ok(), "{verb:?}");
+            assert!(permit(&peer(65534, false), verb).is_ok(), "{verb:?}");
+            assert!(permit(&peer(0, false), verb).is_ok(), "{verb:?}");
         }
         for verb in [Verb::Allocate, Verb::Release, Verb::Gc] {
-            assert!(permit(&peer(65534), verb).is_err(), "{verb:?}");
-            assert!(permit(&peer(0), verb).is_ok(), "{verb:?}");
+            assert!(permit(&peer(65534, false), verb).is_err(), "{verb:?}");
+            // A capability in another uid's hands is not enough either.
+            assert!(permit(&peer(65534, true), verb).is_err(), "{verb:?}");
+            let e = permit(&peer(0, false), verb).unwrap_err();
+            assert!(e.to_string().contains("CAP_NET_ADMIN"), "{e}");
+            assert!(permit(&peer(0, true), verb).is_ok(), "{verb:?}");
         }
     }
 
