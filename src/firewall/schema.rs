@@ -289,7 +289,7 @@ fn portmap_chains() -> Vec<Chain> {
 
 /// `meta nfproto X [ip daddr .] meta l4proto . th dport dnat to map @pmX-…`
 fn dnat_rule(nfproto: u8, with_ip: bool) -> Vec<Expr> {
-    let alen = addr_len(nfproto);
+    let (alen, _, daddr) = addr_layout(nfproto);
     let (set, mut at) = match (nfproto == NFPROTO_IPV4, with_ip) {
         (true, true) => (PM4_IP.name, alen),
         (true, false) => (PM4_ANY.name, 0),
@@ -298,12 +298,7 @@ fn dnat_rule(nfproto: u8, with_ip: bool) -> Vec<Expr> {
     };
     let mut rule = is_family(nfproto);
     if with_ip {
-        rule.push(payload(
-            NETWORK_HEADER,
-            daddr_offset(nfproto),
-            alen,
-            reg_at(0),
-        ));
+        rule.push(payload(NETWORK_HEADER, daddr, alen, reg_at(0)));
     }
     rule.push(meta_load(MetaKey::L4Proto, reg_at(at)));
     at += 4;
@@ -353,13 +348,9 @@ fn masq_chains() -> Vec<Chain> {
         r.extend(saddr_daddr(nfproto));
         r.extend([lookup(skip, false), verdict(Jump::Return)]);
         rules.push(r);
+        let (alen, saddr, _) = addr_layout(nfproto);
         let mut r = is_family(nfproto);
-        r.push(payload(
-            NETWORK_HEADER,
-            saddr_offset(nfproto),
-            addr_len(nfproto),
-            reg_at(0),
-        ));
+        r.push(payload(NETWORK_HEADER, saddr, alen, reg_at(0)));
         r.extend([lookup(set, false), masq()]);
         rules.push(r);
     }
@@ -450,34 +441,20 @@ fn is_family(nfproto: u8) -> Vec<Expr> {
 
 /// `ip saddr . ip daddr` into reg1 onwards.
 fn saddr_daddr(nfproto: u8) -> Vec<Expr> {
-    let alen = addr_len(nfproto);
+    let (alen, saddr, daddr) = addr_layout(nfproto);
     vec![
-        payload(NETWORK_HEADER, saddr_offset(nfproto), alen, reg_at(0)),
-        payload(NETWORK_HEADER, daddr_offset(nfproto), alen, reg_at(alen)),
+        payload(NETWORK_HEADER, saddr, alen, reg_at(0)),
+        payload(NETWORK_HEADER, daddr, alen, reg_at(alen)),
     ]
 }
 
-fn addr_len(nfproto: u8) -> u32 {
+/// Where the family keeps its addresses in the network header: (length,
+/// source offset, destination offset).
+fn addr_layout(nfproto: u8) -> (u32, u32, u32) {
     if nfproto == NFPROTO_IPV4 {
-        4
+        (4, 12, 16)
     } else {
-        16
-    }
-}
-
-fn saddr_offset(nfproto: u8) -> u32 {
-    if nfproto == NFPROTO_IPV4 {
-        12
-    } else {
-        8
-    }
-}
-
-fn daddr_offset(nfproto: u8) -> u32 {
-    if nfproto == NFPROTO_IPV4 {
-        16
-    } else {
-        24
+        (16, 8, 24)
     }
 }
 
