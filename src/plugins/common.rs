@@ -8,6 +8,8 @@ use ipnet::IpNet;
 use serde_json::Value;
 use std::net::IpAddr;
 
+pub use super::container::{delete_container_link, open_netns, OwnLink};
+
 /// The kernel's "main" routing table; routes with no table land there.
 const MAIN_TABLE: u32 = 254;
 
@@ -201,26 +203,6 @@ pub fn container_iface_pos(result: &CniResult, ifname: &str, netns: &str) -> Opt
         .position(|i| i.name == ifname && i.sandbox == netns)
 }
 
-/// DEL of the container interface: a missing netns or link means done.
-pub fn delete_container_link(netns_path: &str, ifname: &str) -> Result<(), Error> {
-    if netns_path.is_empty() {
-        return Ok(());
-    }
-    let ns = match NetNs::open(netns_path) {
-        Ok(ns) => ns,
-        Err(e) if e.is_not_found() => return Ok(()),
-        Err(e) => return Err(e.into()),
-    };
-    let mut nl = Netlink::open_in(&ns)?;
-    match nl.link_by_name(ifname)? {
-        None => Ok(()),
-        Some(link) => match nl.delete_link(link.index) {
-            Err(e) if e.is_not_found() => Ok(()),
-            other => other.map_err(Error::from),
-        },
-    }
-}
-
 /// Refuse ADD when the interface name is taken (spec), with a message naming both.
 pub fn ensure_ifname_free(nl: &mut Netlink, ifname: &str, netns: &str) -> Result<(), Error> {
     if nl.link_by_name(ifname)?.is_some() {
@@ -230,12 +212,6 @@ pub fn ensure_ifname_free(nl: &mut Netlink, ifname: &str, netns: &str) -> Result
         ));
     }
     Ok(())
-}
-
-/// The netns for ADD/CHECK; a missing one is "container unknown" (code 3),
-/// any other failure (EPERM, …) a kernel error (see `cni::error`).
-pub fn open_netns(path: &str) -> Result<NetNs, Error> {
-    Ok(NetNs::open(path)?)
 }
 
 /// The master link for macvlan/ipvlan: the configured name, or the link of
@@ -389,9 +365,10 @@ pub fn daemon_socket_of(req: &Request) -> Option<std::path::PathBuf> {
 
 /// DEL for macvlan/ipvlan: IPAM first (so the lease goes even if the netns is
 /// gone), then the link; the master is never needed (plugins#953).
-pub fn del_single_iface(req: &Request) -> Result<(), Error> {
+pub fn del_single_iface(req: &Request, kind: &str) -> Result<(), Error> {
     // Both steps run even if the first fails: a broken IPAM must not keep the link.
     let ipam = ipam_if_configured(req, Command::Del);
-    let link = delete_container_link(req.netns(), req.ifname());
+    let ours = OwnLink { kind, bridge: None };
+    let link = delete_container_link(req.netns(), req.ifname(), ours);
     Error::all([ipam, link])
 }

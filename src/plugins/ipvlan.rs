@@ -118,7 +118,7 @@ impl Plugin for Ipvlan {
     // ---------------------------------------------------------------- DEL
     /// Needs nothing from the plugin's own keys, so none of them can block it.
     fn del(&self, req: &Request) -> Result<(), Error> {
-        del_single_iface(req)
+        del_single_iface(req, "ipvlan")
     }
 
     // ---------------------------------------------------------------- STATUS

@@ -2,7 +2,7 @@
 //! call it for every pod with `CNI_IFNAME=lo`; whatever ifname is given, only
 //! `lo` is touched, as in the reference plugin.
 
-use super::common::open_netns;
+use super::container::{is_own_netns, open_netns};
 use crate::cni::{CniResult, Code, Error, Interface, IpConfig, Plugin, Request};
 use crate::netlink::{Link, NetNs, Netlink};
 use ipnet::IpNet;
@@ -61,6 +61,14 @@ impl Plugin for Loopback {
             Err(e) if e.is_not_found() => return Ok(()),
             Err(e) => return Err(e.into()),
         };
+        // Setting the host's own lo down would cut every local service off.
+        if is_own_netns(&ns)? {
+            eprintln!(
+                "DEL: CNI_NETNS {} is this plugin's own network namespace; leaving {LO} up",
+                req.netns()
+            );
+            return Ok(());
+        }
         let mut nl = Netlink::open_in(&ns)?;
         match nl.link_by_name(LO)? {
             Some(lo) => Ok(nl.set_down(lo.index)?),

@@ -111,7 +111,7 @@ impl Plugin for Macvlan {
     // ---------------------------------------------------------------- DEL
     /// Needs nothing from the plugin's own keys, so none of them can block it.
     fn del(&self, req: &Request) -> Result<(), Error> {
-        del_single_iface(req)
+        del_single_iface(req, "macvlan")
     }
 
     // ---------------------------------------------------------------- STATUS

@@ -8,6 +8,7 @@ pub mod macvlan;
 pub mod portmap;
 
 mod common;
+mod container;
 #[cfg(test)]
 mod portmap_tests;
 

@@ -4,7 +4,7 @@
 use super::common::{
     check_iface_state, configure_iface, delete_container_link, ensure_ifname_free,
     find_container_link, ipam_if_configured, ipam_rollback_on_error, open_netns, random_veth_name,
-    requested_mac,
+    requested_mac, OwnLink,
 };
 use crate::cni::delegate;
 use crate::cni::{CniResult, Code, Command, Error, Interface, Plugin, Request};
@@ -230,7 +230,11 @@ impl Plugin for Bridge {
         // (say, an unusable IPAM store) does not strand the others' state.
         let ipam = ipam_if_configured(req, Command::Del);
         let rules = firewall::del(req, &conf);
-        let link = delete_container_link(req.netns(), req.ifname());
+        let ours = OwnLink {
+            kind: "veth",
+            bridge: Some(&conf.bridge),
+        };
+        let link = delete_container_link(req.netns(), req.ifname(), ours);
         Error::all([ipam, rules, link])
     }
 
