@@ -1,17 +1,14 @@
-//! Self-tests of the shared harness (tests/common): its checks must be able
+//! Self-tests of the shared harness (`support`): its checks must be able
 //! to fail, and its cleanup must run when a test panics. Without these, a
 //! green suite could be green because a check is vacuous.
 
-mod common;
-
-use common::*;
+use crate::support::*;
 
 /// Proves: `ping` reports failure for an address nobody has (so the
 /// connectivity asserts of the other tests are not vacuous).
 #[test]
 fn ping_fails_for_unreachable_address() {
-    let env = TestEnv::new("ping_fails_for_unreachable_address");
-    let ns = env.netns();
+    let (_env, ns) = TestEnv::with_netns("ping_fails_for_unreachable_address");
     assert!(
         ping(&ns.name, "127.0.0.1"),
         "loopback answers inside the netns"
@@ -56,8 +53,7 @@ fn cleanup_runs_when_a_test_panics() {
     let probe = TestEnv::new("cleanup_probe");
     let mut made = None;
     let outcome = std::panic::catch_unwind(std::panic::AssertUnwindSafe(|| {
-        let env = TestEnv::new("cleanup_runs_when_a_test_panics");
-        let ns = env.netns();
+        let (env, ns) = TestEnv::with_netns("cleanup_runs_when_a_test_panics");
         let (a, b) = env.veth_pair();
         made = Some((ns.name.clone(), a, b, env.tmp.clone()));
         panic!("simulated test failure");

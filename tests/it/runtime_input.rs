@@ -4,11 +4,7 @@
 //! once and stop at the first failing plugin, so a DEL that fails on input it
 //! cannot parse makes a pod impossible to remove.
 
-mod common;
-mod fwnet;
-
-use common::*;
-use fwnet::*;
+use crate::support::*;
 use serde_json::{json, Value};
 
 const CTR_TCP: u16 = 8080;
@@ -31,36 +27,37 @@ fn network(env: &TestEnv) -> Net {
 }
 
 /// What containerd 1.6 sends portmap: go-cni's field names.
-fn go_cni_portmap(net: &str, tcp: u16, udp: u16, prev: Option<&Value>) -> Value {
-    let mut c = json!({
+fn go_cni_portmap(net: &str, tcp: u16, udp: u16, prev: &Value) -> Value {
+    json!({
         "cniVersion": "1.0.0", "name": net, "type": "portmap",
         "capabilities": {"portMappings": true},
         "runtimeConfig": {"portMappings": [
             {"HostPort": tcp, "ContainerPort": CTR_TCP, "Protocol": "tcp", "HostIP": ""},
             {"HostPort": udp, "ContainerPort": CTR_UDP, "Protocol": "udp", "HostIP": ""},
         ]},
-    });
-    if let Some(p) = prev {
-        c["prevResult"] = p.clone();
-    }
-    c
+        "prevResult": prev,
+    })
 }
 
-fn add(env: &TestEnv, plugin: &str, id: &str, ns: &Netns, conf: &Value) -> Value {
-    env.plugin(plugin)
-        .attach("ADD", id, ns, "eth0")
-        .conf(conf)
-        .run()
-        .result()
+/// A bridge attachment in a new netns (container `ctr-…`), ADDed, with
+/// portmap chained after it (go-cni's keys): the bridge attachment, its
+/// result and the portmap attachment.
+fn bridge_and_portmap<'e>(
+    env: &'e TestEnv,
+    net: &Net,
+) -> (Attachment<'e>, Value, Attachment<'e>, u16, u16) {
+    let id = format!("ctr-{}", short_hash());
+    let br = env.attachment("bridge", &id, &env.netns(), &net.bridge);
+    let result = br.add();
+    let (tcp, udp) = (host_port(), host_port());
+    let pm = br.chained("portmap", &go_cni_portmap(&net.name, tcp, udp, &result));
+    assert_eq!(pm.add(), result);
+    (br, result, pm, tcp, udp)
 }
 
-fn del_ok(env: &TestEnv, plugin: &str, id: &str, ns: &Netns, conf: &Value, args: &str) {
-    env.plugin(plugin)
-        .attach("DEL", id, ns, "eth0")
-        .cni_args(args)
-        .conf(conf)
-        .run()
-        .ok_silent();
+/// DEL with `args` as CNI_ARGS, which must succeed silently.
+fn del_with_args(att: &Attachment, args: &str) {
+    att.call("DEL").cni_args(args).run().ok_silent();
 }
 
 /// Proves: portmap maps go-cni's `{"HostPort","ContainerPort","Protocol",
@@ -70,21 +67,20 @@ fn del_ok(env: &TestEnv, plugin: &str, id: &str, ns: &Netns, conf: &Value, args:
 fn go_cni_port_mappings_carry_traffic() {
     let env = TestEnv::new("go_cni_port_mappings");
     let net = network(&env);
-    let ns = env.netns();
-    let id = format!("ctr-{}", short_hash());
-    let result = add(&env, "bridge", &id, &ns, &net.bridge);
-    let (tcp, udp) = (host_port(), host_port());
-    let pm = go_cni_portmap(&net.name, tcp, udp, Some(&result));
-    assert_eq!(add(&env, "portmap", &id, &ns, &pm), result);
-    let _servers = Servers::start(&ns.path, "A", CTR_TCP, CTR_UDP);
+    let (br, _, pm, tcp, udp) = bridge_and_portmap(&env, &net);
+    let _servers = Servers::start(&br.ns.path, "A", CTR_TCP, CTR_UDP);
     let t = eventually_answers(|| tcp_ask(None, &sock("127.0.0.1", tcp)));
     assert!(t.is_some_and(|r| r.starts_with("A ")), "tcp via 127.0.0.1");
     let u = eventually_answers(|| udp_ask(None, &sock("127.0.0.1", udp)));
     assert!(u.is_some_and(|r| r.starts_with("A ")), "udp via 127.0.0.1");
-    del_ok(&env, "portmap", &id, &ns, &pm, "");
+    del_with_args(&pm, "");
     assert_eq!(tcp_ask(None, &sock("127.0.0.1", tcp)), None, "after DEL");
-    assert!(!ruleset_json().contains(&id), "no element tagged {id} left");
-    del_ok(&env, "bridge", &id, &ns, &net.bridge, "");
+    assert!(
+        !ruleset_json().contains(&br.id),
+        "no element tagged {} left",
+        br.id
+    );
+    del_with_args(&br, "");
 }
 
 /// Proves: a whole config written with Go-cased keys (as a Go program may
@@ -93,7 +89,6 @@ fn go_cni_port_mappings_carry_traffic() {
 fn go_cased_config_keys_are_understood() {
     let env = TestEnv::new("go_cased_config_keys");
     let net = network(&env);
-    let ns = env.netns();
     let ipam = &net.ipam;
     let conf = json!({
         "CNIVersion": "1.0.0", "Name": net.name, "Type": "bridge",
@@ -101,12 +96,13 @@ fn go_cased_config_keys_are_understood() {
         "IPAM": {"Type": "ipamd", "DataDir": ipam["dataDir"], "Socket": ipam["socket"],
                  "Ranges": ipam["ranges"]},
     });
-    let r = add(&env, "bridge", "ctr-go", &ns, &conf);
+    let att = env.attachment("bridge", "ctr-go", &env.netns(), &conf);
+    let r = att.add();
     assert_eq!(r["ips"].as_array().map(Vec::len), Some(2), "{r}");
-    let eth0 = link(Some(&ns.name), "eth0").expect("eth0");
+    let eth0 = link(Some(&att.ns.name), "eth0").expect("eth0");
     assert_eq!(eth0["mtu"], 1400, "MTU key honoured");
     assert_eq!(env.lease_count(ipam, &net.name), 2, "one lease per family");
-    del_ok(&env, "bridge", "ctr-go", &ns, &conf, "");
+    del_with_args(&att, "");
     assert_eq!(env.lease_count(ipam, &net.name), 0);
 }
 
@@ -121,55 +117,47 @@ fn go_cased_config_keys_are_understood() {
 fn del_is_not_blocked_by_input_it_cannot_parse() {
     let env = TestEnv::new("del_not_blocked");
     let net = network(&env);
-    let ns = env.netns();
-    let id = format!("ctr-{}", short_hash());
-    let result = add(&env, "bridge", &id, &ns, &net.bridge);
-    let (tcp, udp) = (host_port(), host_port());
-    add(
-        &env,
-        "portmap",
-        &id,
-        &ns,
-        &go_cni_portmap(&net.name, tcp, udp, Some(&result)),
-    );
-    let host_veth = result["interfaces"][1]["name"].as_str().unwrap().to_string();
+    let (br, result, pm, _, _) = bridge_and_portmap(&env, &net);
+    let host_veth = result["interfaces"][1]["name"]
+        .as_str()
+        .unwrap()
+        .to_string();
     assert!(link(None, &host_veth).is_some());
 
-    let mut pm = go_cni_portmap(&net.name, tcp, udp, Some(&result));
-    pm["runtimeConfig"]["portMappings"] = json!([{"HostPort": "not a port"}]);
-    pm["conditionsV4"] = json!(["-s", "1.2.3.4"]);
-    env.plugin("portmap")
-        .attach("ADD", "other", &ns, "eth1")
-        .conf(&pm)
-        .run()
+    let mut bad_pm = pm.conf.clone();
+    bad_pm["runtimeConfig"]["portMappings"] = json!([{"HostPort": "not a port"}]);
+    bad_pm["conditionsV4"] = json!(["-s", "1.2.3.4"]);
+    env.attachment("portmap", "other", &br.ns, &bad_pm)
+        .with_ifname("eth1")
+        .try_add()
         .expect_err(2, &["conditionsV4"]);
     let garbage_prev = json!({"ips": 3, "interfaces": "x"});
-    pm["prevResult"] = garbage_prev.clone();
+    bad_pm["prevResult"] = garbage_prev.clone();
     for _ in 0..2 {
-        del_ok(&env, "portmap", &id, &ns, &pm, "K8S_POD_NAME=x;garbage");
+        del_with_args(&pm.chained("portmap", &bad_pm), "K8S_POD_NAME=x;garbage");
     }
-    assert!(!ruleset_json().contains(&id), "no element tagged {id} left");
+    assert!(
+        !ruleset_json().contains(&br.id),
+        "no element tagged {} left",
+        br.id
+    );
 
     let mut bad = net.bridge.clone();
     bad["mtu"] = json!("big");
     bad["vlan"] = json!(99999);
     bad["prevResult"] = garbage_prev.clone();
     bad["runtimeConfig"] = json!({"ipRanges": "garbage", "portMappings": 7});
+    let bad_br = br.chained("bridge", &bad);
     for _ in 0..2 {
-        del_ok(&env, "bridge", &id, &ns, &bad, "K8S_POD_NAME=x;garbage");
+        del_with_args(&bad_br, "K8S_POD_NAME=x;garbage");
     }
     assert!(link(None, &host_veth).is_none(), "host veth removed");
-    assert!(link(Some(&ns.name), "eth0").is_none(), "eth0 removed");
+    assert!(link(Some(&br.ns.name), "eth0").is_none(), "eth0 removed");
     assert_eq!(env.lease_count(&net.ipam, &net.name), 0, "lease released");
 
-    let err = env
-        .plugin("bridge")
-        .attach("ADD", &id, &ns, "eth0")
-        .conf(&bad)
-        .run()
-        .err();
+    let err = bad_br.try_add().err();
     assert!(err.code == 7 || err.code == 6, "ADD still refuses: {err:?}");
-    assert!(link(Some(&ns.name), "eth0").is_none(), "nothing left");
+    assert!(link(Some(&br.ns.name), "eth0").is_none(), "nothing left");
 }
 
 /// Proves: ipamd's own DEL with unusable ranges (config and capability)
@@ -178,17 +166,13 @@ fn del_is_not_blocked_by_input_it_cannot_parse() {
 fn ipam_del_ignores_ranges_it_cannot_parse() {
     let env = TestEnv::new("ipam_del_bad_ranges");
     let net = network(&env);
-    let ns = env.netns();
-    add(&env, "bridge", "ctr-r", &ns, &net.bridge);
+    let br = env.attachment("bridge", "ctr-r", &env.netns(), &net.bridge);
+    br.add();
     assert_eq!(env.lease_count(&net.ipam, &net.name), 2, "one per family");
     let mut conf = json!({"cniVersion": "1.0.0", "name": net.name, "ipam": net.ipam.clone()});
     conf["ipam"]["ranges"] = json!([[{"subnet": "not a subnet"}]]);
     conf["runtimeConfig"] = json!({"ipRanges": [[{"Subnet": 5}]]});
-    env.plugin("ipamd")
-        .attach("DEL", "ctr-r", &ns, "eth0")
-        .conf(&conf)
-        .run()
-        .ok_silent();
+    br.chained("ipamd", &conf).del();
     assert_eq!(env.lease_count(&net.ipam, &net.name), 0);
-    del_ok(&env, "bridge", "ctr-r", &ns, &net.bridge, "");
+    del_with_args(&br, "");
 }

@@ -3,9 +3,7 @@
 //! and readiness (`READY=1` on `NOTIFY_SOCKET`), and the first pod on a fresh
 //! node, whose data directory does not exist until the activated daemon makes it.
 
-mod common;
-
-use common::*;
+use crate::support::*;
 use serde_json::{json, Value};
 use std::os::unix::net::UnixDatagram;
 use std::path::Path;
@@ -71,13 +69,9 @@ fn first_add_on_a_fresh_node_under_socket_activation() {
     let subnet = format!("{}/24", env.subnets().v4_addr(0));
     let c = conf("firstnet", &data, &socket, &subnet);
     let ns = env.netns();
-    for id in ["pod-1", "pod-2"] {
-        let r = env
-            .plugin("ipamd")
-            .attach("ADD", id, &ns, "eth0")
-            .conf(&c)
-            .run()
-            .result();
+    let pods = ["pod-1", "pod-2"].map(|id| env.attachment("ipamd", id, &ns, &c));
+    for pod in &pods {
+        let r = pod.add();
         assert_eq!(r["ips"].as_array().map(Vec::len), Some(1), "{r}");
     }
     assert!(data.is_dir(), "the daemon created its data dir");
@@ -90,12 +84,8 @@ fn first_add_on_a_fresh_node_under_socket_activation() {
         !env.dir("unused").join("own.sock").exists(),
         "an activated daemon must not bind a socket of its own"
     );
-    for id in ["pod-1", "pod-2"] {
-        env.plugin("ipamd")
-            .attach("DEL", id, &ns, "eth0")
-            .conf(&c)
-            .run()
-            .ok_silent();
+    for pod in &pods {
+        pod.del();
     }
     assert_eq!(env.lease_count(&c["ipam"], "firstnet"), 0);
 }
@@ -111,11 +101,10 @@ fn foreign_missing_data_dir_is_still_refused() {
     let socket = root.join("ipamd.sock");
     let _activator = socket_activated(&env, &socket, &data);
     let subnet = format!("{}/24", env.subnets().v4_addr(0));
+    let c = conf("foreign", &other, &socket, &subnet);
     let err = env
-        .plugin("ipamd")
-        .attach("ADD", "pod-x", &env.netns(), "eth0")
-        .conf(&conf("foreign", &other, &socket, &subnet))
-        .run()
+        .attachment("ipamd", "pod-x", &env.netns(), &c)
+        .try_add()
         .expect_err(7, &["other-data", "daemon-data"]);
     assert!(err.msg.contains("is not the directory"), "{err:?}");
 }
@@ -143,7 +132,9 @@ fn daemon_notifies_readiness() {
         .unwrap();
     let _daemon = Reaper(child);
     let mut buf = [0u8; 256];
-    let n = notify.recv(&mut buf).expect("a READY=1 datagram within 10 s");
+    let n = notify
+        .recv(&mut buf)
+        .expect("a READY=1 datagram within 10 s");
     let msg = String::from_utf8_lossy(&buf[..n]).to_string();
     assert!(msg.lines().any(|l| l == "READY=1"), "{msg:?}");
     assert!(

@@ -1,9 +1,7 @@
 //! The multicall binary and its admin commands: `cnikit install`, dispatch on
 //! argv[0] and on `cnikit <plugin>`, VERSION, help, `cnikit version`.
 
-mod common;
-
-use common::*;
+use crate::support::*;
 use serde_json::{json, Value};
 use std::os::unix::fs::PermissionsExt;
 use std::path::Path;
@@ -17,6 +15,16 @@ fn install(dir: &Path, extra: &[&str]) -> std::process::Output {
         .env_clear()
         .output()
         .expect("run cnikit install")
+}
+
+/// `cnikit install --dir DIR EXTRA…`, which must succeed.
+fn install_ok(dir: &Path, extra: &[&str]) {
+    let out = install(dir, extra);
+    assert!(
+        out.status.success(),
+        "{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
 }
 
 fn canonical_exe() -> std::path::PathBuf {
@@ -42,6 +50,15 @@ fn assert_links(dir: &Path) {
     }
 }
 
+/// The names in `dir` that are not plugin names.
+fn leftovers(dir: &Path) -> Vec<std::ffi::OsString> {
+    std::fs::read_dir(dir)
+        .unwrap()
+        .map(|e| e.unwrap().file_name())
+        .filter(|n| !PLUGINS.contains(&n.to_str().unwrap_or("")))
+        .collect()
+}
+
 fn version_answer(o: &Outcome) -> Value {
     let v = o.result();
     assert_eq!(
@@ -53,17 +70,19 @@ fn version_answer(o: &Outcome) -> Value {
     v
 }
 
+/// A help text must mention each of `needles`.
+fn assert_mentions(what: &str, help: &str, needles: &[&str]) {
+    for n in needles {
+        assert!(help.contains(n), "{what} should mention {n}: {help}");
+    }
+}
+
 /// Proves: `install --dir` creates exactly one symlink per plugin, pointing at the binary.
 #[test]
 fn install_makes_one_link_per_plugin() {
     let env = TestEnv::new("install_makes_one_link_per_plugin");
     let dir = env.dir("cni-bin");
-    let out = install(&dir, &[]);
-    assert!(
-        out.status.success(),
-        "{}",
-        String::from_utf8_lossy(&out.stderr)
-    );
+    install_ok(&dir, &[]);
     assert_links(&dir);
     let mut names: Vec<String> = std::fs::read_dir(&dir)
         .unwrap()
@@ -84,22 +103,12 @@ fn install_is_idempotent() {
     let env = TestEnv::new("install_is_idempotent");
     let dir = env.dir("cni-bin");
     for _ in 0..3 {
-        let out = install(&dir, &[]);
-        assert!(
-            out.status.success(),
-            "{}",
-            String::from_utf8_lossy(&out.stderr)
-        );
+        install_ok(&dir, &[]);
         assert_links(&dir);
     }
     // Creating a missing directory is part of install.
     let nested = env.tmp.join("a/b/c");
-    let out = install(&nested, &[]);
-    assert!(
-        out.status.success(),
-        "{}",
-        String::from_utf8_lossy(&out.stderr)
-    );
+    install_ok(&nested, &[]);
     assert_links(&nested);
 }
 
@@ -135,12 +144,7 @@ fn install_refuses_foreign_files_without_force() {
         "a foreign symlink must be left untouched"
     );
 
-    let out = install(&dir, &["--force"]);
-    assert!(
-        out.status.success(),
-        "{}",
-        String::from_utf8_lossy(&out.stderr)
-    );
+    install_ok(&dir, &["--force"]);
     assert_links(&dir);
 }
 
@@ -151,12 +155,7 @@ fn install_copy_copies() {
     let env = TestEnv::new("install_copy_copies");
     let dir = env.dir("cni-bin-copy");
     for _ in 0..2 {
-        let out = install(&dir, &["--copy"]);
-        assert!(
-            out.status.success(),
-            "{}",
-            String::from_utf8_lossy(&out.stderr)
-        );
+        install_ok(&dir, &["--copy"]);
     }
     let me = std::fs::read(canonical_exe()).unwrap();
     for name in PLUGINS {
@@ -179,11 +178,7 @@ fn install_copy_copies() {
         );
         version_answer(&Call::new(p).command("VERSION").run());
     }
-    let leftovers: Vec<_> = std::fs::read_dir(&dir)
-        .unwrap()
-        .map(|e| e.unwrap().file_name())
-        .filter(|n| !PLUGINS.contains(&n.to_str().unwrap_or("")))
-        .collect();
+    let leftovers = leftovers(&dir);
     assert!(
         leftovers.is_empty(),
         "temporary files left behind: {leftovers:?}"
@@ -224,17 +219,12 @@ fn cnikit_subcommand_runs_the_plugin() {
         assert_eq!(via_link.result(), via_sub.result(), "{name}");
     }
     let conf = json!({"cniVersion": "1.0.0", "name": "n", "type": "bridge"});
-    let e_link = env
-        .plugin("bridge")
-        .command("ADD")
-        .conf(&conf)
-        .run()
-        .expect_err(4, &["CNI_CONTAINERID"]);
-    let e_sub = Call::cnikit(&["bridge"])
-        .command("ADD")
-        .conf(&conf)
-        .run()
-        .expect_err(4, &["CNI_CONTAINERID"]);
+    let [e_link, e_sub] = [env.plugin("bridge"), Call::cnikit(&["bridge"])].map(|call| {
+        call.command("ADD")
+            .conf(&conf)
+            .run()
+            .expect_err(4, &["CNI_CONTAINERID"])
+    });
     assert_eq!(e_link.msg, e_sub.msg);
 }
 
@@ -246,45 +236,19 @@ fn no_cni_command_prints_help() {
     for name in PLUGINS {
         let o = env.plugin(name).run();
         o.ok();
-        assert!(
-            o.stdout.contains(name),
-            "{name} help should name the plugin: {}",
-            o.stdout
-        );
-        for v in ALL_VERSIONS {
-            assert!(
-                o.stdout.contains(v),
-                "{name} help should list {v}: {}",
-                o.stdout
-            );
-        }
+        assert_mentions(&format!("{name} help"), &o.stdout, &[name]);
+        assert_mentions(&format!("{name} help"), &o.stdout, &ALL_VERSIONS);
     }
     let o = Call::cnikit(&[]).run();
     o.ok();
-    for name in PLUGINS {
-        assert!(
-            o.stdout.contains(name),
-            "cnikit help should name {name}: {}",
-            o.stdout
-        );
-    }
-    for v in ALL_VERSIONS {
-        assert!(
-            o.stdout.contains(v),
-            "cnikit help should list {v}: {}",
-            o.stdout
-        );
-    }
+    assert_mentions("cnikit help", &o.stdout, &PLUGINS);
+    assert_mentions("cnikit help", &o.stdout, &ALL_VERSIONS);
     // Any other argv[0] prints the help too.
     let other = env.tmp.join("not-a-plugin");
     std::os::unix::fs::symlink(cnikit_exe(), &other).unwrap();
     let o = Call::new(other).run();
     o.ok();
-    assert!(
-        o.stdout.contains("bridge") && o.stdout.contains("1.1.0"),
-        "{}",
-        o.stdout
-    );
+    assert_mentions("help of another argv[0]", &o.stdout, &["bridge", "1.1.0"]);
 }
 
 /// Proves: `cnikit version` prints the build version.

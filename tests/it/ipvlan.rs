@@ -7,9 +7,7 @@
 //! CHECK, DEL, the pod's eth0 beside the host's own eth0) run in the VM suite
 //! (tests/vm); these tests only pin down the behaviour where the kernel lacks it.
 
-mod common;
-
-use common::*;
+use crate::support::*;
 use serde_json::{json, Value};
 
 const NET: &str = "ivnet";
@@ -25,12 +23,10 @@ fn conf(master: &str, mode: &str, ipam: Value) -> Value {
     })
 }
 
-fn cid(tag: &str) -> String {
-    format!("ctr-{tag}-{}", short_hash())
-}
-
-/// Guard: if this kernel does have ipvlan, these tests do not apply.
-fn kernel_has_ipvlan(env: &TestEnv) -> bool {
+/// The test's world and a master (one end of a veth pair), unless this
+/// kernel does have ipvlan: then these tests do not apply.
+fn env_without_ipvlan(test: &str) -> Option<(TestEnv, String)> {
+    let env = TestEnv::new(test);
     let (master, _) = env.veth_pair();
     let probe = env.link_name("ivp");
     let (ok, _, _) = sh(
@@ -41,8 +37,10 @@ fn kernel_has_ipvlan(env: &TestEnv) -> bool {
     );
     if ok {
         eprintln!("this kernel supports ipvlan: the no-support tests are skipped (the VM suite covers ipvlan)");
+        return None;
     }
-    ok
+    let (master, _) = env.veth_pair();
+    Some((env, master))
 }
 
 /// Proves: ADD fails with code 101 and a message naming ipvlan and
@@ -50,40 +48,23 @@ fn kernel_has_ipvlan(env: &TestEnv) -> bool {
 /// are left behind; DEL of the failed attachment succeeds (twice).
 #[test]
 fn add_fails_with_clear_no_kernel_support_error() {
-    let env = TestEnv::new("add_fails_with_clear_no_kernel_support_error");
-    if kernel_has_ipvlan(&env) {
+    let Some((env, master)) = env_without_ipvlan("add_fails_with_clear_no_kernel_support_error")
+    else {
         return;
-    }
-    let (master, _) = env.veth_pair();
+    };
     for kind in Ipam::BOTH {
         for mode in ["l2", "l3", "l3s"] {
             let nets = env.subnets();
             let ipam = env.ipam(kind, nets.v4_ranges());
-            let c = conf(&master, mode, ipam.clone());
-            let ns = env.netns();
-            let id = cid("iv");
-            env.plugin("ipvlan")
-                .attach("ADD", &id, &ns, "eth0")
-                .conf(&c)
-                .run()
-                .expect_err(101, &["ipvlan", "CONFIG_IPVLAN"]);
-            assert_eq!(
-                link_names(Some(&ns.name)),
-                ["lo".to_string()].into(),
-                "{kind:?} {mode}: nothing in the netns"
-            );
+            let att = env.new_attachment("ipvlan", "iv", &conf(&master, mode, ipam.clone()));
+            att.try_add().expect_err(101, &["ipvlan", "CONFIG_IPVLAN"]);
+            assert_only_lo(&att.ns, &format!("{kind:?} {mode}: nothing in the netns"));
             assert_eq!(
                 env.lease_count(&ipam, NET),
                 0,
                 "{kind:?} {mode}: no lease left behind"
             );
-            for _ in 0..2 {
-                env.plugin("ipvlan")
-                    .attach("DEL", &id, &ns, "eth0")
-                    .conf(&c)
-                    .run()
-                    .ok_silent();
-            }
+            att.del_twice();
         }
     }
 }
@@ -96,21 +77,11 @@ fn del_succeeds_without_netns() {
     let nets = env.subnets();
     let ipam = env.ipam(Ipam::Ipamd, nets.v4_ranges());
     let c = conf("nomaster0", "l2", ipam.clone());
-    let ns = env.netns();
-    env.del_netns(&ns);
-    env.plugin("ipvlan")
-        .attach("DEL", &cid("gone"), &ns, "eth0")
-        .conf(&c)
-        .run()
-        .ok_silent();
-    env.plugin("ipvlan")
-        .command("DEL")
-        .container(&cid("empty"))
-        .ifname("eth0")
-        .netns_path("")
-        .conf(&c)
-        .run()
-        .ok_silent();
+    let gone = env.new_attachment("ipvlan", "gone", &c);
+    env.del_netns(&gone.ns);
+    gone.del();
+    env.attachment("ipvlan", &cid("empty"), &gone.ns, &c)
+        .del_with_empty_netns();
     assert_eq!(env.lease_count(&ipam, NET), 0);
 }
 
@@ -120,13 +91,10 @@ fn del_succeeds_without_netns() {
 fn needs_ipam_or_prev_result() {
     let env = TestEnv::new("needs_ipam_or_prev_result");
     let (master, _) = env.veth_pair();
-    let ns = env.netns();
     let mut c = conf(&master, "l2", json!(null));
     c.as_object_mut().unwrap().remove("ipam");
-    env.plugin("ipvlan")
-        .attach("ADD", &cid("noipam"), &ns, "eth0")
-        .conf(&c)
-        .run()
+    env.new_attachment("ipvlan", "noipam", &c)
+        .try_add()
         .expect_err(7, &["ipam"]);
 }
 
@@ -134,12 +102,9 @@ fn needs_ipam_or_prev_result() {
 /// single interface) the no-support error is the same clean 101.
 #[test]
 fn chained_from_prev_result_fails_cleanly() {
-    let env = TestEnv::new("chained_from_prev_result_fails_cleanly");
-    if kernel_has_ipvlan(&env) {
+    let Some((env, master)) = env_without_ipvlan("chained_from_prev_result_fails_cleanly") else {
         return;
-    }
-    let (master, _) = env.veth_pair();
-    let ns = env.netns();
+    };
     let mut c = conf(&master, "l2", json!(null));
     let obj = c.as_object_mut().unwrap();
     obj.remove("ipam");
@@ -149,10 +114,7 @@ fn chained_from_prev_result_fails_cleanly() {
         "interfaces": [{"name": master}],
         "ips": [{"address": "10.123.0.5/24", "interface": 0}]
     });
-    env.plugin("ipvlan")
-        .attach("ADD", &cid("chain"), &ns, "eth0")
-        .conf(&c)
-        .run()
-        .expect_err(101, &["ipvlan", "CONFIG_IPVLAN"]);
-    assert_eq!(link_names(Some(&ns.name)), ["lo".to_string()].into());
+    let att = env.new_attachment("ipvlan", "chain", &c);
+    att.try_add().expect_err(101, &["ipvlan", "CONFIG_IPVLAN"]);
+    assert_only_lo(&att.ns, "failed ADD");
 }

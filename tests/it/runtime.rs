@@ -4,12 +4,9 @@
 //! GC, STATUS), the result cache, DEL after the netns is gone, GC of gone
 //! and forgotten attachments, and the rollback of an ADD that fails midway.
 
-mod common;
-
-use common::*;
+use crate::support::*;
 use serde_json::{json, Value};
 use std::path::{Path, PathBuf};
-use std::time::{Duration, Instant};
 
 const NET: &str = "rtnet";
 
@@ -52,9 +49,9 @@ impl Net {
     }
 
     /// `cnikit net ARGS… --conf-dir … --cache-dir … --cni-path …`.
-    fn call(&self, args: &[&str]) -> Call {
+    fn call<S: AsRef<str>>(&self, args: &[S]) -> Call {
         let mut all = vec!["net"];
-        all.extend_from_slice(args);
+        all.extend(args.iter().map(AsRef::as_ref));
         let conf = self.conf_dir.to_string_lossy().into_owned();
         let cache = self.cache.to_string_lossy().into_owned();
         let tail = [
@@ -69,7 +66,7 @@ impl Net {
         Call::cnikit(&all)
     }
 
-    fn run(&self, args: &[&str]) -> Outcome {
+    fn run<S: AsRef<str>>(&self, args: &[S]) -> Outcome {
         self.call(args).run()
     }
 
@@ -111,17 +108,19 @@ fn bridge_list(version: &str, bridge: &str, ipam: &Value) -> Value {
     })
 }
 
+/// A bridge → portmap list of `version` over IPAM of `kind` (one v4 range):
+/// the list's `Net`, the ipam object, the bridge name and the subnets.
+fn bridge_net(env: &TestEnv, kind: Ipam, version: &str) -> (Net, Value, String, Subnets) {
+    let nets = env.subnets();
+    let ipam = env.ipam(kind, nets.v4_ranges());
+    let bridge = env.link_name("rtb");
+    let net = Net::new(env, &bridge_list(version, &bridge, &ipam));
+    (net, ipam, bridge, nets)
+}
+
 fn version_at_least(v: &str, min: &str) -> bool {
     let key = |s: &str| -> Vec<u32> { s.split('.').map(|p| p.parse().unwrap_or(0)).collect() };
     key(v) >= key(min)
-}
-
-fn eventually(what: &str, mut cond: impl FnMut() -> bool) {
-    let deadline = Instant::now() + Duration::from_secs(5);
-    while !cond() {
-        assert!(Instant::now() < deadline, "timed out waiting until {what}");
-        std::thread::sleep(Duration::from_millis(50));
-    }
 }
 
 /// The result is in the list's version and describes the container interface.
@@ -199,10 +198,7 @@ fn bridge_lists_every_version_both_ipams() {
             if !ipam_speaks(kind, version) {
                 continue;
             }
-            let nets = env.subnets();
-            let ipam = env.ipam(kind, nets.v4_ranges());
-            let bridge = env.link_name("rtb");
-            let net = Net::new(&env, &bridge_list(version, &bridge, &ipam));
+            let (net, ipam, _, nets) = bridge_net(&env, kind, version);
             lifecycle(&env, version, &net, &ipam, Some(&nets.v4_addr(1)));
         }
     }
@@ -261,15 +257,20 @@ fn cache_args_and_versions() {
     let want = other.v4_addr(77);
     let caps = json!({"ipRanges": [[{"subnet": other.v4}]], "portMappings": []}).to_string();
     let cni_args = format!("IgnoreUnknown=1;IP={want}");
-    let add = [
-        "add",
-        NET,
-        &ns.path,
-        "--container-id",
-        "ctr-cache",
-        "--ifname",
-        "eth1",
-    ];
+    // One attachment: `VERB NET [NETNS] --container-id ctr-cache --ifname eth1`.
+    let verb = |verb: &'static str, netns: Option<&str>| -> Vec<String> {
+        [verb, NET]
+            .into_iter()
+            .chain(netns)
+            .chain(["--container-id", "ctr-cache", "--ifname", "eth1"])
+            .map(str::to_string)
+            .collect()
+    };
+    let (add, check, del) = (
+        verb("add", Some(&ns.path)),
+        verb("check", Some(&ns.path)),
+        verb("del", None),
+    );
     let r = net
         .call(&add)
         .env("CAP_ARGS", &caps)
@@ -297,15 +298,6 @@ fn cache_args_and_versions() {
     let file = std::fs::read(net.conf_dir.join("10-rt.conflist")).expect("conflist");
     assert_eq!(e["config"].as_str(), Some(base64(&file).as_str()));
 
-    let check = [
-        "check",
-        NET,
-        &ns.path,
-        "--container-id",
-        "ctr-cache",
-        "--ifname",
-        "eth1",
-    ];
     net.run(&check).ok_silent();
     // CHECK compares the pod with the *cached* result: make the cache lie.
     let path = net.cache.join(&cached[0].0);
@@ -318,14 +310,6 @@ fn cache_args_and_versions() {
     );
     write_json(&path, e);
 
-    let del = [
-        "del",
-        NET,
-        "--container-id",
-        "ctr-cache",
-        "--ifname",
-        "eth1",
-    ];
     net.run(&del).ok_silent();
     assert!(
         link(Some(&ns.name), "eth1").is_none(),
@@ -360,10 +344,7 @@ fn base64(bytes: &[u8]) -> String {
 fn del_with_the_netns_gone() {
     let env = TestEnv::new("del_with_the_netns_gone");
     for kind in Ipam::BOTH {
-        let nets = env.subnets();
-        let ipam = env.ipam(kind, nets.v4_ranges());
-        let bridge = env.link_name("rtb");
-        let net = Net::new(&env, &bridge_list("1.0.0", &bridge, &ipam));
+        let (net, ipam, bridge, _) = bridge_net(&env, kind, "1.0.0");
         let ns = env.netns();
         net.run(&["add", NET, &ns.path]).result();
         env.del_netns(&ns);
@@ -380,10 +361,7 @@ fn del_with_the_netns_gone() {
 #[test]
 fn gc_gone_and_forgotten_attachments() {
     let env = TestEnv::new("gc_gone_and_forgotten_attachments");
-    let nets = env.subnets();
-    let ipam = env.ipam(Ipam::Ipamd, nets.v4_ranges());
-    let bridge = env.link_name("rtb");
-    let net = Net::new(&env, &bridge_list("1.1.0", &bridge, &ipam));
+    let (net, ipam, _, _) = bridge_net(&env, Ipam::Ipamd, "1.1.0");
     let pods: Vec<(Netns, String)> = (0..3)
         .map(|i| (env.netns(), format!("ctr-gc-{i}")))
         .collect();
@@ -494,10 +472,7 @@ fn legacy_conf_and_unknown_network() {
 #[test]
 fn del_reuses_cached_capability_args() {
     let env = TestEnv::new("del_reuses_cached_capability_args");
-    let nets = env.subnets();
-    let ipam = env.ipam(Ipam::Ipamd, nets.v4_ranges());
-    let bridge = env.link_name("rtb");
-    let net = Net::new(&env, &bridge_list("1.1.0", &bridge, &ipam));
+    let (net, _, _, _) = bridge_net(&env, Ipam::Ipamd, "1.1.0");
     let caps =
         json!({"portMappings": [{"hostPort": 18080, "containerPort": 80, "protocol": "tcp"}]});
     for _ in 0..2 {

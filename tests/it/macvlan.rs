@@ -2,10 +2,9 @@
 //! test host namespace (both ends up, so it has carrier); containers on the
 //! same master in bridge mode reach each other through the macvlan switch.
 
-mod common;
-
-use common::*;
+use crate::support::*;
 use serde_json::{json, Value};
+use std::collections::BTreeSet;
 
 const NET: &str = "mvnet";
 
@@ -23,20 +22,11 @@ fn conf(version: &str, master: &str, ipam: Option<Value>) -> Value {
     c
 }
 
-fn cid(tag: &str) -> String {
-    format!("ctr-{tag}-{}", short_hash())
-}
-
-/// ADD as eth0 into `ns`, which must succeed; the result.
-fn add(env: &TestEnv, id: &str, ns: &Netns, c: &Value) -> Value {
-    let call = env.plugin("macvlan").attach("ADD", id, ns, "eth0");
-    call.conf(c).run().result()
-}
-
-/// DEL of eth0 from `ns`, which must succeed.
-fn del(env: &TestEnv, id: &str, ns: &Netns, c: &Value) {
-    let call = env.plugin("macvlan").attach("DEL", id, ns, "eth0");
-    call.conf(c).run().ok_silent();
+/// A 1.0.0 config on a new master (one end of a veth pair), without IPAM,
+/// with the `extra` keys.
+fn l2_conf(env: &TestEnv, extra: Value) -> Value {
+    let (master, _) = env.veth_pair();
+    merged(conf("1.0.0", &master, None), extra)
 }
 
 /// `ip -d link` of eth0 in the netns must be a macvlan in `mode`.
@@ -70,6 +60,22 @@ fn check_layout(version: &str, r: &Value, ns: &Netns, families: usize) {
     }
 }
 
+/// ADD both, then each pings the other's address of every family in `v6s`.
+fn add_and_ping_each_other(pair: &[Attachment; 2], v6s: &[bool]) -> [Value; 2] {
+    let results = [pair[0].add(), pair[1].add()];
+    if v6s.contains(&true) {
+        for att in pair {
+            wait_ipv6_ready(Some(&att.ns.name));
+        }
+    }
+    for (from, to) in [(&pair[0], &results[1]), (&pair[1], &results[0])] {
+        for &v6 in v6s {
+            assert_ping(&from.ns.name, &first_addr(to, v6));
+        }
+    }
+    results
+}
+
 /// The version matrix body: two containers on one master (bridge mode),
 /// dual-stack ipamd, layout, kernel state, ping v4+v6 both ways, CHECK
 /// (≥ 0.4.0), DEL, DEL again.
@@ -78,39 +84,27 @@ fn matrix(version: &str) {
     let (master, _) = env.veth_pair();
     let nets = env.subnets();
     let ipam = env.ipam(Ipam::Ipamd, nets.dual_ranges());
-    let c = conf(version, &master, Some(ipam.clone()));
-    let (a, b) = (env.netns(), env.netns());
-    let (ida, idb) = (cid("a"), cid("b"));
-    let ra = add(&env, &ida, &a, &c);
-    let rb = add(&env, &idb, &b, &c);
-    for (ns, r) in [(&a, &ra), (&b, &rb)] {
-        check_layout(version, r, ns, 2);
-        let l = assert_macvlan(ns, "bridge");
+    let pair = env.pair("macvlan", &conf(version, &master, Some(ipam.clone())));
+    let results = add_and_ping_each_other(&pair, &[false, true]);
+    for (att, r) in pair.iter().zip(&results) {
+        check_layout(version, r, &att.ns, 2);
+        let l = assert_macvlan(&att.ns, "bridge");
         assert_eq!(l["address"], r["interfaces"][0]["mac"]);
-        let want: std::collections::BTreeSet<String> = result_addresses(r).into_iter().collect();
-        assert_eq!(addrs(Some(&ns.name), "eth0"), want);
+        let want: BTreeSet<String> = result_addresses(r).into_iter().collect();
+        assert_eq!(addrs(Some(&att.ns.name), "eth0"), want);
     }
     assert_eq!(env.lease_count(&ipam, NET), 4);
-    wait_ipv6_ready(Some(&a.name));
-    wait_ipv6_ready(Some(&b.name));
-    assert_ping(&a.name, &first_addr(&rb, false));
-    assert_ping(&a.name, &first_addr(&rb, true));
-    assert_ping(&b.name, &first_addr(&ra, false));
-    assert_ping(&b.name, &first_addr(&ra, true));
     if version != "0.3.1" {
-        for (id, ns, r) in [(&ida, &a, &ra), (&idb, &b, &rb)] {
-            env.plugin("macvlan")
-                .attach("CHECK", id, ns, "eth0")
-                .conf(&with_prev(&c, r))
-                .run()
-                .ok_silent();
+        for (att, r) in pair.iter().zip(&results) {
+            att.check(r);
         }
     }
-    for (id, ns) in [(&ida, &a), (&idb, &b)] {
-        for _ in 0..2 {
-            del(&env, id, ns, &c);
-        }
-        assert!(link(Some(&ns.name), "eth0").is_none(), "DEL removes eth0");
+    for att in &pair {
+        att.del_twice();
+        assert!(
+            link(Some(&att.ns.name), "eth0").is_none(),
+            "DEL removes eth0"
+        );
     }
     assert_eq!(env.lease_count(&ipam, NET), 0);
 }
@@ -146,16 +140,11 @@ fn two_containers_ping_v4_both_ipams() {
         let (master, _) = env.veth_pair();
         let nets = env.subnets();
         let ipam = env.ipam(kind, nets.v4_ranges());
-        let c = conf("1.0.0", &master, Some(ipam.clone()));
-        let (a, b) = (env.netns(), env.netns());
-        let (ida, idb) = (cid("a"), cid("b"));
-        let ra = add(&env, &ida, &a, &c);
-        let rb = add(&env, &idb, &b, &c);
-        assert_ping(&a.name, &first_addr(&rb, false));
-        assert_ping(&b.name, &first_addr(&ra, false));
+        let pair = env.pair("macvlan", &conf("1.0.0", &master, Some(ipam.clone())));
+        add_and_ping_each_other(&pair, &[false]);
         assert_eq!(env.lease_count(&ipam, NET), 2, "{kind:?}");
-        for (id, ns) in [(&ida, &a), (&idb, &b)] {
-            del(&env, id, ns, &c);
+        for att in &pair {
+            att.del();
         }
         assert_eq!(env.lease_count(&ipam, NET), 0, "{kind:?}");
         if kind == Ipam::IpamdDaemon {
@@ -179,25 +168,19 @@ fn every_mode_creates_that_mode() {
         (Some("passthru"), "passthru"),
         (None, "bridge"),
     ] {
-        let (master, _) = env.veth_pair();
-        let mut c = conf("1.0.0", &master, None);
+        let mut c = l2_conf(&env, json!({}));
         match mode {
             Some(m) => c["mode"] = json!(m),
             None => {
                 c.as_object_mut().unwrap().remove("mode");
             }
         }
-        let ns = env.netns();
-        let id = cid("mode");
-        let r = add(&env, &id, &ns, &c);
-        assert_macvlan(&ns, want);
-        env.plugin("macvlan")
-            .attach("CHECK", &id, &ns, "eth0")
-            .conf(&with_prev(&c, &r))
-            .run()
-            .ok_silent();
-        del(&env, &id, &ns, &c);
-        assert!(link(Some(&ns.name), "eth0").is_none());
+        let att = env.new_attachment("macvlan", "mode", &c);
+        let r = att.add();
+        assert_macvlan(&att.ns, want);
+        att.check(&r);
+        att.del();
+        assert!(link(Some(&att.ns.name), "eth0").is_none());
     }
 }
 
@@ -206,11 +189,8 @@ fn every_mode_creates_that_mode() {
 #[test]
 fn l2_only_without_ipam() {
     let env = TestEnv::new("l2_only_without_ipam");
-    let (master, _) = env.veth_pair();
-    let c = conf("1.0.0", &master, None);
-    let ns = env.netns();
-    let id = cid("l2");
-    let r = add(&env, &id, &ns, &c);
+    let att = env.new_attachment("macvlan", "l2", &l2_conf(&env, json!({})));
+    let r = att.add();
     assert_eq!(r["interfaces"].as_array().map(Vec::len), Some(1), "{r}");
     assert_eq!(r["interfaces"][0]["name"], "eth0", "{r}");
     assert!(
@@ -218,18 +198,25 @@ fn l2_only_without_ipam() {
             .is_none_or(|ips| ips.as_array().is_some_and(Vec::is_empty)),
         "no IPs: {r}"
     );
-    let l = assert_macvlan(&ns, "bridge");
-    assert!(l["flags"].as_array().unwrap().contains(&json!("UP")), "{l}");
+    let l = assert_macvlan(&att.ns, "bridge");
+    assert!(has_flag(&l, "UP"), "{l}");
     assert!(
-        addrs(Some(&ns.name), "eth0").is_empty(),
+        addrs(Some(&att.ns.name), "eth0").is_empty(),
         "no addresses besides link-local"
     );
-    env.plugin("macvlan")
-        .attach("CHECK", &id, &ns, "eth0")
-        .conf(&with_prev(&c, &r))
-        .run()
-        .ok_silent();
-    del(&env, &id, &ns, &c);
+    att.check(&r);
+    att.del();
+}
+
+/// A 1.0.0 macvlan over v4 ipamd on a new master, attached as `ctr-TAG-…`
+/// and ADDed: the attachment, the master and the ipam object.
+fn add_v4<'e>(env: &'e TestEnv, tag: &str) -> (Attachment<'e>, String, Value) {
+    let (master, _) = env.veth_pair();
+    let nets = env.subnets();
+    let ipam = env.ipam(Ipam::Ipamd, nets.v4_ranges());
+    let att = env.new_attachment("macvlan", tag, &conf("1.0.0", &master, Some(ipam.clone())));
+    att.add();
+    (att, master, ipam)
 }
 
 /// Proves: DEL never needs the master: it succeeds (twice) after the master
@@ -237,18 +224,10 @@ fn l2_only_without_ipam() {
 #[test]
 fn del_when_master_is_gone() {
     let env = TestEnv::new("del_when_master_is_gone");
-    let (master, _) = env.veth_pair();
-    let nets = env.subnets();
-    let ipam = env.ipam(Ipam::Ipamd, nets.v4_ranges());
-    let c = conf("1.0.0", &master, Some(ipam.clone()));
-    let ns = env.netns();
-    let id = cid("nomaster");
-    add(&env, &id, &ns, &c);
+    let (att, master, ipam) = add_v4(&env, "nomaster");
     ip(&["link", "del", &master]);
-    for _ in 0..2 {
-        del(&env, &id, &ns, &c);
-    }
-    assert!(link(Some(&ns.name), "eth0").is_none());
+    att.del_twice();
+    assert!(link(Some(&att.ns.name), "eth0").is_none());
     assert_eq!(env.lease_count(&ipam, NET), 0);
 }
 
@@ -257,30 +236,14 @@ fn del_when_master_is_gone() {
 #[test]
 fn del_when_netns_is_gone() {
     let env = TestEnv::new("del_when_netns_is_gone");
-    let (master, _) = env.veth_pair();
-    let nets = env.subnets();
-    let ipam = env.ipam(Ipam::Ipamd, nets.v4_ranges());
-    let c = conf("1.0.0", &master, Some(ipam.clone()));
-    let ns = env.netns();
-    let id = cid("nons");
-    add(&env, &id, &ns, &c);
-    env.del_netns(&ns);
-    for _ in 0..2 {
-        del(&env, &id, &ns, &c);
-    }
+    let (att, _, ipam) = add_v4(&env, "nons");
+    env.del_netns(&att.ns);
+    att.del_twice();
     assert_eq!(env.lease_count(&ipam, NET), 0);
 
-    let ns2 = env.netns();
-    let id2 = cid("emptyns");
-    add(&env, &id2, &ns2, &c);
-    env.plugin("macvlan")
-        .command("DEL")
-        .container(&id2)
-        .ifname("eth0")
-        .netns_path("")
-        .conf(&c)
-        .run()
-        .ok_silent();
+    let att2 = env.new_attachment("macvlan", "emptyns", &att.conf);
+    att2.add();
+    att2.del_with_empty_netns();
     assert_eq!(env.lease_count(&ipam, NET), 0);
 }
 
@@ -288,26 +251,20 @@ fn del_when_netns_is_gone() {
 #[test]
 fn mtu_and_mac() {
     let env = TestEnv::new("mtu_and_mac");
-    let (master, _) = env.veth_pair();
-    let mut c = conf("1.0.0", &master, None);
-    c["mtu"] = json!(1280);
-    c["mac"] = json!("0a:58:0a:0b:0c:0d");
-    let ns = env.netns();
-    let id = cid("mtu");
-    let r = add(&env, &id, &ns, &c);
-    let l = assert_macvlan(&ns, "bridge");
+    let mut c = l2_conf(&env, json!({"mtu": 1280, "mac": "0a:58:0a:0b:0c:0d"}));
+    let att = env.new_attachment("macvlan", "mtu", &c);
+    let r = att.add();
+    let l = assert_macvlan(&att.ns, "bridge");
     assert_eq!(l["mtu"], 1280);
     assert_eq!(l["address"], "0a:58:0a:0b:0c:0d");
     assert_eq!(r["interfaces"][0]["mac"], "0a:58:0a:0b:0c:0d", "{r}");
-    del(&env, &id, &ns, &c);
+    att.del();
 
     c["mtu"] = json!(9000);
-    env.plugin("macvlan")
-        .attach("ADD", &cid("bigmtu"), &ns, "eth0")
-        .conf(&c)
-        .run()
+    env.attachment("macvlan", &cid("bigmtu"), &att.ns, &c)
+        .try_add()
         .expect_err(7, &["mtu", "9000"]);
-    assert_eq!(link_names(Some(&ns.name)), ["lo".to_string()].into());
+    assert_only_lo(&att.ns, "refused ADD");
 }
 
 /// Proves: a missing master is code 7 naming it: a named one, or none where
@@ -315,23 +272,18 @@ fn mtu_and_mac() {
 /// default route to pick one from.
 #[test]
 fn missing_master() {
-    let env = TestEnv::new("missing_master");
-    let ns = env.netns();
+    let (env, ns) = TestEnv::with_netns("missing_master");
     let ghost = ifname_with("ghost");
-    env.plugin("macvlan")
-        .attach("ADD", &cid("ghost"), &ns, "eth0")
-        .conf(&conf("1.0.0", &ghost, None))
-        .run()
+    env.attachment("macvlan", &cid("ghost"), &ns, &conf("1.0.0", &ghost, None))
+        .try_add()
         .expect_err(7, &[&ghost]);
     let mut c = conf("1.0.0", "x", None);
     c.as_object_mut().unwrap().remove("master");
     c["linkInContainer"] = json!(true);
-    env.plugin("macvlan")
-        .attach("ADD", &cid("nomaster"), &ns, "eth0")
-        .conf(&c)
-        .run()
+    env.attachment("macvlan", &cid("nomaster"), &ns, &c)
+        .try_add()
         .expect_err(7, &["master", "default route"]);
-    assert_eq!(link_names(Some(&ns.name)), ["lo".to_string()].into());
+    assert_only_lo(&ns, "refused ADD");
 }
 
 /// Proves: with no master, the host's default-route link (its own eth0, as
@@ -345,19 +297,14 @@ fn no_master_uses_the_hosts_eth0() {
     let ipam = env.ipam(Ipam::Ipamd, nets.v4_ranges());
     let mut c = conf("1.0.0", "x", Some(ipam.clone()));
     c.as_object_mut().unwrap().remove("master");
-    let (a, b) = (env.netns(), env.netns());
-    let (ida, idb) = (cid("a"), cid("b"));
-    let mut results = Vec::new();
-    for (id, ns) in [(&ida, &a), (&idb, &b)] {
-        let r = add(&env, id, ns, &c);
-        let l = assert_macvlan(ns, "bridge");
+    let pair = env.pair("macvlan", &c);
+    add_and_ping_each_other(&pair, &[false]);
+    for att in &pair {
+        let l = assert_macvlan(&att.ns, "bridge");
         assert_eq!(l["link_index"], host["ifindex"], "on the host's eth0: {l}");
-        results.push(r);
     }
-    assert_ping(&a.name, &first_addr(&results[1], false));
-    assert_ping(&b.name, &first_addr(&results[0], false));
-    for (id, ns) in [(&ida, &a), (&idb, &b)] {
-        del(&env, id, ns, &c);
+    for att in &pair {
+        att.del();
     }
     assert_eq!(env.lease_count(&ipam, NET), 0);
     let after = link(None, HOST_IF).expect("the host's eth0 is still there");
@@ -377,14 +324,9 @@ fn failed_add_leaves_nothing() {
     let ipam = env.ipam(Ipam::Ipamd, json!([[{"subnet": nets.v4_slash30(0)}]]));
     let c = conf("1.0.0", &master, Some(ipam.clone()));
 
-    let ns = env.netns();
-    let (_h, peer) = env.veth_pair();
-    ip(&["link", "set", &peer, "netns", &ns.name]);
-    ip(&["-n", &ns.name, "link", "set", &peer, "name", "eth0"]);
-    env.plugin("macvlan")
-        .attach("ADD", &cid("dup"), &ns, "eth0")
-        .conf(&c)
-        .run()
+    let ns = env.netns_with_foreign_eth0();
+    env.attachment("macvlan", &cid("dup"), &ns, &c)
+        .try_add()
         .expect_err(102, &["eth0"]);
     assert_eq!(env.lease_count(&ipam, NET), 0);
     assert_eq!(
@@ -393,23 +335,16 @@ fn failed_add_leaves_nothing() {
         "existing eth0 untouched"
     );
 
-    let (n1, n2) = (env.netns(), env.netns());
-    let id1 = cid("one");
-    add(&env, &id1, &n1, &c);
-    let e = env
-        .plugin("macvlan")
-        .attach("ADD", &cid("two"), &n2, "eth0")
-        .conf(&c)
-        .run()
-        .err();
+    let [one, two] = [
+        env.new_attachment("macvlan", "one", &c),
+        env.new_attachment("macvlan", "two", &c),
+    ];
+    one.add();
+    let e = two.try_add().err();
     assert_eq!(e.code, 103, "{e:?}");
-    assert_eq!(
-        link_names(Some(&n2.name)),
-        ["lo".to_string()].into(),
-        "the macvlan is removed again"
-    );
+    assert_only_lo(&two.ns, "the macvlan is removed again");
     assert_eq!(env.lease_count(&ipam, NET), 1);
-    del(&env, &id1, &n1, &c);
+    one.del();
     assert_eq!(env.lease_count(&ipam, NET), 0);
 }
 
@@ -418,13 +353,9 @@ fn failed_add_leaves_nothing() {
 #[test]
 fn bcqueuelen_sets_the_broadcast_queue() {
     let env = TestEnv::new("bcqueuelen_sets_the_broadcast_queue");
-    let (master, _) = env.veth_pair();
-    let mut c = conf("1.0.0", &master, None);
-    c["bcqueuelen"] = json!(321);
-    let ns = env.netns();
-    let id = cid("bcq");
-    add(&env, &id, &ns, &c);
-    let l = assert_macvlan(&ns, "bridge");
+    let att = env.new_attachment("macvlan", "bcq", &l2_conf(&env, json!({"bcqueuelen": 321})));
+    att.add();
+    let l = assert_macvlan(&att.ns, "bridge");
     assert_eq!(l["linkinfo"]["info_data"]["bcqueuelen"], 321, "{l}");
-    del(&env, &id, &ns, &c);
+    att.del();
 }

@@ -1,15 +1,15 @@
-//! Traffic helpers for the firewall tests (portmap, ipMasq): tiny TCP and UDP
+//! Traffic for the firewall tests (portmap, ipMasq): tiny TCP and UDP
 //! servers inside a netns that answer with their name and the peer address
 //! they saw, and clients that run in any netns. Threads enter a netns with
-//! setns(2) (per thread for network namespaces), so no external tools.
+//! setns(2) (per thread for network namespaces), so no external tools. Also
+//! the nftables ruleset, read back with `nft`.
 
-#![allow(dead_code)]
-
+use serde_json::Value;
 use std::fs::File;
 use std::io::{Read, Write};
 use std::net::{SocketAddr, TcpListener, TcpStream, UdpSocket};
 use std::os::fd::AsRawFd;
-use std::sync::atomic::{AtomicBool, AtomicU16, Ordering};
+use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::Arc;
 use std::thread::JoinHandle;
 use std::time::{Duration, Instant};
@@ -17,26 +17,26 @@ use std::time::{Duration, Instant};
 const TIMEOUT: Duration = Duration::from_secs(2);
 
 /// Run `f` in the network namespace at `ns` (None: the test's own).
-pub fn in_ns<T: Send + 'static>(ns: Option<&str>, f: impl FnOnce() -> T + Send + 'static) -> T {
+fn in_netns<T: Send + 'static>(ns: Option<&str>, f: impl FnOnce() -> T + Send + 'static) -> T {
     match ns {
         None => f(),
-        Some(path) => {
-            let path = path.to_string();
-            std::thread::spawn(move || {
-                enter(&path);
-                f()
-            })
-            .join()
-            .expect("netns thread panicked")
-        }
+        Some(path) => spawn_in(path, f).join().expect("netns thread panicked"),
     }
 }
 
-fn enter(path: &str) {
-    let f = File::open(path).unwrap_or_else(|e| panic!("open netns {path}: {e}"));
-    // SAFETY: setns on an fd we own; affects only this thread.
-    let rc = unsafe { libc::setns(f.as_raw_fd(), libc::CLONE_NEWNET) };
-    assert_eq!(rc, 0, "setns {path}: {}", std::io::Error::last_os_error());
+/// A thread that enters the network namespace at `path`, then runs `f`.
+fn spawn_in<T: Send + 'static>(
+    path: &str,
+    f: impl FnOnce() -> T + Send + 'static,
+) -> JoinHandle<T> {
+    let path = path.to_string();
+    std::thread::spawn(move || {
+        let ns = File::open(&path).unwrap_or_else(|e| panic!("open netns {path}: {e}"));
+        // SAFETY: setns on an fd we own; affects only this thread.
+        let rc = unsafe { libc::setns(ns.as_raw_fd(), libc::CLONE_NEWNET) };
+        assert_eq!(rc, 0, "setns {path}: {}", std::io::Error::last_os_error());
+        f()
+    })
 }
 
 /// A TCP and a UDP server on `[::]:port` (dual stack) inside a netns; they
@@ -72,14 +72,6 @@ impl Drop for Servers {
             let _ = t.join();
         }
     }
-}
-
-fn spawn_in(ns: &str, f: impl FnOnce() + Send + 'static) -> JoinHandle<()> {
-    let path = ns.to_string();
-    std::thread::spawn(move || {
-        enter(&path);
-        f()
-    })
 }
 
 fn serve_tcp(port: u16, name: &str, stop: &AtomicBool) {
@@ -123,7 +115,7 @@ fn plain(peer: SocketAddr) -> String {
 /// connecting from netns `ns`; None when nothing answers within 2 s.
 pub fn tcp_ask(ns: Option<&str>, addr: &str) -> Option<String> {
     let addr: SocketAddr = addr.parse().expect("socket address");
-    in_ns(ns, move || {
+    in_netns(ns, move || {
         let mut s = TcpStream::connect_timeout(&addr, TIMEOUT).ok()?;
         s.set_read_timeout(Some(TIMEOUT)).ok()?;
         let mut out = String::new();
@@ -136,7 +128,7 @@ pub fn tcp_ask(ns: Option<&str>, addr: &str) -> Option<String> {
 /// conntrack flow every time); None on silence or ICMP unreachable.
 pub fn udp_ask(ns: Option<&str>, addr: &str) -> Option<String> {
     let addr: SocketAddr = addr.parse().expect("socket address");
-    in_ns(ns, move || {
+    in_netns(ns, move || {
         let local = if addr.is_ipv4() {
             "0.0.0.0:0"
         } else {
@@ -171,14 +163,6 @@ pub fn eventually_answers(mut ask: impl FnMut() -> Option<String>) -> Option<Str
     }
 }
 
-/// Host ports unique within this test process (and unlikely to meet another
-/// run's leftovers), below the ephemeral range.
-pub fn host_port() -> u16 {
-    static NEXT: AtomicU16 = AtomicU16::new(0);
-    let base = 20000 + (std::process::id() % 50) as u16 * 200;
-    base + NEXT.fetch_add(1, Ordering::Relaxed) % 200
-}
-
 /// `host:port` with IPv6 in brackets.
 pub fn sock(host: &str, port: u16) -> String {
     if host.contains(':') {
@@ -188,12 +172,25 @@ pub fn sock(host: &str, port: u16) -> String {
     }
 }
 
+fn nft_output(args: &[&str]) -> std::process::Output {
+    std::process::Command::new("nft")
+        .args(args)
+        .output()
+        .expect("run nft")
+}
+
+/// `nft ARGS` (the tests may read and poke the ruleset; the plugins never
+/// exec nft): success and stdout + stderr.
+pub fn nft(args: &[&str]) -> (bool, String) {
+    let out = nft_output(args);
+    let text =
+        String::from_utf8_lossy(&out.stdout).into_owned() + &String::from_utf8_lossy(&out.stderr);
+    (out.status.success(), text)
+}
+
 /// `nft -j list ruleset` as text (for "no trace of X" checks).
 pub fn ruleset_json() -> String {
-    let out = std::process::Command::new("nft")
-        .args(["-j", "list", "ruleset"])
-        .output()
-        .expect("run nft");
+    let out = nft_output(&["-j", "list", "ruleset"]);
     assert!(
         out.status.success(),
         "nft -j list ruleset: {}",
@@ -202,34 +199,28 @@ pub fn ruleset_json() -> String {
     String::from_utf8_lossy(&out.stdout).into_owned()
 }
 
-/// `nft ARGS` (the tests may read and poke the ruleset; the plugins never exec nft).
-pub fn nft(args: &[&str]) -> (bool, String) {
-    let out = std::process::Command::new("nft")
-        .args(args)
-        .output()
-        .expect("run nft");
-    let text =
-        String::from_utf8_lossy(&out.stdout).into_owned() + &String::from_utf8_lossy(&out.stderr);
-    (out.status.success(), text)
+/// What identifies an attachment in the ruleset: its container ID and the
+/// first address of each family its result has.
+pub fn traces(id: &str, result: &Value) -> Vec<String> {
+    let mut needles = vec![id.to_string()];
+    for v6 in [false, true] {
+        if super::result_addresses(result)
+            .iter()
+            .any(|a| a.contains(':') == v6)
+        {
+            needles.push(format!("\"{}\"", super::first_addr(result, v6)));
+        }
+    }
+    needles
 }
 
-/// How many firewall operations `op` (e.g. "portmap-add") the ipamd daemon on
-/// `socket` applied successfully (its /metrics): proof that the plugins used it.
-pub fn daemon_fw_ops(socket: &serde_json::Value, op: &str) -> u64 {
-    let socket = std::path::Path::new(socket.as_str().expect("daemon socket path"));
-    let metrics =
-        crate::common::ipamd_get(socket, "/metrics").expect("the daemon answers /metrics");
-    let series = format!("ipamd_ext_requests_total{{op=\"firewall.{op}\",outcome=\"ok\"}} ");
-    metrics
-        .lines()
-        .find_map(|l| l.strip_prefix(series.as_str())?.trim().parse().ok())
-        .unwrap_or(0)
-}
-
-/// Make `conf` send its firewall operations to the daemon of `ipam` (a
-/// `Ipam::IpamdDaemon` object); returns the socket.
-pub fn use_daemon(conf: &mut serde_json::Value, ipam: &serde_json::Value) -> serde_json::Value {
-    let socket = ipam["socket"].clone();
-    conf["daemonSocket"] = socket.clone();
-    socket
+/// The ruleset mentions none of `needles`.
+pub fn assert_no_trace(what: &str, needles: &[String]) {
+    let rules = ruleset_json();
+    for n in needles {
+        assert!(
+            !rules.contains(n.as_str()),
+            "{what}: the ruleset still mentions {n}:\n{rules}"
+        );
+    }
 }

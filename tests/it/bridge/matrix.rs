@@ -1,0 +1,309 @@
+//! The version matrix: every result layout from 0.2.0 to 1.1.0, with
+//! host-local and ipamd, real traffic both ways, CHECK, DEL, DEL again.
+
+use super::*;
+
+/// The interface-carrying layouts (0.3.0 and later).
+fn has_interfaces(version: &str) -> bool {
+    !matches!(version, "0.1.0" | "0.2.0")
+}
+
+/// Check that `r` is printed in the layout of `version` and carries what a
+/// gateway bridge attachment in `nets` must carry.
+fn check_layout(version: &str, r: &Value, nets: &Subnets, bridge: &str, ns: &Netns) {
+    assert_eq!(r["cniVersion"], version, "{r}");
+    let gw4 = nets.v4_addr(1);
+    let gw6 = nets.v6_addr(1);
+    if !has_interfaces(version) {
+        check_legacy_layout(r, nets, &gw4, &gw6);
+        return;
+    }
+    assert!(
+        r.get("ip4").is_none() && r.get("ip6").is_none(),
+        "no legacy blocks after 0.2.0: {r}"
+    );
+    let ifs = r["interfaces"]
+        .as_array()
+        .unwrap_or_else(|| panic!("no interfaces: {r}"));
+    assert_eq!(
+        ifs.len(),
+        3,
+        "interfaces must be [bridge, host veth, container]: {r}"
+    );
+    assert_eq!(ifs[0]["name"], bridge, "{r}");
+    assert!(ifs[0].get("sandbox").is_none(), "{r}");
+    assert!(
+        ifs[1]["name"]
+            .as_str()
+            .is_some_and(|n| n.starts_with("veth")),
+        "{r}"
+    );
+    assert!(ifs[1].get("sandbox").is_none(), "{r}");
+    assert_eq!(ifs[2]["name"], "eth0", "{r}");
+    assert_eq!(ifs[2]["sandbox"], ns.path, "{r}");
+    for i in ifs {
+        let mac = i["mac"].as_str().unwrap_or("");
+        assert_eq!(mac.len(), 17, "interface MAC missing: {r}");
+    }
+    let ips = r["ips"].as_array().unwrap_or_else(|| panic!("no ips: {r}"));
+    assert_eq!(ips.len(), 2, "one IPv4 and one IPv6 address: {r}");
+    for ip in ips {
+        let addr = ip["address"].as_str().unwrap();
+        let v6 = addr.contains(':');
+        assert_eq!(
+            ip["interface"], 2,
+            "ips point at the container interface: {r}"
+        );
+        assert_eq!(ip["gateway"], if v6 { &gw6 } else { &gw4 }.as_str(), "{r}");
+        if matches!(version, "0.3.0" | "0.3.1" | "0.4.0") {
+            assert_eq!(
+                ip["version"],
+                if v6 { "6" } else { "4" },
+                "0.3.x/0.4.0 tag ips[].version: {r}"
+            );
+            assert_eq!(keys(ip).len(), 4, "{r}");
+            let first = serde_json::to_string(ip).unwrap();
+            assert!(
+                first.starts_with("{\"version\""),
+                "version comes first: {first}"
+            );
+        } else {
+            assert!(ip.get("version").is_none(), "1.x has no ips[].version: {r}");
+        }
+    }
+    let routes = r["routes"]
+        .as_array()
+        .unwrap_or_else(|| panic!("no routes: {r}"));
+    assert!(
+        routes.contains(&json!({"dst": "0.0.0.0/0", "gw": gw4})),
+        "{r}"
+    );
+    assert!(routes.contains(&json!({"dst": "::/0", "gw": gw6})), "{r}");
+    assert!(r["dns"].is_object(), "{r}");
+}
+
+/// The 0.2.0 layout: only `ip4`/`ip6` blocks (with gateway and default route) and `dns`.
+fn check_legacy_layout(r: &Value, nets: &Subnets, gw4: &str, gw6: &str) {
+    for key in &keys(r) {
+        assert!(
+            ["cniVersion", "ip4", "ip6", "dns"].contains(&key.as_str()),
+            "0.2.0 layout has no {key}: {r}"
+        );
+    }
+    let ip4 = r["ip4"]["ip"]
+        .as_str()
+        .unwrap_or_else(|| panic!("no ip4.ip: {r}"));
+    assert!(
+        ip4.starts_with(nets.v4.trim_end_matches("0/24")) && ip4.ends_with("/24"),
+        "{r}"
+    );
+    let ip6 = r["ip6"]["ip"]
+        .as_str()
+        .unwrap_or_else(|| panic!("no ip6.ip: {r}"));
+    assert!(ip6.ends_with("/64"), "{r}");
+    for (block, gw, default) in [("ip4", gw4, "0.0.0.0/0"), ("ip6", gw6, "::/0")] {
+        assert_eq!(r[block]["gateway"], gw, "{r}");
+        assert!(
+            r[block]["routes"]
+                .as_array()
+                .is_some_and(|a| a.contains(&json!({"dst": default, "gw": gw}))),
+            "{block}.routes needs the default route: {r}"
+        );
+    }
+}
+
+/// Addresses (addr/prefix) the result gives the container, in any layout.
+fn addresses_of(version: &str, r: &Value) -> BTreeSet<String> {
+    if has_interfaces(version) {
+        result_addresses(r).into_iter().collect()
+    } else {
+        ["ip4", "ip6"]
+            .iter()
+            .filter_map(|k| r[k]["ip"].as_str().map(str::to_string))
+            .collect()
+    }
+}
+
+/// The bare address of one family the result gives the container.
+fn addr_of(version: &str, r: &Value, v6: bool) -> String {
+    let all = addresses_of(version, r);
+    let a = all
+        .iter()
+        .find(|x| x.contains(':') == v6)
+        .unwrap_or_else(|| panic!("no address of that family: {r}"));
+    bare(a).to_string()
+}
+
+/// The version matrix body: two containers on one bridge, layout, kernel
+/// state, pings v4/v6 (each other and the gateway), CHECK, DEL, DEL again.
+fn matrix(version: &str, kind: Ipam) {
+    let env = TestEnv::new(&format!("bridge_matrix_{version}_{kind:?}"));
+    let nets = env.subnets();
+    let br = env.link_name("cbr");
+    let ipam = env.ipam(kind, nets.dual_ranges());
+    let [a, b] = env.pair("bridge", &conf(version, &br, ipam.clone()));
+
+    if version == "1.1.0" && kind == Ipam::HostLocal {
+        // Debian's host-local (plugins 1.1.1) speaks up to 1.0.0: the delegate's
+        // own error must come through unchanged, and nothing may be left.
+        let e = a.try_add().err();
+        assert_eq!(
+            e.code, 1,
+            "host-local's incompatible-version error passes through: {e:?}"
+        );
+        assert!(
+            e.msg.contains("host-local")
+                && (e.msg.contains("1.1.0") || e.details.contains("1.1.0")),
+            "the message names the delegate and the version: {e:?}"
+        );
+        assert_only_lo(&a.ns, "failed ADD left links");
+        assert!(
+            bridge_ports(&br).is_empty(),
+            "failed ADD left a port on the bridge"
+        );
+        return;
+    }
+
+    let ports_before = bridge_ports(&br);
+    assert!(ports_before.is_empty());
+    let ra = a.add();
+    let ports_a = bridge_ports(&br);
+    let rb = b.add();
+    let ports_ab = bridge_ports(&br);
+    check_layout(version, &ra, &nets, &br, &a.ns);
+    check_layout(version, &rb, &nets, &br, &b.ns);
+    assert_eq!(ports_a.len(), 1, "one port per attachment");
+    assert_eq!(ports_ab.len(), 2, "one port per attachment");
+    if has_interfaces(version) {
+        assert!(
+            ports_a.contains(host_veth(&ra)),
+            "host veth of A is a bridge port"
+        );
+        assert!(
+            ports_ab.contains(host_veth(&rb)),
+            "host veth of B is a bridge port"
+        );
+    }
+    assert_eq!(
+        env.lease_count(&ipam, NET),
+        4,
+        "two containers × (v4 + v6) leases"
+    );
+
+    // Kernel state matches the results.
+    for (att, r) in [(&a, &ra), (&b, &rb)] {
+        let ns = &att.ns.name;
+        let l = link(Some(ns), "eth0").expect("eth0 in the container");
+        assert_eq!(link_kind(&l), Some("veth"));
+        assert!(has_flag(&l, "UP"), "eth0 is up");
+        if has_interfaces(version) {
+            assert_eq!(
+                l["address"], r["interfaces"][2]["mac"],
+                "container MAC as reported"
+            );
+        }
+        assert_eq!(
+            addrs(Some(ns), "eth0"),
+            addresses_of(version, r),
+            "container addresses"
+        );
+        assert!(
+            routes(Some(ns), "-4").contains(&format!("default via {} dev eth0", nets.v4_addr(1)))
+        );
+        assert!(
+            routes(Some(ns), "-6").contains(&format!("default via {} dev eth0", nets.v6_addr(1)))
+        );
+    }
+    let gw_addrs = addrs(None, &br);
+    assert!(
+        gw_addrs.contains(&format!("{}/24", nets.v4_addr(1))),
+        "gateway on the bridge: {gw_addrs:?}"
+    );
+    assert!(
+        gw_addrs.contains(&format!("{}/64", nets.v6_addr(1))),
+        "gateway on the bridge: {gw_addrs:?}"
+    );
+
+    // Real traffic, both families, both directions, and the gateway.
+    wait_ipv6_ready(Some(&a.ns.name));
+    wait_ipv6_ready(Some(&b.ns.name));
+    wait_ipv6_ready(None);
+    for (from, to) in [(&a, &rb), (&b, &ra)] {
+        for v6 in [false, true] {
+            assert_ping(&from.ns.name, &addr_of(version, to, v6));
+        }
+    }
+    assert_ping(&a.ns.name, &nets.v4_addr(1));
+    assert_ping(&a.ns.name, &nets.v6_addr(1));
+
+    // CHECK exists from 0.4.0 on.
+    if !matches!(version, "0.2.0" | "0.3.1") {
+        a.check(&ra);
+        b.check(&rb);
+    }
+
+    // DEL, DEL again; the veth is gone from the netns and from the bridge.
+    a.del_twice();
+    assert!(link(Some(&a.ns.name), "eth0").is_none(), "DEL removes eth0");
+    assert_eq!(bridge_ports(&br).len(), 1, "DEL removes A's host veth");
+    assert_eq!(
+        env.lease_count(&ipam, NET),
+        2,
+        "DEL releases A's leases only"
+    );
+    assert_ping(&b.ns.name, &nets.v4_addr(1));
+    b.del_twice();
+    assert!(link(Some(&b.ns.name), "eth0").is_none());
+    assert!(bridge_ports(&br).is_empty(), "no veth left on the bridge");
+    for p in ports_ab {
+        assert!(link(None, &p).is_none(), "host veth {p} still exists");
+    }
+    assert_eq!(env.lease_count(&ipam, NET), 0, "all leases released");
+    if kind == Ipam::IpamdDaemon {
+        assert!(
+            ipamd_daemon_allocations(&ipam) >= 2,
+            "the daemon, not the in-process fallback, served the ADDs"
+        );
+    }
+}
+
+/// One test per cell, so a failure names its version and IPAM.
+macro_rules! cells {
+    ($($(#[$doc:meta])* $name:ident: $version:literal, $kind:ident;)*) => {
+        $(
+            $(#[$doc])*
+            #[test]
+            fn $name() {
+                matrix($version, Ipam::$kind);
+            }
+        )*
+    };
+}
+
+cells! {
+    /// Proves: bridge with ipamd served by its daemon (0.4.0: CHECK too).
+    matrix_0_4_0_ipamd_daemon: "0.4.0", IpamdDaemon;
+    /// Proves: bridge with ipamd served by its daemon, 1.1.0 layout.
+    matrix_1_1_0_ipamd_daemon: "1.1.0", IpamdDaemon;
+    /// Proves: matrix cell 0.2.0 × host-local (legacy ip4/ip6 layout).
+    matrix_0_2_0_host_local: "0.2.0", HostLocal;
+    /// Proves: matrix cell 0.2.0 × ipamd.
+    matrix_0_2_0_ipamd: "0.2.0", Ipamd;
+    /// Proves: matrix cell 0.3.1 × host-local (ips[].version layout, no CHECK).
+    matrix_0_3_1_host_local: "0.3.1", HostLocal;
+    /// Proves: matrix cell 0.3.1 × ipamd.
+    matrix_0_3_1_ipamd: "0.3.1", Ipamd;
+    /// Proves: matrix cell 0.4.0 × host-local (with CHECK).
+    matrix_0_4_0_host_local: "0.4.0", HostLocal;
+    /// Proves: matrix cell 0.4.0 × ipamd.
+    matrix_0_4_0_ipamd: "0.4.0", Ipamd;
+    /// Proves: matrix cell 1.0.0 × host-local.
+    matrix_1_0_0_host_local: "1.0.0", HostLocal;
+    /// Proves: matrix cell 1.0.0 × ipamd.
+    matrix_1_0_0_ipamd: "1.0.0", Ipamd;
+    /// Proves: 1.1.0 × host-local: the reference host-local refuses 1.1.0 and
+    /// its error (code 1) reaches the runtime, with nothing left behind.
+    matrix_1_1_0_host_local: "1.1.0", HostLocal;
+    /// Proves: matrix cell 1.1.0 × ipamd.
+    matrix_1_1_0_ipamd: "1.1.0", Ipamd;
+}

@@ -1,0 +1,37 @@
+//! The integration tests: one test binary (`cargo test --test it`), one
+//! module per area, sharing the harness in [`support`]. They run the built
+//! `cnikit` binary as a runtime does, on the kernel, and only inside the
+//! throwaway namespace `tests/run` makes: `tests/run --test it bridge::`
+//! runs one module's tests.
+
+mod support;
+
+/// Two tests of `$body(daemon: bool)`: `$plain` without the ipamd daemon,
+/// `$via_daemon` with the daemon applying the firewall changes.
+macro_rules! without_and_with_daemon {
+    ($body:ident: $plain:ident, $via_daemon:ident) => {
+        #[test]
+        fn $plain() {
+            $body(false);
+        }
+
+        #[test]
+        fn $via_daemon() {
+            $body(true);
+        }
+    };
+}
+
+mod bridge;
+mod cli;
+mod firewall;
+mod harness;
+mod ipamd;
+mod ipamd_activation;
+mod ipvlan;
+mod loopback;
+mod macvlan;
+mod portmap;
+mod protocol;
+mod runtime;
+mod runtime_input;

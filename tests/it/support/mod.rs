@@ -1,0 +1,50 @@
+//! Shared harness of the integration tests.
+//!
+//! Every test runs the built `cnikit` binary exactly as a container runtime
+//! does: a clean environment with the CNI_* variables, the network
+//! configuration on stdin, the result (or error object) on stdout. Kernel state
+//! is read back with `ip -j`, and connectivity is proven with real pings and
+//! TCP/UDP exchanges between namespaces the test created.
+//!
+//! The suite must run inside the throwaway "host" namespace that `tests/run`
+//! sets up (new network + mount namespace, tmpfs on /run/netns, /var/lib/cni
+//! and /run/cnikit). [`TestEnv::new`] refuses to run anywhere else, so a plain
+//! `cargo test` on a developer machine never touches the real network.
+//!
+//! Everything a test creates (netns, links, daemons, temp dirs with IPAM
+//! state) is named uniquely — tests run in parallel threads of one process —
+//! and removed in `Drop`, also when the test panics.
+//!
+//! - [`isolation`]: the proof that we run in the throwaway namespace, and the
+//!   test host's uplink;
+//! - [`names`]: unique names, container IDs, subnets and host ports;
+//! - [`fixture`]: [`TestEnv`], one test's world, and [`Netns`], [`Ipam`];
+//! - [`call`]: one plugin execution ([`Call`]) and what it produced ([`Outcome`]);
+//! - [`attachment`]: the usual ADD/CHECK/DEL sequences of one attachment;
+//! - [`json`]: reading results and building configs;
+//! - [`kernel`]: kernel state (`ip -j`), pings, waiting;
+//! - [`ipamd`]: the ipamd daemon as a child process, its HTTP API, metrics and leases;
+//! - [`traffic`]: TCP/UDP servers and clients in namespaces, the nft ruleset;
+//! - [`rng`]: a small random number generator for the fuzz and churn loops.
+
+pub mod attachment;
+pub mod call;
+pub mod fixture;
+pub mod ipamd;
+pub mod isolation;
+pub mod json;
+pub mod kernel;
+pub mod names;
+pub mod rng;
+pub mod traffic;
+
+pub use attachment::*;
+pub use call::*;
+pub use fixture::*;
+pub use ipamd::*;
+pub use isolation::*;
+pub use json::*;
+pub use kernel::*;
+pub use names::*;
+pub use rng::*;
+pub use traffic::*;
