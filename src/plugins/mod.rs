@@ -9,6 +9,7 @@ pub mod portmap;
 
 mod common;
 mod container;
+mod portmap_marker;
 #[cfg(test)]
 mod portmap_tests;
 

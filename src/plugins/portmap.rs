@@ -3,6 +3,7 @@
 //! `prevResult`; the result is `prevResult` unchanged. The nftables side
 //! (maps, masquerade, ownership tags) is in `firewall::portmap`.
 
+use super::portmap_marker;
 use crate::cni::{CniResult, Code, Error, Plugin, Request};
 use crate::firewall::conntrack::{self, UdpPort};
 use crate::firewall::portmap::{Mapping, Masquerade, Op, Proto};
@@ -124,7 +125,7 @@ impl Plugin for Portmap {
             }
             .into(),
         )?;
-        mapped_marker::set(req);
+        portmap_marker::set(req);
         flush_stale_udp(&*fw, &mappings, &container);
         Ok(prev)
     }
@@ -168,7 +169,7 @@ impl Plugin for Portmap {
             },
             |m| !m.is_empty(),
         );
-        if !has_mappings && !mapped_marker::is_set(req) {
+        if !has_mappings && !portmap_marker::is_set(req) {
             return Ok(());
         }
         conf.firewall(req).apply(
@@ -177,7 +178,7 @@ impl Plugin for Portmap {
             }
             .into(),
         )?;
-        mapped_marker::clear(req);
+        portmap_marker::clear(req);
         Ok(())
     }
 
@@ -201,43 +202,6 @@ impl Plugin for Portmap {
             .into(),
         )?;
         Ok(())
-    }
-}
-
-/// A file per attachment that has port mappings, under /run (cleared on
-/// reboot, like the rules themselves). It lets DEL without
-/// `runtimeConfig.portMappings` find out, with one stat and no netlink,
-/// whether there is anything to remove. Best effort: a missing marker only
-/// means such a DEL leaves the entries to GC, as the reference always does.
-mod mapped_marker {
-    use crate::cni::Request;
-    use std::path::PathBuf;
-
-    const DIR: &str = "/run/cnikit/portmap";
-
-    /// `:` cannot occur in a network name, a container ID or an ifname.
-    fn path(req: &Request) -> PathBuf {
-        PathBuf::from(DIR).join(format!(
-            "{}:{}:{}",
-            req.conf.name,
-            req.container_id(),
-            req.ifname()
-        ))
-    }
-
-    pub(super) fn set(req: &Request) {
-        let made = std::fs::create_dir_all(DIR).and_then(|()| std::fs::write(path(req), b""));
-        if let Err(e) = made {
-            eprintln!("portmap: cannot record the mapping marker in {DIR}: {e}");
-        }
-    }
-
-    pub(super) fn is_set(req: &Request) -> bool {
-        path(req).exists()
-    }
-
-    pub(super) fn clear(req: &Request) {
-        let _ = std::fs::remove_file(path(req));
     }
 }
 

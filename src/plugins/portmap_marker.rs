@@ -1,0 +1,206 @@
+//! A file per attachment that has port mappings, under /run (cleared on
+//! reboot, like the rules themselves). It lets DEL without
+//! `runtimeConfig.portMappings` find out, with one stat and no netlink,
+//! whether there is anything to remove. Best effort: a missing marker only
+//! means such a DEL leaves the entries to GC, as the reference always does.
+//!
+//! Safety of the files, whatever the runtime's umask and whoever else is on
+//! the node: `/run/cnikit` (0755) and `/run/cnikit/portmap` (0700) must be
+//! directories owned by this plugin's user (root) that nobody else can write;
+//! one that is not is refused and reported, never used. Markers are created
+//! relative to the directory's descriptor with `O_NOFOLLOW`, mode 0600, and
+//! only regular files count as markers. Their name is the SHA-256 of the
+//! attachment key, so any container ID length fits a file name.
+
+use crate::cni::Request;
+use sha2::{Digest, Sha256};
+use std::ffi::CString;
+use std::io;
+use std::os::fd::{AsRawFd, FromRawFd, OwnedFd, RawFd};
+use std::path::Path;
+
+/// `/run/cnikit/portmap`: the system's `/run`, then directories of ours.
+const BASE: &str = "/run";
+const SUB: [&str; 2] = ["cnikit", "portmap"];
+
+pub(super) fn set(req: &Request) {
+    if let Err(e) = set_in(Path::new(BASE), &SUB, &key(req)) {
+        eprintln!("portmap: cannot record the mapping marker: {e}");
+    }
+}
+
+pub(super) fn is_set(req: &Request) -> bool {
+    is_set_in(Path::new(BASE), &SUB, &key(req))
+}
+
+pub(super) fn clear(req: &Request) {
+    if let Err(e) = clear_in(Path::new(BASE), &SUB, &key(req)) {
+        eprintln!("portmap: cannot remove the mapping marker: {e}");
+    }
+}
+
+/// The attachment key, one byte string: NUL cannot occur in a network name,
+/// a container ID or an ifname, so distinct keys give distinct strings.
+fn key(req: &Request) -> Vec<u8> {
+    [req.conf.name.as_str(), req.container_id(), req.ifname()]
+        .join("\0")
+        .into_bytes()
+}
+
+/// The marker's file name: 64 hex digits, whatever the key's length.
+fn name(key: &[u8]) -> CString {
+    let hex: String = Sha256::digest(key)
+        .iter()
+        .map(|b| format!("{b:02x}"))
+        .collect();
+    CString::new(hex).unwrap_or_default()
+}
+
+fn set_in(base: &Path, sub: &[&str], key: &[u8]) -> io::Result<()> {
+    let dirfd = open_dir(base, sub, true)?.ok_or_else(|| io::Error::other("vanished"))?;
+    // SAFETY: a NUL-terminated name relative to a directory descriptor we own.
+    let fd = unsafe {
+        libc::openat(
+            dirfd.as_raw_fd(),
+            name(key).as_ptr(),
+            libc::O_WRONLY | libc::O_CREAT | libc::O_NOFOLLOW | libc::O_CLOEXEC | libc::O_NOCTTY,
+            0o600 as libc::c_uint,
+        )
+    };
+    if fd < 0 {
+        return Err(io::Error::last_os_error());
+    }
+    // SAFETY: a descriptor the kernel just gave us.
+    let file = unsafe { OwnedFd::from_raw_fd(fd) };
+    // Explicit whatever the umask was when the file was created.
+    // SAFETY: fchmod of a descriptor we own.
+    if unsafe { libc::fchmod(file.as_raw_fd(), 0o600) } != 0 {
+        return Err(io::Error::last_os_error());
+    }
+    Ok(())
+}
+
+fn is_set_in(base: &Path, sub: &[&str], key: &[u8]) -> bool {
+    let Ok(Some(dirfd)) = open_dir(base, sub, false) else {
+        return false;
+    };
+    stat_at(dirfd.as_raw_fd(), &name(key))
+        .is_some_and(|st| st.st_mode & libc::S_IFMT == libc::S_IFREG)
+}
+
+fn clear_in(base: &Path, sub: &[&str], key: &[u8]) -> io::Result<()> {
+    let Some(dirfd) = open_dir(base, sub, false)? else {
+        return Ok(());
+    };
+    // SAFETY: a NUL-terminated name relative to a directory descriptor we own.
+    let rc = unsafe { libc::unlinkat(dirfd.as_raw_fd(), name(key).as_ptr(), 0) };
+    if rc != 0 {
+        let e = io::Error::last_os_error();
+        if e.kind() != io::ErrorKind::NotFound {
+            return Err(e);
+        }
+    }
+    Ok(())
+}
+
+/// Opens `base/sub[0]/sub[1]/…` below `base` (the system's `/run`, trusted)
+/// component by component without following symlinks, creating the missing
+/// ones when `create` (the last one 0700, the others 0755), and checks each is
+/// a directory of ours that no one else may write. None: it does not exist
+/// and `create` is false.
+fn open_dir(base: &Path, sub: &[&str], create: bool) -> io::Result<Option<OwnedFd>> {
+    let c = |s: &[u8]| CString::new(s).map_err(|_| io::Error::other("NUL in a path"));
+    let mut fd = open_at(libc::AT_FDCWD, &c(base.as_os_str().as_encoded_bytes())?)?;
+    let mut at = base.to_path_buf();
+    for (i, part) in sub.iter().enumerate() {
+        at.push(part);
+        let name = c(part.as_bytes())?;
+        let mode = if i + 1 == sub.len() { 0o700 } else { 0o755 };
+        let next = match open_at(fd.as_raw_fd(), &name) {
+            Err(e) if e.kind() == io::ErrorKind::NotFound && create => {
+                // SAFETY: a NUL-terminated name relative to a descriptor we own.
+                let made = unsafe { libc::mkdirat(fd.as_raw_fd(), name.as_ptr(), mode) } == 0;
+                if !made {
+                    let e = io::Error::last_os_error();
+                    // Another plugin run made it meanwhile: checked below like any.
+                    if e.kind() != io::ErrorKind::AlreadyExists {
+                        return Err(e);
+                    }
+                }
+                let next = open_at(fd.as_raw_fd(), &name)?;
+                // The umask may have taken bits away, or (000) left others'.
+                // SAFETY: fchmod of a descriptor we own.
+                if made && unsafe { libc::fchmod(next.as_raw_fd(), mode) } != 0 {
+                    return Err(io::Error::last_os_error());
+                }
+                next
+            }
+            Err(e) if e.kind() == io::ErrorKind::NotFound => return Ok(None),
+            Err(e) => return Err(explain(&at, e)),
+            Ok(next) => next,
+        };
+        check_safe(&next).map_err(|why| {
+            io::Error::other(format!(
+                "refusing {}: {why}; it must be a directory owned by uid {} that only its owner can write",
+                at.display(),
+                // SAFETY: geteuid cannot fail.
+                unsafe { libc::geteuid() }
+            ))
+        })?;
+        fd = next;
+    }
+    Ok(Some(fd))
+}
+
+fn explain(at: &Path, e: io::Error) -> io::Error {
+    if e.raw_os_error() == Some(libc::ELOOP) || e.raw_os_error() == Some(libc::ENOTDIR) {
+        return io::Error::other(format!(
+            "refusing {}: not a directory (a symlink?)",
+            at.display()
+        ));
+    }
+    e
+}
+
+/// A directory, never through a symlink.
+fn open_at(dirfd: RawFd, name: &std::ffi::CStr) -> io::Result<OwnedFd> {
+    let flags = libc::O_RDONLY | libc::O_DIRECTORY | libc::O_NOFOLLOW | libc::O_CLOEXEC;
+    // SAFETY: a NUL-terminated name relative to a valid descriptor.
+    let fd = unsafe { libc::openat(dirfd, name.as_ptr(), flags) };
+    if fd < 0 {
+        return Err(io::Error::last_os_error());
+    }
+    // SAFETY: a descriptor the kernel just gave us.
+    Ok(unsafe { OwnedFd::from_raw_fd(fd) })
+}
+
+fn check_safe(dir: &OwnedFd) -> Result<(), String> {
+    // SAFETY: fstat of a descriptor we own into a zeroed struct.
+    let mut st: libc::stat = unsafe { std::mem::zeroed() };
+    if unsafe { libc::fstat(dir.as_raw_fd(), &mut st) } != 0 {
+        return Err(io::Error::last_os_error().to_string());
+    }
+    // SAFETY: geteuid cannot fail.
+    let me = unsafe { libc::geteuid() };
+    if st.st_uid != me {
+        return Err(format!("it is owned by uid {}", st.st_uid));
+    }
+    if st.st_mode & 0o022 != 0 {
+        return Err(format!(
+            "its mode {:o} lets others write",
+            st.st_mode & 0o7777
+        ));
+    }
+    Ok(())
+}
+
+fn stat_at(dirfd: RawFd, name: &std::ffi::CStr) -> Option<libc::stat> {
+    // SAFETY: fstatat without following a symlink, into a zeroed struct.
+    let mut st: libc::stat = unsafe { std::mem::zeroed() };
+    let rc = unsafe { libc::fstatat(dirfd, name.as_ptr(), &mut st, libc::AT_SYMLINK_NOFOLLOW) };
+    (rc == 0).then_some(st)
+}
+
+#[cfg(test)]
+#[path = "portmap_marker_tests.rs"]
+mod tests;
