@@ -1,7 +1,7 @@
 //! `cnikit ipamd daemon`: serve the lease stores of one data dir on a unix socket.
 
-use std::fs::{DirBuilder, File, OpenOptions};
-use std::os::unix::fs::{DirBuilderExt, OpenOptionsExt, PermissionsExt};
+use std::fs::{DirBuilder, File};
+use std::os::unix::fs::{DirBuilderExt, PermissionsExt};
 use std::os::unix::net::{UnixListener as StdListener, UnixStream as StdStream};
 use std::path::{Path, PathBuf};
 use std::sync::Arc;
@@ -177,21 +177,11 @@ fn prepare(opts: DaemonOptions, store_opts: StoreOptions) -> Result<Prepared, Er
     })?;
     log::set_level(level);
 
-    DirBuilder::new()
-        .recursive(true)
-        .mode(0o755)
-        .create(&opts.data_dir)
-        .map_err(|e| unavailable(format!("creating {}", opts.data_dir.display()), &e))?;
+    crate::files::create_dir(&opts.data_dir, crate::files::DATA_DIR_MODE)?;
+    crate::files::check_owner(&opts.data_dir)?;
     // The name starts with a dot, which the network-name charset forbids: no clash.
     let lock_path = opts.data_dir.join(".daemon.lock");
-    let instance_lock = OpenOptions::new()
-        .read(true)
-        .write(true)
-        .create(true)
-        .truncate(false)
-        .mode(0o600)
-        .open(&lock_path)
-        .map_err(|e| unavailable(format!("opening {}", lock_path.display()), &e))?;
+    let instance_lock = crate::files::open_lock(&lock_path)?;
     match instance_lock.try_lock() {
         Ok(()) => {}
         Err(std::fs::TryLockError::WouldBlock) => {

@@ -15,6 +15,7 @@ use std::collections::BTreeMap;
 use std::fs::{File, OpenOptions};
 use std::io::{Read, Seek, SeekFrom, Write};
 use std::net::IpAddr;
+use std::os::unix::fs::OpenOptionsExt;
 use std::path::Path;
 use std::sync::atomic::{AtomicU64, Ordering};
 
@@ -165,7 +166,12 @@ pub(crate) fn fsync_file(f: &File, path: &Path) -> Result<(), Error> {
 
 /// fsync a directory so a rename or a new entry in it survives a crash.
 pub(crate) fn fsync_dir(dir: &Path) -> Result<(), Error> {
-    let d = File::open(dir).map_err(|e| Error::io(format!("opening {}", dir.display()), &e))?;
+    let d = crate::files::open_nofollow(
+        OpenOptions::new()
+            .read(true)
+            .custom_flags(libc::O_DIRECTORY),
+        dir,
+    )?;
     FSYNCS.fetch_add(1, Ordering::Relaxed);
     d.sync_all()
         .map_err(|e| Error::io(format!("fsync {}", dir.display()), &e))
@@ -175,12 +181,14 @@ pub(crate) fn fsync_dir(dir: &Path) -> Result<(), Error> {
 pub(crate) fn write_atomic(dir: &Path, name: &str, bytes: &[u8]) -> Result<(), Error> {
     let tmp = dir.join(format!("{name}.tmp"));
     let dst = dir.join(name);
-    let mut f = OpenOptions::new()
-        .write(true)
-        .create(true)
-        .truncate(true)
-        .open(&tmp)
-        .map_err(|e| Error::io(format!("creating {}", tmp.display()), &e))?;
+    // A temp file left by a crash, or anything planted in its place, goes first: the new
+    // one is created exclusively, so it can never be a link to somewhere else.
+    match std::fs::remove_file(&tmp) {
+        Ok(()) => {}
+        Err(e) if e.kind() == std::io::ErrorKind::NotFound => {}
+        Err(e) => return Err(Error::io(format!("removing {}", tmp.display()), &e)),
+    }
+    let mut f = crate::files::create_new(&tmp)?;
     f.write_all(bytes)
         .map_err(|e| Error::io(format!("writing {}", tmp.display()), &e))?;
     FSYNCS.fetch_add(1, Ordering::Relaxed);
@@ -204,11 +212,13 @@ pub(crate) fn header(generation: u64) -> Vec<u8> {
 
 /// The snapshot, if any, and its size in bytes.
 pub(crate) fn read_snapshot(path: &Path) -> Result<(Option<Snapshot>, u64), Error> {
-    let bytes = match std::fs::read(path) {
-        Ok(b) => b,
-        Err(e) if e.kind() == std::io::ErrorKind::NotFound => return Ok((None, 0)),
-        Err(e) => return Err(Error::io(format!("reading {}", path.display()), &e)),
-    };
+    if std::fs::symlink_metadata(path).is_err_and(|e| e.kind() == std::io::ErrorKind::NotFound) {
+        return Ok((None, 0));
+    }
+    let mut bytes = Vec::new();
+    crate::files::open_nofollow(OpenOptions::new().read(true), path)?
+        .read_to_end(&mut bytes)
+        .map_err(|e| Error::io(format!("reading {}", path.display()), &e))?;
     let snap: Snapshot = serde_json::from_slice(&bytes)
         .map_err(|e| Error::internal(format!("snapshot {} is unreadable: {e}", path.display())))?;
     if snap.version != 1 {

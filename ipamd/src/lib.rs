@@ -11,7 +11,7 @@
 //! - [`daemon`]: `cnikit ipamd daemon`.
 //! - [`service`]: typed services the daemon hosts besides the lease API, each with its own
 //!   request, response, error and permission check (cnikit's firewall is one).
-//! - internal: `addr` (address arithmetic), `pool` (range arithmetic), `journal`
+//! - internal: `addr` (address arithmetic), `files` (modes, no links, root-owned dirs), `pool` (range arithmetic), `journal`
 //!   (checksummed records + snapshots), `store` (one network's state under a flock), `server` (HTTP over the unix socket).
 
 mod addr;
@@ -21,6 +21,7 @@ pub mod client;
 pub mod config;
 pub mod daemon;
 mod error;
+mod files;
 mod journal;
 pub mod log;
 mod peer;

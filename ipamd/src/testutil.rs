@@ -54,3 +54,37 @@ pub(crate) fn req(net: &str, cid: &str, range_sets: &[RangeSet]) -> AllocateRequ
         requested: vec![],
     }
 }
+
+/// Run the calling test alone in a child process (the test binary again, filtered to it):
+/// for tests that measure the whole process (fds, threads) or change process-wide state
+/// (umask), which the tests running beside them on other threads would disturb. Returns
+/// true in the child, which then does the work; in the parent it waits for the child and
+/// fails if the child did.
+pub(crate) fn in_child(test: &str) -> bool {
+    const ENV: &str = "IPAMD_TEST_CHILD";
+    if std::env::var(ENV).as_deref() == Ok(test) {
+        return true;
+    }
+    let out = std::process::Command::new(std::env::current_exe().unwrap())
+        .args([test, "--exact", "--nocapture", "--test-threads=1"])
+        .env(ENV, test)
+        .output()
+        .unwrap();
+    let text = format!(
+        "{}{}",
+        String::from_utf8_lossy(&out.stdout),
+        String::from_utf8_lossy(&out.stderr)
+    );
+    assert!(out.status.success(), "child {test} failed:\n{text}");
+    assert!(
+        text.contains("1 passed"),
+        "child {test} ran nothing:\n{text}"
+    );
+    false
+}
+
+/// Open file descriptors and threads of this process.
+pub(crate) fn fds_and_threads() -> (usize, usize) {
+    let count = |p: &str| std::fs::read_dir(p).unwrap().count();
+    (count("/proc/self/fd"), count("/proc/self/task"))
+}

@@ -19,7 +19,7 @@ use crate::api::{
     LeaseInfo, LeaseKey, LeasesResponse, StatusRequest,
 };
 use crate::config::RangeSet;
-use crate::store::{list_networks, Store, StoreOptions};
+use crate::store::{list_networks, run_once, unexpected, Op, Reply, StoreOptions};
 use crate::{Error, ErrorKind};
 
 /// The lease API: the daemon at a socket, and the data dir to work on when it does not serve.
@@ -51,7 +51,10 @@ impl Client {
             "/v1/allocate",
             Some(req),
             |r: AllocateResponse| r.allocations,
-            || self.store(&req.key.network)?.allocate(req),
+            || match self.local(&req.key.network, Op::Allocate(req.clone()))? {
+                Reply::Allocations(a) => Ok(a),
+                other => Err(unexpected(&other)),
+            },
         )
     }
 
@@ -64,8 +67,11 @@ impl Client {
             Some(key),
             |_: serde_json::Value| (),
             || {
-                self.store(&key.network)?
-                    .release(&key.container_id, &key.ifname)
+                let op = Op::Release {
+                    cid: key.container_id.clone(),
+                    ifname: key.ifname.clone(),
+                };
+                self.local(&key.network, op).map(|_| ())
             },
         )
     }
@@ -79,8 +85,14 @@ impl Client {
             Some(key),
             |r: AllocateResponse| r.allocations,
             || {
-                self.store(&key.network)?
-                    .check(&key.container_id, &key.ifname)
+                let op = Op::Check {
+                    cid: key.container_id.clone(),
+                    ifname: key.ifname.clone(),
+                };
+                match self.local(&key.network, op)? {
+                    Reply::Allocations(a) => Ok(a),
+                    other => Err(unexpected(&other)),
+                }
             },
         )
     }
@@ -97,7 +109,10 @@ impl Client {
             "/v1/status",
             Some(&req),
             |_: serde_json::Value| (),
-            || self.store(network)?.status(range_sets),
+            || {
+                self.local(network, Op::Status(range_sets.to_vec()))
+                    .map(|_| ())
+            },
         )
     }
 
@@ -114,7 +129,10 @@ impl Client {
             "/v1/gc",
             Some(&req),
             |r: GcResponse| r.freed,
-            || self.store(network)?.gc(&req.valid),
+            || match self.local(network, Op::Gc(req.valid.clone()))? {
+                Reply::Freed(n) => Ok(n),
+                other => Err(unexpected(&other)),
+            },
         )
     }
 
@@ -139,15 +157,19 @@ impl Client {
                 };
                 let mut out = Vec::new();
                 for n in names {
-                    out.extend(self.store(&n)?.leases()?);
+                    match self.local(&n, Op::Leases)? {
+                        Reply::Leases(l) => out.extend(l),
+                        other => return Err(unexpected(&other)),
+                    }
                 }
                 Ok(out)
             },
         )
     }
 
-    fn store(&self, network: &str) -> Result<Store, Error> {
-        Store::open(&self.data_dir, network, StoreOptions::default())
+    /// The operation in this process; reads of a network with no store create nothing.
+    fn local(&self, network: &str, op: Op) -> Result<Reply, Error> {
+        run_once(&self.data_dir, network, StoreOptions::default(), op)
     }
 
     /// Ask the daemon; run `local` when it does not serve the request.

@@ -22,6 +22,8 @@ use crate::peer::Peer;
 use crate::service::Services;
 
 pub(crate) use registry::Registry;
+#[cfg(test)]
+pub(crate) use registry::MAX_OPEN_STORES;
 
 /// A client must send a complete request head this fast (also bounds idle keep-alive).
 const HEADER_TIMEOUT: Duration = Duration::from_secs(10);

@@ -1,36 +1,70 @@
-//! The daemon's open stores, one per network, each served by its own writer thread.
+//! The daemon's open stores, each served by its own writer thread while it is open.
 //!
 //! Requests for a network are queued to its writer; the writer takes everything queued,
 //! runs it as one batch under one flock, fsyncs once, and answers them all. That is the
 //! group commit: with N concurrent requests a network pays about one fsync per batch instead
 //! of N, and no request is answered before its record is durable.
+//!
+//! Stores are opened on demand and closed again, so what the daemon holds does not grow with
+//! the number of network names anyone asks about: a writer closes its store after
+//! [`IDLE_CLOSE`] without requests, at most [`MAX_OPEN_STORES`] are open (the least recently
+//! used idle one is closed to make room; when every open one is busy the request waits for
+//! one to finish), and a request that needs no store (anything but an allocation, on a
+//! network with nothing on disk) is answered as for an empty network without creating one.
 
-use std::collections::HashMap;
+use std::collections::{BTreeMap, HashMap};
 use std::path::{Path, PathBuf};
-use std::sync::mpsc;
-use std::sync::{Arc, Mutex, MutexGuard};
+use std::sync::atomic::{AtomicUsize, Ordering};
+use std::sync::mpsc::{self, RecvTimeoutError};
+use std::sync::{Arc, Mutex, MutexGuard, Weak};
 use std::thread::JoinHandle;
+use std::time::{Duration, Instant};
 
 use tokio::sync::oneshot;
 
 use crate::config::{canonicalize_range_sets, RangeSet};
 use crate::log::Level;
-use crate::store::{list_networks, usage, Op, Reply, Store, StoreOptions};
+use crate::store::{answer_empty, list_networks, run_once, usage, Op, Reply, Store, StoreOptions};
 use crate::{log_at, Error};
 
 use super::metrics::{Metrics, NetworkUsage};
 
 /// Most operations run in one batch (bounds the latency of the first one queued).
 const MAX_BATCH: usize = 256;
+/// Stores (two fds and one writer thread each) open at once.
+pub(crate) const MAX_OPEN_STORES: usize = 64;
+/// A writer closes its store after this long without requests.
+const IDLE_CLOSE: Duration = Duration::from_secs(10);
+/// How often a request waiting for a free store slot looks again (only when every one of
+/// the [`MAX_OPEN_STORES`] stores is in the middle of a batch).
+const FULL_RETRY: Duration = Duration::from_millis(2);
 
 type Job = (Op, oneshot::Sender<Result<Reply, Error>>);
 
-struct Slot {
-    queue: mpsc::Sender<Job>,
-    store: Arc<Mutex<Store>>,
+/// What a network's writer shares with the registry.
+struct Shared {
+    store: Mutex<Store>,
+    /// Jobs queued and not yet answered; a store is closed only when this is 0, which the
+    /// registry's lock makes exact (jobs are counted and queued under it).
+    pending: AtomicUsize,
     /// Range sets of the latest valid request, to report free addresses in /metrics.
     range_sets: Mutex<Vec<RangeSet>>,
-    writer: Mutex<Option<JoinHandle<()>>>,
+}
+
+struct Slot {
+    id: u64,
+    queue: mpsc::Sender<Job>,
+    shared: Arc<Shared>,
+    last_used: Instant,
+    writer: Option<JoinHandle<()>>,
+}
+
+#[derive(Default)]
+struct Open {
+    slots: HashMap<String, Slot>,
+    next_id: u64,
+    /// /metrics gauges of networks whose store was closed, as of closing.
+    closed: BTreeMap<String, (u128, Option<u128>)>,
 }
 
 pub(crate) struct Registry {
@@ -38,9 +72,17 @@ pub(crate) struct Registry {
     /// (device, inode) of `data_dir`, to recognize it under any path.
     data_dir_id: Option<(u64, u64)>,
     opts: StoreOptions,
-    slots: Mutex<HashMap<String, Arc<Slot>>>,
+    open: Arc<Mutex<Open>>,
     pub(crate) metrics: Metrics,
     pub(crate) allowed_gid: Option<u32>,
+}
+
+/// The outcome of one attempt to hand an op to a writer.
+enum Submitted {
+    Queued(oneshot::Receiver<Result<Reply, Error>>),
+    Answered(Result<Reply, Error>),
+    /// Every store slot is busy: try again shortly.
+    Full(Op),
 }
 
 fn lock<T>(m: &Mutex<T>) -> MutexGuard<'_, T> {
@@ -49,9 +91,23 @@ fn lock<T>(m: &Mutex<T>) -> MutexGuard<'_, T> {
     m.lock().unwrap_or_else(|e| e.into_inner())
 }
 
-/// The writer thread of one network.
-fn writer(network: String, store: Arc<Mutex<Store>>, queue: mpsc::Receiver<Job>) {
-    while let Ok(first) = queue.recv() {
+/// The writer thread of one network; returns when its slot is closed.
+fn writer(
+    network: String,
+    id: u64,
+    shared: Arc<Shared>,
+    queue: mpsc::Receiver<Job>,
+    open: Weak<Mutex<Open>>,
+) {
+    loop {
+        let first = match queue.recv_timeout(IDLE_CLOSE) {
+            Ok(j) => j,
+            Err(RecvTimeoutError::Disconnected) => break,
+            Err(RecvTimeoutError::Timeout) => match open.upgrade() {
+                Some(open) if !lock(&open).close(&network, id) => continue,
+                _ => break,
+            },
+        };
         let mut jobs = vec![first];
         while jobs.len() < MAX_BATCH {
             match queue.try_recv() {
@@ -59,22 +115,93 @@ fn writer(network: String, store: Arc<Mutex<Store>>, queue: mpsc::Receiver<Job>)
                 Err(_) => break,
             }
         }
+        let n = jobs.len();
         let (ops, replies): (Vec<Op>, Vec<_>) = jobs.into_iter().unzip();
         // Only the batch itself holds the store; the fsync runs without it.
-        let batch = lock(&store).execute_batch(&ops);
+        let batch = lock(&shared.store).execute_batch(&ops);
         let results = batch.finish();
         for (reply, result) in replies.into_iter().zip(results) {
             // The requester may have gone away (client hung up); nothing to do then.
             let _ = reply.send(result);
         }
+        shared.pending.fetch_sub(n, Ordering::SeqCst);
     }
-    log_at!(Level::Debug, "network {network}: writer stopped");
+    log_at!(Level::Debug, "network {network}: store closed");
 }
 
 /// A directory's identity (device, inode), as clients send it.
 fn dir_id(path: &Path) -> Option<(u64, u64)> {
     use std::os::unix::fs::MetadataExt;
     std::fs::metadata(path).ok().map(|m| (m.dev(), m.ino()))
+}
+
+impl Open {
+    /// Close `network`'s store if it is still slot `id` and has nothing queued. Dropping
+    /// the slot drops the queue's sender, which ends the writer.
+    fn close(&mut self, network: &str, id: u64) -> bool {
+        match self.slots.get(network) {
+            Some(s) if s.id == id && s.shared.pending.load(Ordering::SeqCst) == 0 => {}
+            _ => return false,
+        }
+        if let Some(slot) = self.slots.remove(network) {
+            let gauges = slot.shared.gauges();
+            self.closed.insert(network.to_string(), gauges);
+        }
+        true
+    }
+
+    /// Close the least recently used idle store; false when all are busy.
+    fn evict_one(&mut self) -> bool {
+        let victim = self
+            .slots
+            .iter()
+            .filter(|(_, s)| s.shared.pending.load(Ordering::SeqCst) == 0)
+            .min_by_key(|(_, s)| s.last_used)
+            .map(|(n, s)| (n.clone(), s.id));
+        match victim {
+            Some((network, id)) => self.close(&network, id),
+            None => false,
+        }
+    }
+
+    /// Count and queue `op` on `network`'s slot; `Full` when it has none.
+    fn send(&mut self, network: &str, op: Op) -> Submitted {
+        let Some(slot) = self.slots.get_mut(network) else {
+            return Submitted::Full(op);
+        };
+        slot.last_used = Instant::now();
+        match &op {
+            Op::Allocate(r) => slot.shared.remember(&r.range_sets),
+            Op::Status(s) => slot.shared.remember(s),
+            _ => {}
+        }
+        let (tx, rx) = oneshot::channel();
+        slot.shared.pending.fetch_add(1, Ordering::SeqCst);
+        if slot.queue.send((op, tx)).is_err() {
+            slot.shared.pending.fetch_sub(1, Ordering::SeqCst);
+            let e = Error::internal(format!("the writer of network {network} is gone"));
+            return Submitted::Answered(Err(e));
+        }
+        Submitted::Queued(rx)
+    }
+}
+
+impl Shared {
+    fn gauges(&self) -> (u128, Option<u128>) {
+        let sets = lock(&self.range_sets).clone();
+        let store = lock(&self.store);
+        let in_use = store.state().by_addr.len() as u128;
+        let free = (!sets.is_empty()).then(|| usage(store.state(), &sets).1);
+        (in_use, free)
+    }
+
+    /// Keep the request's range sets for /metrics, only if valid (pool arithmetic relies
+    /// on validated bounds).
+    fn remember(&self, range_sets: &[RangeSet]) {
+        if let Ok(sets) = canonicalize_range_sets(range_sets) {
+            *lock(&self.range_sets) = sets;
+        }
+    }
 }
 
 impl Registry {
@@ -84,39 +211,74 @@ impl Registry {
             data_dir,
             data_dir_id,
             opts,
-            slots: Mutex::new(HashMap::new()),
+            open: Arc::new(Mutex::new(Open::default())),
             metrics: Metrics::default(),
             allowed_gid,
         }
     }
 
-    fn slot(&self, network: &str) -> Result<Arc<Slot>, Error> {
-        let mut slots = lock(&self.slots);
-        if let Some(s) = slots.get(network) {
-            return Ok(Arc::clone(s));
+    /// Hand `op` to `network`'s writer, opening its store first if need be.
+    fn submit(&self, network: &str, op: Op) -> Submitted {
+        let op = match lock(&self.open).send(network, op) {
+            Submitted::Full(op) => op,
+            done => return done,
+        };
+        // Opened outside the registry's lock: creating a network's directory fsyncs.
+        let store = if matches!(op, Op::Allocate(_)) {
+            Store::open(&self.data_dir, network, self.opts.clone()).map(Some)
+        } else {
+            Store::open_existing(&self.data_dir, network, self.opts.clone())
+        };
+        let store = match store {
+            Ok(Some(s)) => s,
+            Ok(None) => return Submitted::Answered(answer_empty(&op, &self.opts.boot_id)),
+            Err(e) => return Submitted::Answered(Err(e)),
+        };
+        let mut open = lock(&self.open);
+        if !open.slots.contains_key(network) {
+            if open.slots.len() >= MAX_OPEN_STORES && !open.evict_one() {
+                return Submitted::Full(op);
+            }
+            if let Err(e) = self.start_writer(&mut open, network, store) {
+                return Submitted::Answered(Err(e));
+            }
         }
-        let store = Arc::new(Mutex::new(Store::open(
-            &self.data_dir,
-            network,
-            self.opts.clone(),
-        )?));
+        open.send(network, op)
+    }
+
+    fn start_writer(&self, open: &mut Open, network: &str, store: Store) -> Result<(), Error> {
+        let shared = Arc::new(Shared {
+            store: Mutex::new(store),
+            pending: AtomicUsize::new(0),
+            range_sets: Mutex::new(Vec::new()),
+        });
+        let id = open.next_id;
+        open.next_id += 1;
         let (tx, rx) = mpsc::channel();
-        let (name, st) = (network.to_string(), Arc::clone(&store));
+        let (name, sh, weak) = (
+            network.to_string(),
+            Arc::clone(&shared),
+            Arc::downgrade(&self.open),
+        );
         let handle = std::thread::Builder::new()
             .name(format!(
                 "ipamd-{}",
                 network.chars().take(9).collect::<String>()
             ))
-            .spawn(move || writer(name, st, rx))
+            .spawn(move || writer(name, id, sh, rx, weak))
             .map_err(|e| Error::internal(format!("cannot start writer for {network}: {e}")))?;
-        let slot = Arc::new(Slot {
-            queue: tx,
-            store,
-            range_sets: Mutex::new(Vec::new()),
-            writer: Mutex::new(Some(handle)),
-        });
-        slots.insert(network.to_string(), Arc::clone(&slot));
-        Ok(slot)
+        open.closed.remove(network);
+        open.slots.insert(
+            network.to_string(),
+            Slot {
+                id,
+                queue: tx,
+                shared,
+                last_used: Instant::now(),
+                writer: Some(handle),
+            },
+        );
+        Ok(())
     }
 
     /// Refuse a client whose fallback store (its `ipam.dataDir`, from the
@@ -148,43 +310,28 @@ impl Registry {
         )))
     }
 
-    /// Queue `op` for `network`'s writer; the answer arrives on the returned channel.
-    fn submit(
-        &self,
-        network: &str,
-        op: Op,
-    ) -> Result<oneshot::Receiver<Result<Reply, Error>>, Error> {
-        let slot = self.slot(network)?;
-        match &op {
-            Op::Allocate(r) => slot.remember(&r.range_sets),
-            Op::Status(s) => slot.remember(s),
-            _ => {}
-        }
-        let (tx, rx) = oneshot::channel();
-        slot.queue
-            .send((op, tx))
-            .map_err(|_| Error::internal(format!("the writer of network {network} is gone")))?;
-        Ok(rx)
-    }
-
     /// Run `op` on `network` from async code.
-    pub(crate) async fn call(&self, network: &str, op: Op) -> Result<Reply, Error> {
-        let rx = self.submit(network, op)?;
-        rx.await
-            .unwrap_or_else(|_| Err(Error::internal("the network's writer dropped the request")))
-    }
-
-    /// Run `op` on `network` from a thread outside the runtime (start-up).
-    fn call_blocking(&self, network: &str, op: Op) -> Result<Reply, Error> {
-        let rx = self.submit(network, op)?;
-        rx.blocking_recv()
-            .unwrap_or_else(|_| Err(Error::internal("the network's writer dropped the request")))
+    pub(crate) async fn call(&self, network: &str, mut op: Op) -> Result<Reply, Error> {
+        loop {
+            match self.submit(network, op) {
+                Submitted::Answered(r) => return r,
+                Submitted::Queued(rx) => {
+                    return rx.await.unwrap_or_else(|_| {
+                        Err(Error::internal("the network's writer dropped the request"))
+                    })
+                }
+                Submitted::Full(again) => {
+                    op = again;
+                    tokio::time::sleep(FULL_RETRY).await;
+                }
+            }
+        }
     }
 
     /// Networks with a store on disk, plus any opened since.
     pub(crate) fn networks(&self) -> Result<Vec<String>, Error> {
         let mut names = list_networks(&self.data_dir)?;
-        names.extend(lock(&self.slots).keys().cloned());
+        names.extend(lock(&self.open).slots.keys().cloned());
         names.sort();
         names.dedup();
         Ok(names)
@@ -202,8 +349,9 @@ impl Registry {
             return Ok(0);
         }
         let mut total = 0;
+        // One store at a time, closed again: start-up holds no more than one request does.
         for n in list_networks(&self.data_dir)? {
-            match self.call_blocking(&n, Op::Reclaim) {
+            match run_once(&self.data_dir, &n, self.opts.clone(), Op::Reclaim) {
                 Ok(Reply::Freed(0)) => {}
                 Ok(Reply::Freed(freed)) => {
                     log_at!(
@@ -223,48 +371,38 @@ impl Registry {
     }
 
     pub(crate) fn usage(&self) -> Vec<NetworkUsage> {
-        let slots: Vec<(String, Arc<Slot>)> = lock(&self.slots)
-            .iter()
-            .map(|(k, v)| (k.clone(), Arc::clone(v)))
-            .collect();
-        let mut out: Vec<NetworkUsage> = slots
+        let (open, mut gauges) = {
+            let o = lock(&self.open);
+            let open: Vec<(String, Arc<Shared>)> = o
+                .slots
+                .iter()
+                .map(|(k, v)| (k.clone(), Arc::clone(&v.shared)))
+                .collect();
+            (open, o.closed.clone())
+        };
+        for (network, shared) in open {
+            gauges.insert(network, shared.gauges());
+        }
+        gauges
             .into_iter()
-            .map(|(network, slot)| {
-                let sets = lock(&slot.range_sets).clone();
-                let store = lock(&slot.store);
-                let in_use = store.state().by_addr.len() as u128;
-                let free = (!sets.is_empty()).then(|| usage(store.state(), &sets).1);
-                NetworkUsage {
-                    network,
-                    in_use,
-                    free,
-                }
+            .map(|(network, (in_use, free))| NetworkUsage {
+                network,
+                in_use,
+                free,
             })
-            .collect();
-        out.sort_by(|a, b| a.network.cmp(&b.network));
-        out
+            .collect()
     }
 
     /// Stop the writers once their queues are drained (after the server stopped).
     pub(crate) fn shutdown(&self) {
-        let slots: Vec<Arc<Slot>> = lock(&self.slots).drain().map(|(_, s)| s).collect();
-        for slot in slots {
-            let handle = lock(&slot.writer).take();
-            // Dropping the last sender ends the writer's loop after the queued jobs.
+        let slots: Vec<Slot> = lock(&self.open).slots.drain().map(|(_, s)| s).collect();
+        for mut slot in slots {
+            let handle = slot.writer.take();
+            // Dropping the sender ends the writer's loop after the queued jobs.
             drop(slot);
             if let Some(h) = handle {
                 let _ = h.join();
             }
-        }
-    }
-}
-
-impl Slot {
-    /// Keep the request's range sets for /metrics, only if valid (pool arithmetic relies
-    /// on validated bounds).
-    fn remember(&self, range_sets: &[RangeSet]) {
-        if let Ok(sets) = canonicalize_range_sets(range_sets) {
-            *lock(&self.range_sets) = sets;
         }
     }
 }

@@ -11,20 +11,21 @@ mod state;
 #[cfg(test)]
 mod tests;
 
-use std::fs::{DirBuilder, File, OpenOptions};
+use std::fs::{File, OpenOptions};
 use std::io::Write;
-use std::os::unix::fs::{DirBuilderExt, MetadataExt, OpenOptionsExt};
+use std::os::unix::fs::MetadataExt;
 use std::path::{Path, PathBuf};
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
 use crate::attachment::check_network;
+use crate::files;
 use crate::journal::{self, Record, HEADER_LEN};
 use crate::log::Level;
 use crate::{log_at, Error, ErrorKind};
 
 pub(crate) use ops::usage;
-pub(crate) use ops::{unexpected, Op, Reply};
+pub(crate) use ops::{answer_empty, unexpected, Op, Reply};
 pub(crate) use state::State;
 
 const BOOT_ID_PATH: &str = "/proc/sys/kernel/random/boot_id";
@@ -114,22 +115,38 @@ impl Store {
     /// until the first operation, which does it under the lock.
     pub(crate) fn open(data_dir: &Path, network: &str, opts: StoreOptions) -> Result<Store, Error> {
         check_network(network)?;
-        create_dir(data_dir)?;
+        files::create_dir(data_dir, files::DATA_DIR_MODE)?;
+        files::check_owner(data_dir)?;
         let dir = data_dir.join(network);
-        if !dir.is_dir() {
-            create_dir(&dir)?;
+        if files::create_dir(&dir, files::NETWORK_DIR_MODE)? {
             // The new directory entry must survive a crash together with the first record.
             journal::fsync_dir(data_dir)?;
         }
+        Store::open_in(dir, network, opts)
+    }
+
+    /// Open the store of `network` if it exists; None (and nothing created) otherwise, so
+    /// that reads of unknown networks leave no trace.
+    pub(crate) fn open_existing(
+        data_dir: &Path,
+        network: &str,
+        opts: StoreOptions,
+    ) -> Result<Option<Store>, Error> {
+        check_network(network)?;
+        let dir = data_dir.join(network);
+        match std::fs::symlink_metadata(&dir) {
+            Ok(_) => {}
+            Err(e) if e.kind() == std::io::ErrorKind::NotFound => return Ok(None),
+            Err(e) => return Err(unavailable_io(format!("stat {}", dir.display()), &e)),
+        }
+        files::check_owner(data_dir)?;
+        Store::open_in(dir, network, opts).map(Some)
+    }
+
+    fn open_in(dir: PathBuf, network: &str, opts: StoreOptions) -> Result<Store, Error> {
+        files::check_owner(&dir)?;
         let lock_path = dir.join("lock");
-        let lock_file = OpenOptions::new()
-            .read(true)
-            .write(true)
-            .create(true)
-            .truncate(false)
-            .mode(0o600)
-            .open(&lock_path)
-            .map_err(|e| unavailable_io(format!("opening {}", lock_path.display()), &e))?;
+        let lock_file = files::open_lock(&lock_path)?;
         Ok(Store {
             network: network.to_string(),
             dir,
@@ -203,7 +220,9 @@ impl Store {
     /// Bring the state up to date with the files. Must hold the lock.
     fn refresh(&mut self) -> Result<(), Error> {
         let path = self.journal_path();
-        let meta = match std::fs::metadata(&path) {
+        // Not following a link: a journal replaced by one must fail to open below, not
+        // compare equal to the file we read.
+        let meta = match std::fs::symlink_metadata(&path) {
             Ok(m) => Some(m),
             Err(e) if e.kind() == std::io::ErrorKind::NotFound => None,
             Err(e) => return Err(Error::io(format!("stat {}", path.display()), &e)),
@@ -236,7 +255,7 @@ impl Store {
         let (snap, snapshot_len) = journal::read_snapshot(&snap_path)?;
         let snap_gen = snap.as_ref().map_or(0, |s| s.generation);
         let path = self.journal_path();
-        if !path.exists() {
+        if std::fs::symlink_metadata(&path).is_err() {
             journal::write_atomic(&self.dir, "journal", &journal::header(snap_gen))?;
         }
         let mut file = open_journal(&path)?;
@@ -288,10 +307,7 @@ impl Store {
             out.torn_bytes,
             out.end
         );
-        let f = OpenOptions::new()
-            .write(true)
-            .open(&path)
-            .map_err(|e| Error::io(format!("opening {}", path.display()), &e))?;
+        let f = files::open_nofollow(OpenOptions::new().write(true), &path)?;
         f.set_len(out.end)
             .map_err(|e| Error::io(format!("truncating {}", path.display()), &e))?;
         journal::fsync_file(&f, &path)
@@ -359,24 +375,12 @@ impl Store {
     }
 }
 
-fn create_dir(dir: &Path) -> Result<(), Error> {
-    DirBuilder::new()
-        .recursive(true)
-        .mode(0o755)
-        .create(dir)
-        .map_err(|e| unavailable_io(format!("creating {}", dir.display()), &e))
-}
-
 fn open_journal(path: &Path) -> Result<File, Error> {
-    OpenOptions::new()
-        .read(true)
-        .append(true)
-        .open(path)
-        .map_err(|e| Error::io(format!("opening {}", path.display()), &e))
+    files::open_nofollow(OpenOptions::new().read(true).append(true), path)
 }
 
 /// The store cannot be used at all (no permission, read-only file system...).
-fn unavailable_io(context: String, e: &std::io::Error) -> Error {
+pub(crate) fn unavailable_io(context: String, e: &std::io::Error) -> Error {
     Error::new(ErrorKind::Unavailable, format!("{context}: {e}"))
 }
 
@@ -392,10 +396,29 @@ pub(crate) fn list_networks(data_dir: &Path) -> Result<Vec<String>, Error> {
         let Ok(name) = ent.file_name().into_string() else {
             continue;
         };
-        if check_network(&name).is_ok() && ent.path().join("journal").is_file() {
+        let journal = std::fs::symlink_metadata(ent.path().join("journal"));
+        if check_network(&name).is_ok() && journal.is_ok_and(|m| m.is_file()) {
             out.push(name);
         }
     }
     out.sort();
     Ok(out)
+}
+
+/// Run one operation in this process (the plugin's fallback, the daemon's start-up): an
+/// allocation opens or creates the network's store; anything else on a network with no
+/// store is answered as for an empty one, creating nothing.
+pub(crate) fn run_once(
+    data_dir: &Path,
+    network: &str,
+    opts: StoreOptions,
+    op: Op,
+) -> Result<Reply, Error> {
+    if matches!(op, Op::Allocate(_)) {
+        return Store::open(data_dir, network, opts)?.execute(op);
+    }
+    match Store::open_existing(data_dir, network, opts.clone())? {
+        Some(mut store) => store.execute(op),
+        None => answer_empty(&op, &opts.boot_id),
+    }
 }

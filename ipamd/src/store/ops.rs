@@ -152,15 +152,7 @@ impl Store {
                 self.release_where(|key, _| !valid.contains(key))
             }
             Op::Status(range_sets) => {
-                let sets = canonicalize_range_sets(range_sets)?;
-                for set in &sets {
-                    let pool = Pool::new(set);
-                    let used = in_use(&self.state, &pool);
-                    if used >= pool.capacity() {
-                        return Err(exhausted(&self.state, self.boot_id(), set, &pool, used));
-                    }
-                }
-                Ok((Reply::Done, false))
+                status_of(&self.state, self.boot_id(), range_sets).map(|r| (r, false))
             }
             Op::Leases => Ok((
                 Reply::Leases(lease_infos(&self.network, &self.state)),
@@ -235,8 +227,9 @@ impl Store {
         Ok((Reply::Freed(freed), true))
     }
 
-    // Typed single-operation helpers for the in-process path and tests.
+    // Typed single-operation helpers for tests.
 
+    #[cfg(test)]
     pub(crate) fn allocate(&mut self, req: &AllocateRequest) -> Result<Vec<Allocation>, Error> {
         match self.execute(Op::Allocate(req.clone()))? {
             Reply::Allocations(a) => Ok(a),
@@ -244,6 +237,7 @@ impl Store {
         }
     }
 
+    #[cfg(test)]
     pub(crate) fn release(&mut self, cid: &str, ifname: &str) -> Result<(), Error> {
         self.execute(Op::Release {
             cid: cid.into(),
@@ -252,6 +246,7 @@ impl Store {
         .map(|_| ())
     }
 
+    #[cfg(test)]
     pub(crate) fn check(&mut self, cid: &str, ifname: &str) -> Result<Vec<Allocation>, Error> {
         match self.execute(Op::Check {
             cid: cid.into(),
@@ -262,6 +257,7 @@ impl Store {
         }
     }
 
+    #[cfg(test)]
     pub(crate) fn gc(&mut self, valid: &[Attachment]) -> Result<usize, Error> {
         freed(self.execute(Op::Gc(valid.to_vec()))?)
     }
@@ -271,10 +267,12 @@ impl Store {
         freed(self.execute(Op::Reclaim)?)
     }
 
+    #[cfg(test)]
     pub(crate) fn status(&mut self, range_sets: &[RangeSet]) -> Result<(), Error> {
         self.execute(Op::Status(range_sets.to_vec())).map(|_| ())
     }
 
+    #[cfg(test)]
     pub(crate) fn leases(&mut self) -> Result<Vec<LeaseInfo>, Error> {
         match self.execute(Op::Leases)? {
             Reply::Leases(l) => Ok(l),
@@ -283,6 +281,33 @@ impl Store {
     }
 }
 
+/// The answer to `op` for a network that has no store: as for an empty one. Nothing is
+/// created for it, so reads of names no one allocated in leave no trace.
+pub(crate) fn answer_empty(op: &Op, boot: &str) -> Result<Reply, Error> {
+    match op {
+        Op::Allocate(_) => Err(Error::internal("an allocation needs the network's store")),
+        Op::Release { .. } => Ok(Reply::Done),
+        Op::Check { .. } => Ok(Reply::Allocations(Vec::new())),
+        Op::Gc(_) | Op::Reclaim => Ok(Reply::Freed(0)),
+        Op::Status(range_sets) => status_of(&State::default(), boot, range_sets),
+        Op::Leases => Ok(Reply::Leases(Vec::new())),
+    }
+}
+
+/// STATUS: every range set must have an address left.
+fn status_of(state: &State, boot: &str, range_sets: &[RangeSet]) -> Result<Reply, Error> {
+    let sets = canonicalize_range_sets(range_sets)?;
+    for set in &sets {
+        let pool = Pool::new(set);
+        let used = in_use(state, &pool);
+        if used >= pool.capacity() {
+            return Err(exhausted(state, boot, set, &pool, used));
+        }
+    }
+    Ok(Reply::Done)
+}
+
+#[cfg(test)]
 fn freed(r: Reply) -> Result<usize, Error> {
     match r {
         Reply::Freed(n) => Ok(n),

@@ -2,3 +2,4 @@
 
 mod daemon;
 mod peer;
+mod scale;
