@@ -214,6 +214,15 @@ pub fn ensure_ifname_free(nl: &mut Netlink, ifname: &str, netns: &str) -> Result
     Ok(())
 }
 
+/// An interface name from the configuration (`master`, `bridge`, names made
+/// from them) by the kernel's rules, before it reaches any kernel call: a
+/// `%d` would make the kernel pick a fresh name, a NUL would cut it short,
+/// and either would make DEL miss what ADD made (code 7, naming `key`).
+pub fn config_ifname(key: &str, name: &str) -> Result<(), Error> {
+    crate::cni::env::validate_ifname(name)
+        .map_err(|why| Error::invalid_config(format!("{key} {name:?} {why}")))
+}
+
 /// The master link for macvlan/ipvlan: the configured name, or the link of
 /// the default route. With `linkInContainer` the lookup happens in the netns.
 fn resolve_master(nl: &mut Netlink, master: Option<&str>, where_: &str) -> Result<Link, Error> {

@@ -2,8 +2,8 @@
 //! addresses, from IPAM or, when chained, from prevResult.
 
 use super::common::{
-    address_single_iface, check_single_iface, create_child, del_single_iface, ensure_ifname_free,
-    ipam_if_configured, ipam_rollback_on_error, open_netns,
+    address_single_iface, check_single_iface, config_ifname, create_child, del_single_iface,
+    ensure_ifname_free, ipam_if_configured, ipam_rollback_on_error, open_netns,
 };
 use crate::cni::delegate;
 use crate::cni::{CniResult, Code, Command, Error, Plugin, Request};
@@ -45,6 +45,9 @@ impl Conf {
                 "ipvlan needs an \"ipam\" section, or a prevResult with addresses when chained",
             ));
         }
+        if let Some(m) = &c.master {
+            config_ifname("master", m)?;
+        }
         Ok((c, mode))
     }
 
@@ -57,7 +60,10 @@ impl Conf {
             return Ok(None);
         };
         match prev.interfaces.as_slice() {
-            [only] => Ok(Some(only.name.clone())),
+            [only] => {
+                config_ifname("prevResult.interfaces[0].name (the master)", &only.name)?;
+                Ok(Some(only.name.clone()))
+            }
             [] => Ok(None),
             _ => Err(Error::invalid_config(
                 "no master given and prevResult has more than one interface to choose from",
@@ -165,5 +171,16 @@ mod tests {
     #[test]
     fn config_keys_get_go_matching() {
         assert_known(&[struct_fields::<Conf>()]);
+    }
+
+    #[test]
+    fn master_names_follow_the_kernels_rules() {
+        let fw = std::sync::Arc::new(crate::firewall::Recording::default());
+        for bad in ["eth%d", "a\u{0}b", "a/b", "eth 0", "0123456789abcdef"] {
+            let conf = serde_json::json!({"cniVersion": "1.1.0", "name": "n", "type": "ipvlan",
+                "master": bad, "ipam": {"type": "ipamd"}});
+            let req = crate::cni::runner::test_request(crate::cni::Command::Add, conf, fw.clone());
+            assert_eq!(Conf::load(&req).unwrap_err().code, 7, "{bad:?}");
+        }
     }
 }

@@ -2,8 +2,8 @@
 //! the container. IPAM is optional: without it the link is L2 only.
 
 use super::common::{
-    address_single_iface, check_single_iface, create_child, del_single_iface, ensure_ifname_free,
-    ipam_if_configured, ipam_rollback_on_error, open_netns, requested_mac,
+    address_single_iface, check_single_iface, config_ifname, create_child, del_single_iface,
+    ensure_ifname_free, ipam_if_configured, ipam_rollback_on_error, open_netns, requested_mac,
 };
 use crate::cni::delegate;
 use crate::cni::{CniResult, Code, Command, Error, Interface, Plugin, Request};
@@ -45,6 +45,9 @@ impl Conf {
                 )))
             }
         };
+        if let Some(m) = &c.master {
+            config_ifname("master", m)?;
+        }
         Ok((c, mode))
     }
 }
@@ -176,5 +179,16 @@ mod tests {
     #[test]
     fn config_keys_get_go_matching() {
         assert_known(&[struct_fields::<Conf>()]);
+    }
+
+    #[test]
+    fn master_names_follow_the_kernels_rules() {
+        let fw = std::sync::Arc::new(crate::firewall::Recording::default());
+        for bad in ["eth%d", "a\u{0}b", "a/b", "eth 0", "0123456789abcdef"] {
+            let conf = serde_json::json!({"cniVersion": "1.1.0", "name": "n", "type": "macvlan",
+                "master": bad, "ipam": {"type": "ipamd"}});
+            let req = crate::cni::runner::test_request(crate::cni::Command::Add, conf, fw.clone());
+            assert_eq!(Conf::load(&req).unwrap_err().code, 7, "{bad:?}");
+        }
     }
 }

@@ -2,7 +2,7 @@
 //! Keys and behaviour follow the reference plugin; see README "bridge".
 
 use super::common::{
-    check_iface_state, configure_iface, delete_container_link, ensure_ifname_free,
+    check_iface_state, config_ifname, configure_iface, delete_container_link, ensure_ifname_free,
     find_container_link, ipam_if_configured, ipam_rollback_on_error, open_netns, random_veth_name,
     requested_mac, OwnLink,
 };
@@ -91,10 +91,16 @@ impl Conf {
                 "cannot set hairpinMode and promiscMode at the same time",
             ));
         }
-        crate::cni::env::validate_ifname(&c.bridge)
-            .map_err(|why| Error::invalid_config(format!("bridge {:?} {why}", c.bridge)))?;
+        config_ifname("bridge", &c.bridge)?;
         if let Some(v) = c.vlan {
             check_vid(v, "vlan")?;
+            if c.is_gateway {
+                // The gateway's own link (see gateway.rs), checked before ADD changes anything.
+                config_ifname(
+                    "bridge + vlan (VLAN gateway name)",
+                    &format!("{}.{v}", c.bridge),
+                )?;
+            }
         }
         Ok(c)
     }
@@ -434,5 +440,12 @@ mod tests {
             let req = crate::cni::runner::test_request(crate::cni::Command::Add, conf, fw.clone());
             assert_eq!(Conf::load(&req).unwrap_err().code, 7, "{bad:?}");
         }
+        // The VLAN gateway's `<bridge>.<vid>` is a name too: 12 + 1 + 4 bytes is too long.
+        let conf = serde_json::json!({"cniVersion": "1.1.0", "name": "n", "type": "bridge",
+            "bridge": "br-123456789", "vlan": 4000, "isGateway": true});
+        let req = crate::cni::runner::test_request(crate::cni::Command::Add, conf, fw);
+        let e = Conf::load(&req).unwrap_err();
+        assert_eq!(e.code, 7, "{e:?}");
+        assert!(e.msg.contains("VLAN gateway"), "{e:?}");
     }
 }
