@@ -35,3 +35,29 @@ pub(crate) fn last_usable(subnet: &IpNet) -> IpAddr {
         b
     }
 }
+
+/// A dotted-decimal octet written with a leading zero (`040` in `10.95.040.0/24`), if `s`
+/// (an address or CIDR, v4 or v6 with an embedded v4) has one. Go, glibc and curl read such
+/// an octet as octal (32) while a decimal parser reads 40: the same text would name two
+/// different networks, so it is refused rather than guessed.
+pub(crate) fn leading_zero_octet(s: &str) -> Option<&str> {
+    let addr = s.split('/').next().unwrap_or(s);
+    let dotted = addr.rsplit(':').next().unwrap_or(addr);
+    if !dotted.contains('.') {
+        return None;
+    }
+    dotted
+        .split('.')
+        .find(|o| o.len() > 1 && o.starts_with('0'))
+}
+
+/// A CIDR, refusing octets with leading zeros (which `ipnet` would read as decimal).
+pub(crate) fn parse_net_strict(s: &str) -> Result<IpNet, String> {
+    if let Some(o) = leading_zero_octet(s) {
+        return Err(format!(
+            "has an octet with a leading zero ({o}), which some tools read as octal: write it without the zero"
+        ));
+    }
+    s.parse()
+        .map_err(|_| "is not a CIDR (like 10.22.0.0/16)".to_string())
+}

@@ -14,6 +14,7 @@ use ipnet::IpNet;
 use serde::{Deserialize, Serialize};
 use serde_json::Value;
 
+use crate::addr::{leading_zero_octet, parse_net_strict};
 use crate::Error;
 
 pub use resolv::{parse_resolv_conf, Dns};
@@ -35,6 +36,7 @@ pub type RangeSet = Vec<Range>;
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
 #[serde(rename_all = "camelCase")]
 pub struct Range {
+    #[serde(deserialize_with = "strict_net")]
     pub subnet: IpNet,
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub range_start: Option<IpAddr>,
@@ -47,9 +49,17 @@ pub struct Range {
 /// One entry of `routes`.
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
 pub struct RouteSpec {
+    #[serde(deserialize_with = "strict_net")]
     pub dst: IpNet,
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub gw: Option<IpAddr>,
+}
+
+/// Range sets also arrive over the wire (the daemon's requests): their CIDRs are held to
+/// the same rule as the config's.
+fn strict_net<'de, D: serde::Deserializer<'de>>(d: D) -> Result<IpNet, D::Error> {
+    let s = String::deserialize(d)?;
+    parse_net_strict(&s).map_err(|why| serde::de::Error::custom(format!("{s:?} {why}")))
 }
 
 /// The validated `ipam` object.
@@ -154,11 +164,8 @@ fn parse_range(v: &Value, path: &str) -> Result<Range, Error> {
     }
     let subnet_str = opt_str(v, path, "subnet")?
         .ok_or_else(|| Error::invalid(format!("{path}.subnet is missing")))?;
-    let subnet: IpNet = subnet_str.parse().map_err(|_| {
-        Error::invalid(format!(
-            "{path}.subnet {subnet_str:?} is not a CIDR (like 10.22.0.0/16)"
-        ))
-    })?;
+    let subnet = parse_net_strict(subnet_str)
+        .map_err(|why| Error::invalid(format!("{path}.subnet {subnet_str:?} {why}")))?;
     Ok(Range {
         subnet,
         range_start: opt_ip(v, path, "rangeStart")?,
@@ -179,11 +186,8 @@ fn parse_routes(v: &Value) -> Result<Vec<RouteSpec>, Error> {
         }
         let dst_str = opt_str(r, &path, "dst")?
             .ok_or_else(|| Error::invalid(format!("{path}.dst is missing")))?;
-        let dst: IpNet = dst_str.parse().map_err(|_| {
-            Error::invalid(format!(
-                "{path}.dst {dst_str:?} is not a CIDR (like 0.0.0.0/0)"
-            ))
-        })?;
+        let dst = parse_net_strict(dst_str)
+            .map_err(|why| Error::invalid(format!("{path}.dst {dst_str:?} {why}")))?;
         let gw = opt_ip(r, &path, "gw")?;
         if let Some(gw) = gw {
             if gw.is_ipv4() != dst.addr().is_ipv4() {
@@ -210,10 +214,16 @@ fn opt_str<'a>(v: &'a Value, path: &str, key: &str) -> Result<Option<&'a str>, E
 fn opt_ip(v: &Value, path: &str, key: &str) -> Result<Option<IpAddr>, Error> {
     match opt_str(v, path, key)? {
         None => Ok(None),
-        Some(s) => s
-            .parse()
-            .map(Some)
-            .map_err(|_| Error::invalid(format!("{path}.{key} {s:?} is not an IP address"))),
+        Some(s) => {
+            if let Some(o) = leading_zero_octet(s) {
+                return Err(Error::invalid(format!(
+                    "{path}.{key} {s:?} has an octet with a leading zero ({o}), which some tools read as octal: write it without the zero"
+                )));
+            }
+            s.parse()
+                .map(Some)
+                .map_err(|_| Error::invalid(format!("{path}.{key} {s:?} is not an IP address")))
+        }
     }
 }
 

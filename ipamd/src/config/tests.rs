@@ -1,5 +1,6 @@
 use serde_json::json;
 
+use super::validate::MAX_RANGES;
 use super::*;
 use crate::ErrorKind;
 
@@ -196,4 +197,128 @@ fn resolv_conf() {
     assert!(e
         .to_string()
         .starts_with("ipam.resolvConf /nonexistent/resolv.conf"));
+}
+
+/// `n` disjoint /30s in 10.0.0.0/8, each its own range in one set.
+fn many_ranges(n: usize) -> serde_json::Value {
+    let ranges: Vec<serde_json::Value> = (0..n)
+        .map(|i| {
+            let (b, c, d) = ((i >> 14) & 0xff, (i >> 6) & 0xff, (i & 0x3f) << 2);
+            json!({"subnet": format!("10.{b}.{c}.{d}/30")})
+        })
+        .collect();
+    json!([ranges])
+}
+
+#[test]
+fn range_count_is_capped() {
+    let e = IpamConfig::ranges_from_json(&many_ranges(30_000)).unwrap_err();
+    assert_eq!(e.kind(), ErrorKind::InvalidConfig);
+    assert!(
+        e.to_string().contains(&format!(
+            "30000 ranges given (starting at runtimeConfig.ipRanges[0]); at most {MAX_RANGES} ranges"
+        )),
+        "{e}"
+    );
+    let e = canonicalize_range_sets(
+        &IpamConfig::ranges_from_json(&many_ranges(MAX_RANGES)).unwrap()[..1]
+            .iter()
+            .chain(
+                IpamConfig::ranges_from_json(&many_ranges(1))
+                    .unwrap()
+                    .iter(),
+            )
+            .cloned()
+            .collect::<Vec<_>>(),
+    )
+    .unwrap_err();
+    assert!(e.to_string().contains("ranges given"), "{e}");
+}
+
+#[test]
+fn the_cap_many_ranges_validate_and_overlaps_among_them_are_found() {
+    let sets = IpamConfig::ranges_from_json(&many_ranges(MAX_RANGES)).unwrap();
+    assert_eq!(sets[0].len(), MAX_RANGES);
+    // The same list in reverse, with the last range also covering the first one's bounds:
+    // the sort must pair them although they are far apart in the list.
+    let mut v = many_ranges(MAX_RANGES - 1);
+    let list = v[0].as_array_mut().unwrap();
+    list.reverse();
+    list.push(json!({"subnet": "10.0.0.0/29"}));
+    let e = IpamConfig::ranges_from_json(&v).unwrap_err().to_string();
+    assert!(
+        e.contains(&format!(
+            "runtimeConfig.ipRanges[0][{}] (10.0.0.0/30 10.0.0.1-10.0.0.2) overlaps runtimeConfig.ipRanges[0][{}] (10.0.0.0/29",
+            MAX_RANGES - 2,
+            MAX_RANGES - 1
+        )),
+        "{e}"
+    );
+    // Across sets, the sets are named.
+    let e = err(
+        json!({"ranges": [[{"subnet": "10.1.0.0/24"}, {"subnet": "10.2.0.0/24"}], [{"subnet": "10.3.0.0/24"}, {"subnet": "10.2.0.128/25"}]]}),
+    );
+    assert!(
+        e.starts_with("ipam.ranges[0] (10.2.0.0/24 10.2.0.1-10.2.0.254) overlaps ipam.ranges[1] (10.2.0.128/25"),
+        "{e}"
+    );
+}
+
+#[test]
+fn leading_zero_octets_refused_wherever_addresses_are_parsed() {
+    let cases = [
+        (
+            json!({"subnet": "10.95.040.0/24"}),
+            "ipam.subnet \"10.95.040.0/24\"",
+        ),
+        (
+            json!({"subnet": "10.95.40.0/24", "rangeStart": "10.95.40.010"}),
+            "ipam.rangeStart \"10.95.40.010\"",
+        ),
+        (
+            json!({"subnet": "10.95.40.0/24", "rangeEnd": "10.95.40.09"}),
+            "ipam.rangeEnd \"10.95.40.09\"",
+        ),
+        (
+            json!({"subnet": "10.95.40.0/24", "gateway": "10.95.40.01"}),
+            "ipam.gateway \"10.95.40.01\"",
+        ),
+        (
+            json!({"ranges": [[{"subnet": "010.1.0.0/16"}]]}),
+            "ipam.ranges[0][0].subnet \"010.1.0.0/16\"",
+        ),
+        (
+            json!({"routes": [{"dst": "10.0.00.0/16"}]}),
+            "ipam.routes[0].dst \"10.0.00.0/16\"",
+        ),
+        (
+            json!({"routes": [{"dst": "0.0.0.0/0", "gw": "10.0.0.01"}]}),
+            "ipam.routes[0].gw \"10.0.0.01\"",
+        ),
+        (
+            json!({"ranges": [[{"subnet": "::ffff:10.0.0.0/120", "rangeStart": "::ffff:10.0.0.05"}]]}),
+            "ipam.ranges[0][0].rangeStart \"::ffff:10.0.0.05\"",
+        ),
+    ];
+    for (cfg, named) in cases {
+        let e = err(cfg);
+        assert!(e.starts_with(named) && e.contains("leading zero"), "{e}");
+    }
+    let e = IpamConfig::ranges_from_json(&json!([[{"subnet": "10.95.040.0/24"}]])).unwrap_err();
+    assert_eq!(e.kind(), ErrorKind::InvalidConfig);
+    assert!(
+        e.to_string()
+            .contains("runtimeConfig.ipRanges[0][0].subnet"),
+        "{e}"
+    );
+    // Over the wire (the daemon's requests) too.
+    let wire: Result<Range, _> = serde_json::from_value(json!({"subnet": "10.95.040.0/24"}));
+    assert!(wire.unwrap_err().to_string().contains("leading zero"));
+    let wire: Result<Range, _> =
+        serde_json::from_value(json!({"subnet": "10.95.40.0/24", "rangeStart": "10.95.40.05"}));
+    assert!(wire.is_err());
+    // A lone 0 octet is fine.
+    assert!(
+        IpamConfig::from_json(&json!({"subnet": "10.0.0.0/24", "gateway": "10.0.0.1"})).is_ok()
+    );
 }

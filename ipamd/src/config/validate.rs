@@ -10,29 +10,30 @@ use super::{PathSet, Range, RangeSet};
 use crate::addr::{last_usable, next, to_u128};
 use crate::Error;
 
+/// Most ranges, all range sets together. Validation is O(n log n), but every allocation and
+/// STATUS walks the ranges again under the network's lock: a request must not be able to
+/// make that arbitrarily expensive. Real networks have a handful.
+pub(crate) const MAX_RANGES: usize = 1024;
+
 /// Validate parsed range sets (config or runtimeConfig) and return them canonicalized.
 pub(super) fn validate_sets(sets: Vec<PathSet>) -> Result<Vec<RangeSet>, Error> {
+    let total: usize = sets.iter().map(|s| s.ranges.len()).sum();
+    if total > MAX_RANGES {
+        let what = sets.first().map_or("the range sets", |s| s.label.as_str());
+        return Err(Error::invalid(format!(
+            "{total} ranges given (starting at {what}); at most {MAX_RANGES} ranges are allowed in all range sets together"
+        )));
+    }
     let mut out: Vec<(String, RangeSet)> = Vec::with_capacity(sets.len());
-    for set in sets {
+    for set in &sets {
         let mut canon = Vec::with_capacity(set.ranges.len());
         for (path, range) in &set.ranges {
             canon.push(canonicalize_range(range, path)?);
         }
-        check_set(&set.label, &set.ranges, &canon)?;
-        out.push((set.label, canon));
+        check_family(&set.label, &set.ranges, &canon)?;
+        out.push((set.label.clone(), canon));
     }
-    // host-local refuses range sets that overlap each other: one attachment would otherwise
-    // be able to get two addresses from the same range.
-    for i in 0..out.len() {
-        for j in i + 1..out.len() {
-            if let Some((a, b)) = sets_overlap(&out[i].1, &out[j].1) {
-                return Err(Error::invalid(format!(
-                    "{} ({}) overlaps {} ({})",
-                    out[i].0, a, out[j].0, b
-                )));
-            }
-        }
-    }
+    check_overlaps(&sets, &out)?;
     Ok(out.into_iter().map(|(_, s)| s).collect())
 }
 
@@ -120,55 +121,59 @@ fn check_inside(path: &str, key: &str, ip: IpAddr, subnet: &IpNet) -> Result<(),
     }
 }
 
-fn check_set(label: &str, paths: &[(String, Range)], set: &[Range]) -> Result<(), Error> {
+fn check_family(label: &str, paths: &[(String, Range)], set: &[Range]) -> Result<(), Error> {
     let Some(first) = set.first() else {
         return Err(Error::invalid(format!("{label} is an empty range set")));
     };
     let v4 = first.subnet.addr().is_ipv4();
-    for (i, r) in set.iter().enumerate() {
-        if r.subnet.addr().is_ipv4() != v4 {
-            return Err(Error::invalid(format!(
-                "{}.subnet {} mixes address families within one range set (the set's first range is {})",
-                paths[i].0, r.subnet, first.subnet
-            )));
-        }
-        for (j, other) in set.iter().enumerate().skip(i + 1) {
-            if bounds_overlap(r, other) {
-                return Err(Error::invalid(format!(
-                    "{} ({}) overlaps {} ({})",
-                    paths[i].0,
-                    describe(r),
-                    paths[j].0,
-                    describe(other)
-                )));
-            }
-        }
+    if let Some(i) = set.iter().position(|r| r.subnet.addr().is_ipv4() != v4) {
+        return Err(Error::invalid(format!(
+            "{}.subnet {} mixes address families within one range set (the set's first range is {})",
+            paths[i].0, set[i].subnet, first.subnet
+        )));
     }
     Ok(())
 }
 
-fn sets_overlap<'a>(a: &'a [Range], b: &'a [Range]) -> Option<(String, String)> {
-    for ra in a {
-        for rb in b {
-            if bounds_overlap(ra, rb) {
-                return Some((describe(ra), describe(rb)));
+/// Refuse intersecting `[start, end]` bounds, within a set (host-local refuses that) or
+/// between sets (one attachment would get two addresses from the same range). Sorting by
+/// start finds an intersection, if there is one, between a range and the one reaching
+/// furthest among those before it: O(n log n).
+fn check_overlaps(paths: &[PathSet], sets: &[(String, RangeSet)]) -> Result<(), Error> {
+    // (v4, start, end, set index, range index)
+    let mut all: Vec<(bool, u128, u128, usize, usize)> = Vec::new();
+    for (i, (_, set)) in sets.iter().enumerate() {
+        for (j, r) in set.iter().enumerate() {
+            if let (Some(s), Some(e)) = (r.range_start, r.range_end) {
+                all.push((s.is_ipv4(), to_u128(s), to_u128(e), i, j));
             }
         }
     }
-    None
-}
-
-/// `[start, end]` intervals of two canonical ranges intersect (same family only).
-fn bounds_overlap(a: &Range, b: &Range) -> bool {
-    if a.subnet.addr().is_ipv4() != b.subnet.addr().is_ipv4() {
-        return false;
+    all.sort_unstable();
+    let mut reach: Option<(bool, u128, usize, usize)> = None;
+    for &(v4, start, end, i, j) in &all {
+        if let Some((rv4, rend, ri, rj)) = reach {
+            if rv4 == v4 && start <= rend {
+                let (a, b) = ((ri, rj).min((i, j)), (ri, rj).max((i, j)));
+                let (ra, rb) = (&sets[a.0].1[a.1], &sets[b.0].1[b.1]);
+                let (la, lb) = if a.0 == b.0 {
+                    (&paths[a.0].ranges[a.1].0, &paths[b.0].ranges[b.1].0)
+                } else {
+                    (&sets[a.0].0, &sets[b.0].0)
+                };
+                return Err(Error::invalid(format!(
+                    "{la} ({}) overlaps {lb} ({})",
+                    describe(ra),
+                    describe(rb)
+                )));
+            }
+            if rv4 == v4 && rend >= end {
+                continue;
+            }
+        }
+        reach = Some((v4, end, i, j));
     }
-    let (Some(a0), Some(a1), Some(b0), Some(b1)) =
-        (a.range_start, a.range_end, b.range_start, b.range_end)
-    else {
-        return false;
-    };
-    to_u128(a0) <= to_u128(b1) && to_u128(b0) <= to_u128(a1)
+    Ok(())
 }
 
 fn describe(r: &Range) -> String {
