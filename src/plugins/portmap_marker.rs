@@ -5,9 +5,9 @@
 //! means such a DEL leaves the entries to GC, as the reference always does.
 //!
 //! Safety of the files, whatever the runtime's umask and whoever else is on
-//! the node: `/run/cnikit` (0755) and `/run/cnikit/portmap` (0700) must be
-//! directories owned by this plugin's user (root) that nobody else can write;
-//! one that is not is refused and reported, never used. Markers are created
+//! the node: `/run/cnikit` (0755, or sticky) and `/run/cnikit/portmap` (0700)
+//! must be directories owned by this plugin's user (root) that nobody else
+//! can write; one that is not is refused and reported, never used. Markers are created
 //! relative to the directory's descriptor with `O_NOFOLLOW`, mode 0600, and
 //! only regular files count as markers. Their name is the SHA-256 of the
 //! attachment key, so any container ID length fits a file name.
@@ -139,7 +139,7 @@ fn open_dir(base: &Path, sub: &[&str], create: bool) -> io::Result<Option<OwnedF
             Err(e) => return Err(explain(&at, e)),
             Ok(next) => next,
         };
-        check_safe(&next).map_err(|why| {
+        check_safe(&next, i + 1 == sub.len()).map_err(|why| {
             io::Error::other(format!(
                 "refusing {}: {why}; it must be a directory owned by uid {} that only its owner can write",
                 at.display(),
@@ -174,7 +174,9 @@ fn open_at(dirfd: RawFd, name: &std::ffi::CStr) -> io::Result<OwnedFd> {
     Ok(unsafe { OwnedFd::from_raw_fd(fd) })
 }
 
-fn check_safe(dir: &OwnedFd) -> Result<(), String> {
+/// Ours, and no one else may write it; a parent (not `last`) may be sticky
+/// instead (a tmpfs's 1777): others cannot then move or remove our entries.
+fn check_safe(dir: &OwnedFd, last: bool) -> Result<(), String> {
     // SAFETY: fstat of a descriptor we own into a zeroed struct.
     let mut st: libc::stat = unsafe { std::mem::zeroed() };
     if unsafe { libc::fstat(dir.as_raw_fd(), &mut st) } != 0 {
@@ -185,7 +187,8 @@ fn check_safe(dir: &OwnedFd) -> Result<(), String> {
     if st.st_uid != me {
         return Err(format!("it is owned by uid {}", st.st_uid));
     }
-    if st.st_mode & 0o022 != 0 {
+    let sticky = st.st_mode & libc::S_ISVTX != 0;
+    if st.st_mode & 0o022 != 0 && (last || !sticky) {
         return Err(format!(
             "its mode {:o} lets others write",
             st.st_mode & 0o7777

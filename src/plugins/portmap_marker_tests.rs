@@ -112,3 +112,15 @@ fn a_directory_owned_by_nobody_is_refused() {
     assert_eq!(std::fs::metadata(b.portmap()).unwrap().uid(), 0);
     assert_eq!(std::fs::read_dir(b.portmap()).unwrap().count(), 0);
 }
+
+#[test]
+fn a_sticky_parent_is_fine_but_not_a_sticky_marker_directory() {
+    let b = Base::new("sticky");
+    std::fs::create_dir(b.0.join("cnikit")).unwrap();
+    let sticky = std::fs::Permissions::from_mode(0o1777);
+    std::fs::set_permissions(b.0.join("cnikit"), sticky.clone()).unwrap();
+    set_in(&b.0, &SUB, b"n\0c\0eth0").unwrap();
+    assert!(is_set_in(&b.0, &SUB, b"n\0c\0eth0"));
+    std::fs::set_permissions(b.portmap(), sticky).unwrap();
+    assert!(set_in(&b.0, &SUB, b"n\0c\0eth1").is_err());
+}
