@@ -322,3 +322,40 @@ fn leading_zero_octets_refused_wherever_addresses_are_parsed() {
         IpamConfig::from_json(&json!({"subnet": "10.0.0.0/24", "gateway": "10.0.0.1"})).is_ok()
     );
 }
+
+#[test]
+fn resolv_conf_only_from_bounded_regular_files() {
+    let d = crate::testutil::TempDir::new("resolv");
+    let real = d.path().join("real.conf");
+    std::fs::write(&real, "nameserver 10.0.0.2\n").unwrap();
+    // A link to a regular file is followed, as /etc/resolv.conf often is one.
+    let link = d.path().join("link.conf");
+    std::os::unix::fs::symlink(&real, &link).unwrap();
+    assert_eq!(parse_resolv_conf(&link).unwrap().nameservers, ["10.0.0.2"]);
+
+    // A FIFO with no writer would block a plain open forever.
+    let fifo = d.path().join("fifo");
+    let c = std::ffi::CString::new(fifo.to_str().unwrap()).unwrap();
+    // SAFETY: c is a valid NUL-terminated path.
+    assert_eq!(unsafe { libc::mkfifo(c.as_ptr(), 0o644) }, 0);
+    let fifo_link = d.path().join("fifo-link");
+    std::os::unix::fs::symlink(&fifo, &fifo_link).unwrap();
+    let big = d.path().join("big.conf");
+    std::fs::write(&big, "# padding\n".repeat(7000)).unwrap();
+    for (path, why) in [
+        (fifo.as_path(), "is not a regular file"),
+        (fifo_link.as_path(), "is not a regular file"),
+        (std::path::Path::new("/dev/zero"), "is not a regular file"),
+        (d.path(), "is not a regular file"),
+        (big.as_path(), "is larger than 65536 bytes"),
+    ] {
+        let e = parse_resolv_conf(path).unwrap_err();
+        assert_eq!(e.kind(), ErrorKind::InvalidConfig, "{e}");
+        assert!(
+            e.to_string()
+                .starts_with(&format!("ipam.resolvConf {}: ", path.display()))
+                && e.to_string().contains(why),
+            "{e}"
+        );
+    }
+}
