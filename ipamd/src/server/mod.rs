@@ -1,5 +1,6 @@
 //! The daemon's HTTP/1.1 server on a unix socket (tokio + hyper).
 
+mod conns;
 mod http;
 mod ipam;
 mod metrics;
@@ -8,6 +9,7 @@ mod routes;
 
 use std::convert::Infallible;
 use std::future::Future;
+use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::Arc;
 use std::time::Duration;
 
@@ -21,14 +23,19 @@ use crate::log_at;
 use crate::peer::Peer;
 use crate::service::Services;
 
+use conns::Conns;
+
 pub(crate) use registry::Registry;
 #[cfg(test)]
 pub(crate) use registry::MAX_OPEN_STORES;
 
 /// A client must send a complete request head this fast (also bounds idle keep-alive).
-const HEADER_TIMEOUT: Duration = Duration::from_secs(10);
-/// Connections served at once; more wait in the listen backlog.
-const MAX_CONNECTIONS: usize = 1024;
+const HEADER_TIMEOUT: Duration = Duration::from_secs(5);
+/// Connections served at once. A new one beyond that closes the longest-idle one, so idle
+/// connections cannot keep clients waiting; only when all are busy does it wait.
+pub(crate) const MAX_CONNECTIONS: usize = 1024;
+/// How long a connection closed to make room may take to finish writing an answer.
+const CLOSE_GRACE: Duration = Duration::from_millis(100);
 /// How long shutdown waits for in-flight requests.
 const DRAIN_TIMEOUT: Duration = Duration::from_secs(15);
 
@@ -40,7 +47,9 @@ pub(crate) async fn serve(
     services: Services,
     shutdown: impl Future<Output = ()>,
 ) {
-    let graceful = hyper_util::server::graceful::GracefulShutdown::new();
+    let conns = Arc::new(Conns::default());
+    // At shutdown, requests in service are finished (up to DRAIN_TIMEOUT), not cut short.
+    let shutting_down = Arc::new(AtomicBool::new(false));
     let limit = Arc::new(Semaphore::new(MAX_CONNECTIONS));
     let mut builder = hyper::server::conn::http1::Builder::new();
     builder
@@ -49,13 +58,6 @@ pub(crate) async fn serve(
         .max_buf_size(64 * 1024);
     tokio::pin!(shutdown);
     loop {
-        let permit = tokio::select! {
-            p = Arc::clone(&limit).acquire_owned() => match p {
-                Ok(p) => p,
-                Err(_) => break,
-            },
-            () = &mut shutdown => break,
-        };
         let stream = tokio::select! {
             res = listener.accept() => match res {
                 Ok((s, _)) => s,
@@ -68,6 +70,19 @@ pub(crate) async fn serve(
             },
             () = &mut shutdown => break,
         };
+        let permit = match Arc::clone(&limit).try_acquire_owned() {
+            Ok(p) => p,
+            Err(_) => {
+                conns.close_longest_idle();
+                tokio::select! {
+                    p = Arc::clone(&limit).acquire_owned() => match p {
+                        Ok(p) => p,
+                        Err(_) => break,
+                    },
+                    () = &mut shutdown => break,
+                }
+            }
+        };
         let peer = match Peer::of(&stream) {
             Ok(p) => Some(p),
             Err(e) => {
@@ -75,28 +90,56 @@ pub(crate) async fn serve(
                 None
             }
         };
+        let (id, conn_state) = conns.register();
         let reg = Arc::clone(&reg);
         let services = services.clone();
+        let st = Arc::clone(&conn_state);
         let svc = service_fn(move |req| {
             let reg = Arc::clone(&reg);
             let peer = peer.clone();
             let services = services.clone();
-            async move { Ok::<_, Infallible>(routes::handle(reg, services, peer, req).await) }
+            let busy = st.busy();
+            async move {
+                let resp = routes::handle(reg, services, peer, req).await;
+                drop(busy);
+                Ok::<_, Infallible>(resp)
+            }
         });
         let conn = builder.serve_connection(TokioIo::new(stream), svc);
-        let conn = graceful.watch(conn);
+        let conns = Arc::clone(&conns);
+        let shutting_down = Arc::clone(&shutting_down);
         tokio::spawn(async move {
-            if let Err(e) = conn.await {
+            tokio::pin!(conn);
+            let res = tokio::select! {
+                r = conn.as_mut() => r,
+                () = conn_state.close.notified() => {
+                    if conn_state.never_used() {
+                        Ok(())
+                    } else {
+                        conn.as_mut().graceful_shutdown();
+                        let grace = if shutting_down.load(Ordering::SeqCst) { DRAIN_TIMEOUT } else { CLOSE_GRACE };
+                        tokio::time::timeout(grace, conn).await.unwrap_or(Ok(()))
+                    }
+                }
+            };
+            if let Err(e) = res {
                 log_at!(Level::Debug, "connection: {e}");
             }
+            conns.remove(id);
             drop(permit);
         });
     }
     drop(listener);
-    tokio::select! {
-        () = graceful.shutdown() => {}
-        () = tokio::time::sleep(DRAIN_TIMEOUT) => {
-            log_at!(Level::Warn, "shutdown: gave up waiting for in-flight requests after {DRAIN_TIMEOUT:?}");
-        }
+    shutting_down.store(true, Ordering::SeqCst);
+    conns.close_all();
+    let all = u32::try_from(MAX_CONNECTIONS).unwrap_or(u32::MAX);
+    if tokio::time::timeout(DRAIN_TIMEOUT, limit.acquire_many(all))
+        .await
+        .is_err()
+    {
+        log_at!(
+            Level::Warn,
+            "shutdown: gave up waiting for in-flight requests after {DRAIN_TIMEOUT:?}"
+        );
     }
 }

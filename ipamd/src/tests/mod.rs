@@ -1,5 +1,6 @@
 //! Daemon and client tests: a daemon started in-process on a temp socket.
 
+mod conns;
 mod daemon;
 mod peer;
 mod scale;
