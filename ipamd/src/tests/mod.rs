@@ -2,5 +2,6 @@
 
 mod conns;
 mod daemon;
+mod files;
 mod peer;
 mod scale;
