@@ -35,3 +35,4 @@ mod portmap;
 mod protocol;
 mod runtime;
 mod runtime_input;
+mod security;
