@@ -81,7 +81,16 @@ pub(crate) fn check_owner(dir: &Path) -> Result<(), Error> {
 
 /// Open an existing file without following a symbolic link in its place.
 pub(crate) fn open_nofollow(opts: &mut OpenOptions, path: &Path) -> Result<File, Error> {
-    opts.custom_flags(libc::O_NOFOLLOW | libc::O_CLOEXEC)
+    open_flags(opts, path, 0)
+}
+
+/// A directory, to fsync it; not through a link either.
+pub(crate) fn open_dir(path: &Path) -> Result<File, Error> {
+    open_flags(OpenOptions::new().read(true), path, libc::O_DIRECTORY)
+}
+
+fn open_flags(opts: &mut OpenOptions, path: &Path, extra: i32) -> Result<File, Error> {
+    opts.custom_flags(libc::O_NOFOLLOW | libc::O_CLOEXEC | extra)
         .open(path)
         .map_err(|e| open_error(path, &e))
 }

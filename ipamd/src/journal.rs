@@ -15,7 +15,6 @@ use std::collections::BTreeMap;
 use std::fs::{File, OpenOptions};
 use std::io::{Read, Seek, SeekFrom, Write};
 use std::net::IpAddr;
-use std::os::unix::fs::OpenOptionsExt;
 use std::path::Path;
 use std::sync::atomic::{AtomicU64, Ordering};
 
@@ -166,12 +165,7 @@ pub(crate) fn fsync_file(f: &File, path: &Path) -> Result<(), Error> {
 
 /// fsync a directory so a rename or a new entry in it survives a crash.
 pub(crate) fn fsync_dir(dir: &Path) -> Result<(), Error> {
-    let d = crate::files::open_nofollow(
-        OpenOptions::new()
-            .read(true)
-            .custom_flags(libc::O_DIRECTORY),
-        dir,
-    )?;
+    let d = crate::files::open_dir(dir)?;
     FSYNCS.fetch_add(1, Ordering::Relaxed);
     d.sync_all()
         .map_err(|e| Error::io(format!("fsync {}", dir.display()), &e))
