@@ -127,15 +127,16 @@ pub(crate) struct Process {
 impl Process {
     /// The process at the other end of socket `fd` (`pid`: SO_PEERCRED's).
     pub(crate) fn of(fd: RawFd, pid: Option<u32>) -> io::Result<Process> {
-        let (pidfd, pid) = match peer_pidfd(fd) {
-            Ok(pidfd) => {
+        // SO_PEERCRED's pid and SO_PEERPIDFD's process are both the connecting one, so while
+        // the pidfd's process lives (checked after reading) that pid is still its pid.
+        let (pidfd, pid) = match (peer_pidfd(fd), pid) {
+            (Ok(pidfd), Some(pid)) => (pidfd, pid),
+            (Ok(pidfd), None) => {
                 let pid = pidfd_pid(&pidfd)?;
                 (pidfd, pid)
             }
-            Err(_) => {
-                let pid = pid.ok_or_else(|| io::Error::other("the peer has no visible pid"))?;
-                (pidfd_open(pid)?, pid)
-            }
+            (Err(_), Some(pid)) => (pidfd_open(pid)?, pid),
+            (Err(e), None) => return Err(e),
         };
         Process::read(&pidfd, pid)
     }
@@ -143,24 +144,61 @@ impl Process {
     /// Reads `/proc/<pid>` of the process `pidfd` pins, and checks afterwards that it was
     /// that process's.
     pub(crate) fn read(pidfd: &OwnedFd, pid: u32) -> io::Result<Process> {
-        let status = std::fs::read_to_string(format!("/proc/{pid}/status"))?;
-        let cap_eff = status
-            .lines()
-            .find_map(|l| l.strip_prefix("CapEff:"))
-            .and_then(|v| u64::from_str_radix(v.trim(), 16).ok())
-            .ok_or_else(|| io::Error::other("no CapEff in /proc/<pid>/status"))?;
+        // capget rather than parsing /proc/<pid>/status: one syscall on every connection.
+        let cap_eff = effective_caps(pid)?;
         let netns = NsId::of(&format!("/proc/{pid}/ns/net"))?;
         let userns = NsId::of(&format!("/proc/{pid}/ns/user"))?;
         if !alive(pidfd)? {
             return Err(io::Error::other("the peer exited before it could be read"));
         }
-        let same_userns = NsId::own_user().is_ok_and(|own| own == userns);
+        let same_userns = own_userns().is_some_and(|own| own == userns);
         Ok(Process {
             pid,
             cap_net_admin: same_userns && cap_eff & (1 << CAP_NET_ADMIN) != 0,
             netns,
         })
     }
+}
+
+/// This process's user namespace; it never changes (the daemon does not unshare), so it is
+/// read once rather than on every connection.
+fn own_userns() -> Option<NsId> {
+    static OWN: std::sync::OnceLock<Option<NsId>> = std::sync::OnceLock::new();
+    *OWN.get_or_init(|| NsId::own_user().ok())
+}
+
+/// The effective capability set of process `pid` (capget, version 3: 64 bits).
+fn effective_caps(pid: u32) -> io::Result<u64> {
+    #[repr(C)]
+    struct Header {
+        version: u32,
+        pid: libc::c_int,
+    }
+    #[repr(C)]
+    #[derive(Clone, Copy, Default)]
+    struct Data {
+        effective: u32,
+        permitted: u32,
+        inheritable: u32,
+    }
+    const LINUX_CAPABILITY_VERSION_3: u32 = 0x2008_0522;
+    let mut header = Header {
+        version: LINUX_CAPABILITY_VERSION_3,
+        pid: pid as libc::c_int,
+    };
+    let mut data = [Data::default(); 2];
+    // SAFETY: a v3 header and the two data structs v3 fills.
+    let rc = unsafe {
+        libc::syscall(
+            libc::SYS_capget,
+            &mut header as *mut Header,
+            data.as_mut_ptr(),
+        )
+    };
+    if rc != 0 {
+        return Err(io::Error::last_os_error());
+    }
+    Ok(u64::from(data[0].effective) | (u64::from(data[1].effective) << 32))
 }
 
 /// SO_PEERPIDFD: a pidfd of the process that connected.

@@ -83,32 +83,35 @@ pub(crate) async fn serve(
                 }
             }
         };
-        let peer = match Peer::of(&stream) {
-            Ok(p) => Some(p),
-            Err(e) => {
-                log_at!(Level::Warn, "cannot identify peer (SO_PEERCRED): {e}");
-                None
-            }
-        };
         let (id, conn_state) = conns.register();
         let reg = Arc::clone(&reg);
         let services = services.clone();
-        let st = Arc::clone(&conn_state);
-        let svc = service_fn(move |req| {
-            let reg = Arc::clone(&reg);
-            let peer = peer.clone();
-            let services = services.clone();
-            let busy = st.busy();
-            async move {
-                let resp = routes::handle(reg, services, peer, req).await;
-                drop(busy);
-                Ok::<_, Infallible>(resp)
-            }
-        });
-        let conn = builder.serve_connection(TokioIo::new(stream), svc);
+        let builder = builder.clone();
         let conns = Arc::clone(&conns);
         let shutting_down = Arc::clone(&shutting_down);
+        // Identifying the peer takes a few syscalls (credentials, pidfd, capabilities,
+        // namespaces): done in the connection's own task, so the accept loop never waits on it.
         tokio::spawn(async move {
+            let peer = match Peer::of(&stream) {
+                Ok(p) => Some(p),
+                Err(e) => {
+                    log_at!(Level::Warn, "cannot identify peer (SO_PEERCRED): {e}");
+                    None
+                }
+            };
+            let st = Arc::clone(&conn_state);
+            let svc = service_fn(move |req| {
+                let reg = Arc::clone(&reg);
+                let peer = peer.clone();
+                let services = services.clone();
+                let busy = st.busy();
+                async move {
+                    let resp = routes::handle(reg, services, peer, req).await;
+                    drop(busy);
+                    Ok::<_, Infallible>(resp)
+                }
+            });
+            let conn = builder.serve_connection(TokioIo::new(stream), svc);
             tokio::pin!(conn);
             let res = tokio::select! {
                 r = conn.as_mut() => r,
