@@ -2,9 +2,9 @@
 //! runtime code (src/runtime, as `cnikit net` runs it) over two plugin sets,
 //! and the kernel floor that does the attach work in-process.
 
+use crate::sandbox::STATE;
 use cnikit::netlink::{BridgePort, BridgeSpec, NetNs, Netlink, Route, VethSpec};
 use cnikit::runtime::{Attachment, ConfList, Runtime};
-use crate::sandbox::STATE;
 use ipnet::IpNet;
 use serde_json::{json, Value};
 use std::net::{IpAddr, Ipv4Addr};

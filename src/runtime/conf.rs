@@ -2,8 +2,8 @@
 //! (libcni's `LoadConfList`), reading legacy single-plugin files, and picking
 //! the spec version the list runs at.
 
-use crate::cni::Version;
 use super::Error;
+use crate::cni::Version;
 use serde_json::{Map, Value};
 use std::path::{Path, PathBuf};
 
