@@ -267,6 +267,51 @@ pub fn create_child(
     Ok(create(nl, &master, target)?.index)
 }
 
+/// ADD for macvlan/ipvlan: the child is created for the pod and addressed from
+/// IPAM, or by `without_ipam` when the config has none; any failure after the
+/// create deletes the link again, so a failed ADD leaves nothing in the pod.
+pub fn add_child(
+    req: &Request,
+    link_in_container: bool,
+    master_mtu: (Option<&str>, Option<u32>),
+    create: impl FnOnce(&mut Netlink, &Link, Option<&NetNs>) -> crate::netlink::Result<Link>,
+    without_ipam: impl FnOnce(&NetNs, &mut Netlink, u32) -> Result<CniResult, Error>,
+) -> Result<CniResult, Error> {
+    let ns = open_netns(req.netns())?;
+    let mut cont = Netlink::open_in(&ns)?;
+    ensure_ifname_free(&mut cont, req.ifname(), req.netns())?;
+    let index = create_child(req, &ns, &mut cont, link_in_container, master_mtu, create)?;
+    let addressed = if req.conf.ipam_type.is_none() {
+        without_ipam(&ns, &mut cont, index)
+    } else {
+        address_from_ipam(req, &ns, &mut cont, index)
+    };
+    addressed.inspect_err(|_| {
+        if let Err(e) = cont.delete_link(index) {
+            eprintln!("cleanup after failed ADD: {e}");
+        }
+    })
+}
+
+/// Addresses from IPAM, released again if addressing fails.
+fn address_from_ipam(
+    req: &Request,
+    ns: &NetNs,
+    cont: &mut Netlink,
+    index: u32,
+) -> Result<CniResult, Error> {
+    let ipam = delegate::ipam(req, Command::Add)?.unwrap_or_default();
+    ipam_rollback_on_error(req, || {
+        if ipam.ips.is_empty() {
+            return Err(Error::new(
+                Code::Delegate,
+                "IPAM plugin returned no IP addresses",
+            ));
+        }
+        address_single_iface(ns, cont, req, index, ipam)
+    })
+}
+
 /// MTU may not exceed the master's (the kernel's error would be EINVAL).
 fn check_mtu_against_master(mtu: Option<u32>, master: &Link) -> Result<(), Error> {
     match mtu {
@@ -323,6 +368,28 @@ pub fn check_single_iface(req: &Request, kind: &str) -> Result<(Link, CniResult)
         &prev,
     )?;
     Ok((found.link, prev))
+}
+
+/// CHECK for macvlan/ipvlan: [`check_single_iface`], then the link's mode
+/// (`mode_of` reads it; `None` when the kernel did not report one) against the config's.
+pub fn check_child<M: PartialEq + std::fmt::Debug>(
+    req: &Request,
+    kind: &str,
+    mode: M,
+    mode_of: impl FnOnce(&Link) -> Option<M>,
+) -> Result<(), Error> {
+    let (link, _) = check_single_iface(req, kind)?;
+    let actual = mode_of(&link);
+    if actual.as_ref().is_some_and(|m| *m != mode) {
+        return Err(Error::new(
+            Code::Kernel,
+            format!(
+                "CHECK: {} has {kind} mode {actual:?}, config says {mode:?}",
+                link.name
+            ),
+        ));
+    }
+    Ok(())
 }
 
 /// CHECK's view of the container interface: where prevResult lists it, and

@@ -2,11 +2,10 @@
 //! addresses, from IPAM or, when chained, from prevResult.
 
 use super::common::{
-    address_single_iface, check_single_iface, config_ifname, create_child, del_single_iface,
-    ensure_ifname_free, ipam_if_configured, ipam_rollback_on_error, open_netns,
+    add_child, address_single_iface, check_child, config_ifname, del_single_iface,
+    ipam_if_configured,
 };
-use crate::cni::delegate;
-use crate::cni::{CniResult, Code, Command, Error, Plugin, Request};
+use crate::cni::{CniResult, Command, Error, Plugin, Request};
 use crate::netlink::{IpvlanMode, IpvlanSpec, NetNs, Netlink};
 use serde::Deserialize;
 
@@ -14,7 +13,7 @@ pub struct Ipvlan;
 
 #[derive(Debug, Deserialize)]
 #[serde(rename_all = "camelCase")]
-struct Conf {
+pub(super) struct Conf {
     #[serde(default)]
     master: Option<String>,
     #[serde(default)]
@@ -26,7 +25,7 @@ struct Conf {
 }
 
 impl Conf {
-    fn load(req: &Request) -> Result<(Conf, IpvlanMode), Error> {
+    pub(super) fn load(req: &Request) -> Result<(Conf, IpvlanMode), Error> {
         let mut c: Conf = req.conf.typed()?;
         // 0 means "not set" in the reference's Go structs.
         c.mtu = c.mtu.filter(|&m| m != 0);
@@ -77,14 +76,8 @@ impl Plugin for Ipvlan {
     fn add(&self, req: &Request) -> Result<CniResult, Error> {
         let (conf, mode) = Conf::load(req)?;
         let master_name = conf.master_name(req)?;
-        let ns = open_netns(req.netns())?;
-        let mut cont = Netlink::open_in(&ns)?;
-        ensure_ifname_free(&mut cont, req.ifname(), req.netns())?;
-
-        let index = create_child(
+        add_child(
             req,
-            &ns,
-            &mut cont,
             conf.link_in_container,
             (master_name.as_deref(), conf.mtu),
             |nl, master, netns| {
@@ -96,29 +89,14 @@ impl Plugin for Ipvlan {
                     netns,
                 })
             },
-        )?;
-
-        address(req, &ns, &mut cont, index).inspect_err(|_| {
-            if let Err(e) = cont.delete_link(index) {
-                eprintln!("cleanup after failed ADD: {e}");
-            }
-        })
+            |ns, cont, index| address_from_prev_result(req, ns, cont, index),
+        )
     }
 
     // ---------------------------------------------------------------- CHECK
     fn check(&self, req: &Request) -> Result<(), Error> {
         let (_, mode) = Conf::load(req)?;
-        let (link, _) = check_single_iface(req, "ipvlan")?;
-        if link.ipvlan_mode.is_some_and(|m| m != mode) {
-            return Err(Error::new(
-                Code::Kernel,
-                format!(
-                    "CHECK: {} has ipvlan mode {:?}, config says {mode:?}",
-                    link.name, link.ipvlan_mode
-                ),
-            ));
-        }
-        Ok(())
+        check_child(req, "ipvlan", mode, |link| link.ipvlan_mode)
     }
 
     // ---------------------------------------------------------------- DEL
@@ -140,47 +118,18 @@ impl Plugin for Ipvlan {
     }
 }
 
-/// Addresses from IPAM (released again if addressing fails) or from prevResult.
-fn address(req: &Request, ns: &NetNs, cont: &mut Netlink, index: u32) -> Result<CniResult, Error> {
-    if req.conf.ipam_type.is_none() {
-        let prev = req.conf.prev_result.clone().unwrap_or_default();
-        if prev.ips.is_empty() {
-            return Err(Error::invalid_config(
-                "prevResult has no IP addresses for ipvlan",
-            ));
-        }
-        return address_single_iface(ns, cont, req, index, prev);
+/// Chained without IPAM: the addresses prevResult already holds.
+fn address_from_prev_result(
+    req: &Request,
+    ns: &NetNs,
+    cont: &mut Netlink,
+    index: u32,
+) -> Result<CniResult, Error> {
+    let prev = req.conf.prev_result.clone().unwrap_or_default();
+    if prev.ips.is_empty() {
+        return Err(Error::invalid_config(
+            "prevResult has no IP addresses for ipvlan",
+        ));
     }
-    let ipam = delegate::ipam(req, Command::Add)?.unwrap_or_default();
-    ipam_rollback_on_error(req, || {
-        if ipam.ips.is_empty() {
-            return Err(Error::new(
-                Code::Delegate,
-                "IPAM plugin returned no IP addresses",
-            ));
-        }
-        address_single_iface(ns, cont, req, index, ipam)
-    })
-}
-
-#[cfg(test)]
-mod tests {
-    use super::*;
-    use crate::cni::gojson::{assert_known, struct_fields};
-
-    #[test]
-    fn config_keys_get_go_matching() {
-        assert_known(&[struct_fields::<Conf>()]);
-    }
-
-    #[test]
-    fn master_names_follow_the_kernels_rules() {
-        let fw = std::sync::Arc::new(crate::firewall::Recording::default());
-        for bad in ["eth%d", "a\u{0}b", "a/b", "eth 0", "0123456789abcdef"] {
-            let conf = serde_json::json!({"cniVersion": "1.1.0", "name": "n", "type": "ipvlan",
-                "master": bad, "ipam": {"type": "ipamd"}});
-            let req = crate::cni::runner::test_request(crate::cni::Command::Add, conf, fw.clone());
-            assert_eq!(Conf::load(&req).unwrap_err().code, 7, "{bad:?}");
-        }
-    }
+    address_single_iface(ns, cont, req, index, prev)
 }

@@ -7,6 +7,8 @@ pub mod loopback;
 pub mod macvlan;
 pub mod portmap;
 
+#[cfg(test)]
+mod child_tests;
 mod common;
 mod container;
 mod portmap_marker;
