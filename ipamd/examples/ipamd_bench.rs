@@ -206,42 +206,12 @@ fn throughput(
     clients: usize,
     seconds: u64,
 ) -> (u64, Duration, u64) {
-    let stop = Arc::new(AtomicBool::new(false));
-    let pairs = Arc::new(AtomicU64::new(0));
-    let errors = Arc::new(AtomicU64::new(0));
-    let started = Instant::now();
-    let threads: Vec<_> = (0..clients)
-        .map(|t| {
-            let (stop, pairs, errors) =
-                (Arc::clone(&stop), Arc::clone(&pairs), Arc::clone(&errors));
-            let client = Client::new(sock, data);
-            let sets = sets.to_vec();
-            std::thread::spawn(move || {
-                let mut i = 0u64;
-                while !stop.load(Ordering::Relaxed) {
-                    let cid = format!("tp-{t}-{i}");
-                    i += 1;
-                    let ok = client.allocate(&request("bench", &cid, &sets)).is_ok()
-                        && client.release(&key("bench", &cid)).is_ok();
-                    if ok {
-                        pairs.fetch_add(1, Ordering::Relaxed);
-                    } else {
-                        errors.fetch_add(1, Ordering::Relaxed);
-                    }
-                }
-            })
-        })
-        .collect();
-    std::thread::sleep(Duration::from_secs(seconds));
-    stop.store(true, Ordering::Relaxed);
-    for t in threads {
-        let _ = t.join();
-    }
-    (
-        pairs.load(Ordering::Relaxed),
-        started.elapsed(),
-        errors.load(Ordering::Relaxed),
-    )
+    let sets = sets.to_vec();
+    run_clients(sock, data, clients, seconds, move |client, t, i| {
+        let cid = format!("tp-{t}-{i}");
+        client.allocate(&request("bench", &cid, &sets)).is_ok()
+            && client.release(&key("bench", &cid)).is_ok()
+    })
 }
 
 /// `clients` threads allocating (never releasing) for `seconds`; returns (allocations,
@@ -253,6 +223,26 @@ fn throughput_alloc_only(
     clients: usize,
     seconds: u64,
 ) -> (u64, Duration, u64) {
+    let sets = sets.to_vec();
+    run_clients(sock, data, clients, seconds, move |client, t, i| {
+        let cid = format!("ao-{t}-{i}");
+        client
+            .allocate(&request("bench-alloc", &cid, &sets))
+            .is_ok()
+    })
+}
+
+/// `clients` threads, each with its own client, calling `step(client, thread, i)` with
+/// i = 0, 1, … until `seconds` have passed; returns (steps that succeeded, elapsed,
+/// steps that failed).
+fn run_clients(
+    sock: &Path,
+    data: &Path,
+    clients: usize,
+    seconds: u64,
+    step: impl Fn(&Client, usize, u64) -> bool + Send + Sync + 'static,
+) -> (u64, Duration, u64) {
+    let step = Arc::new(step);
     let stop = Arc::new(AtomicBool::new(false));
     let done = Arc::new(AtomicU64::new(0));
     let errors = Arc::new(AtomicU64::new(0));
@@ -260,17 +250,18 @@ fn throughput_alloc_only(
     let threads: Vec<_> = (0..clients)
         .map(|t| {
             let (stop, done, errors) = (Arc::clone(&stop), Arc::clone(&done), Arc::clone(&errors));
+            let step = Arc::clone(&step);
             let client = Client::new(sock, data);
-            let sets = sets.to_vec();
             std::thread::spawn(move || {
                 let mut i = 0u64;
                 while !stop.load(Ordering::Relaxed) {
-                    let cid = format!("ao-{t}-{i}");
+                    let ok = step(&client, t, i);
                     i += 1;
-                    match client.allocate(&request("bench-alloc", &cid, &sets)) {
-                        Ok(_) => done.fetch_add(1, Ordering::Relaxed),
-                        Err(_) => errors.fetch_add(1, Ordering::Relaxed),
-                    };
+                    if ok {
+                        done.fetch_add(1, Ordering::Relaxed);
+                    } else {
+                        errors.fetch_add(1, Ordering::Relaxed);
+                    }
                 }
             })
         })

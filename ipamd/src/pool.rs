@@ -174,6 +174,14 @@ mod tests {
         s.parse().unwrap()
     }
 
+    /// The address handed out after `last` when nothing is held.
+    fn next_after(s: &RangeSet, last: &str) -> IpAddr {
+        Pool::new(s)
+            .next_free(Some(ip(last)), 0, |_| false)
+            .unwrap()
+            .0
+    }
+
     #[test]
     fn capacity_of_a_slash24_skips_network_gateway_broadcast() {
         let s = set(r#"[{"subnet":"10.0.0.0/24"}]"#);
@@ -196,21 +204,9 @@ mod tests {
     #[test]
     fn round_robin_continues_after_last_and_wraps() {
         let s = set(r#"[{"subnet":"10.0.0.0/29"}]"#); // .2 .. .6 usable
-        assert_eq!(
-            Pool::new(&s)
-                .next_free(Some(ip("10.0.0.3")), 0, |_| false)
-                .unwrap()
-                .0,
-            ip("10.0.0.4")
-        );
+        assert_eq!(next_after(&s, "10.0.0.3"), ip("10.0.0.4"));
         // After the range end, wrap to the start, skipping the gateway.
-        assert_eq!(
-            Pool::new(&s)
-                .next_free(Some(ip("10.0.0.6")), 0, |_| false)
-                .unwrap()
-                .0,
-            ip("10.0.0.2")
-        );
+        assert_eq!(next_after(&s, "10.0.0.6"), ip("10.0.0.2"));
         // A freed address right after last is not preferred over ones further along: the
         // walk continues from last.
         let used: HashSet<IpAddr> = [ip("10.0.0.5")].into();
@@ -222,13 +218,7 @@ mod tests {
             ip("10.0.0.6")
         );
         // last outside the set: start at the beginning.
-        assert_eq!(
-            Pool::new(&s)
-                .next_free(Some(ip("192.168.0.1")), 0, |_| false)
-                .unwrap()
-                .0,
-            ip("10.0.0.2")
-        );
+        assert_eq!(next_after(&s, "192.168.0.1"), ip("10.0.0.2"));
     }
 
     #[test]

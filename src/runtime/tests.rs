@@ -304,6 +304,11 @@ impl Fake {
             .collect()
     }
 
+    /// The cache entry of the attachment every test uses.
+    fn cached(&self) -> Option<Entry> {
+        self.rt.cache.load(&Key::new("fnet", "c1", "eth0")).unwrap()
+    }
+
     fn stdin(&self, n: usize) -> Value {
         serde_json::from_slice(&std::fs::read(self.s.0.join(format!("{n}.in"))).unwrap()).unwrap()
     }
@@ -346,11 +351,7 @@ fn add_chains_and_caches_del_reverses() {
         second["runtimeConfig"],
         json!({"portMappings": [{"hostPort": 1}]})
     );
-    let cached =
-        f.rt.cache
-            .load(&Key::new("fnet", "c1", "eth0"))
-            .unwrap()
-            .unwrap();
+    let cached = f.cached().unwrap();
     assert_eq!(cached.result, Some(result.clone()));
     assert_eq!(cached.netns, "/run/netns/fake");
 
@@ -367,12 +368,7 @@ fn add_chains_and_caches_del_reverses() {
         "DEL one c1 eth0 /run/netns/fake IgnoreUnknown=1;K=V"
     );
     assert_eq!(f.stdin(4)["prevResult"], result);
-    assert!(f
-        .rt
-        .cache
-        .load(&Key::new("fnet", "c1", "eth0"))
-        .unwrap()
-        .is_none());
+    assert!(f.cached().is_none());
     // A second DEL (no cache any more) still runs, without prevResult.
     f.rt.del(&list, &att()).unwrap();
     assert!(f.stdin(6).get("prevResult").is_none());
@@ -397,12 +393,7 @@ fn failed_add_deletes_the_whole_list() {
     let log: Vec<String> = f.log().iter().map(|l| l[..7].to_string()).collect();
     assert_eq!(log, ["ADD one", "ADD two", "DEL two", "DEL one"]);
     assert!(f.stdin(2).get("prevResult").is_none());
-    assert!(f
-        .rt
-        .cache
-        .load(&Key::new("fnet", "c1", "eth0"))
-        .unwrap()
-        .is_none());
+    assert!(f.cached().is_none());
 }
 
 #[test]

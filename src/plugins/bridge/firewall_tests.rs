@@ -76,16 +76,8 @@ fn add_guards_the_host_port_with_the_container_mac() {
     let extra = json!({"ipMasq": true, "macspoofchk": true});
     let (req, c) = request(Command::Add, extra, &fw);
     apply_add(&req, &c, "veth1", Some(MAC), &result(&["10.1.0.2/24"])).expect("add");
-    let got = fw.taken();
-    assert_eq!(got.len(), 2, "{got:?}");
-    assert!(matches!(
-        &got[0],
-        firewall::Request::Masq(masq::Op::Add { .. })
-    ));
-    assert_eq!(
-        got[1],
-        firewall::Request::from(macspoof::Op::add(&att(), "veth1", MAC).unwrap())
-    );
+    let second = macspoof::Op::add(&att(), "veth1", MAC).unwrap();
+    assert_masq_add_then(&fw, second.into());
 }
 
 #[test]
@@ -95,16 +87,18 @@ fn a_failed_macspoofchk_takes_back_the_masquerade() {
     let (req, c) = request(Command::Add, extra, &fw);
     // No MAC could be read from the container's link: the check cannot be set up.
     assert!(apply_add(&req, &c, "veth1", None, &result(&["10.1.0.2/24"])).is_err());
+    assert_masq_add_then(&fw, masq::Op::Del { att: att() }.into());
+}
+
+/// Exactly two requests were made: a masquerade ADD, then `second`.
+fn assert_masq_add_then(fw: &Recording, second: firewall::Request) {
     let got = fw.taken();
     assert_eq!(got.len(), 2, "{got:?}");
     assert!(matches!(
         &got[0],
         firewall::Request::Masq(masq::Op::Add { .. })
     ));
-    assert_eq!(
-        got[1],
-        firewall::Request::from(masq::Op::Del { att: att() })
-    );
+    assert_eq!(got[1], second);
 }
 
 #[test]
