@@ -111,7 +111,15 @@ fn bench(args: &Args, root: &Path) -> Result<(), String> {
     // 1. Throughput through the daemon.
     let daemon = start_daemon(&sock, &data)?;
     let fsyncs_before = metric(&sock, "ipamd_fsyncs_total").unwrap_or(0.0);
-    let (pairs, elapsed, errors) = throughput(&sock, &data, &sets, args.clients, args.seconds);
+    // Each step is an allocate + release pair.
+    let (pairs, elapsed, errors) = throughput(&sock, &data, args.clients, args.seconds, {
+        let sets = sets.clone();
+        move |client, t, i| {
+            let cid = format!("tp-{t}-{i}");
+            client.allocate(&request("bench", &cid, &sets)).is_ok()
+                && client.release(&key("bench", &cid)).is_ok()
+        }
+    });
     let fsyncs = metric(&sock, "ipamd_fsyncs_total").unwrap_or(0.0) - fsyncs_before;
     let secs = elapsed.as_secs_f64();
     println!(
@@ -128,8 +136,16 @@ fn bench(args: &Args, root: &Path) -> Result<(), String> {
     let big = IpamConfig::ranges_from_json(&serde_json::json!([[{"subnet": "10.64.0.0/12"}]]))
         .map_err(|e| e.to_string())?;
     let fsyncs_before = metric(&sock, "ipamd_fsyncs_total").unwrap_or(0.0);
-    let (allocs, elapsed, errors) =
-        throughput_alloc_only(&sock, &data, &big, args.clients, args.seconds);
+    let (allocs, elapsed, errors) = throughput(
+        &sock,
+        &data,
+        args.clients,
+        args.seconds,
+        move |client, t, i| {
+            let cid = format!("ao-{t}-{i}");
+            client.allocate(&request("bench-alloc", &cid, &big)).is_ok()
+        },
+    );
     let fsyncs = metric(&sock, "ipamd_fsyncs_total").unwrap_or(0.0) - fsyncs_before;
     println!(
         "daemon, {} concurrent clients, allocate only, {:.1} s: {:.0} durable allocations/s, {:.1} allocations per fsync, {errors} errors",
@@ -198,44 +214,10 @@ fn key(network: &str, cid: &str) -> LeaseKey {
     }
 }
 
-/// `clients` threads doing allocate + release for `seconds`; returns (pairs, elapsed, errors).
-fn throughput(
-    sock: &Path,
-    data: &Path,
-    sets: &[RangeSet],
-    clients: usize,
-    seconds: u64,
-) -> (u64, Duration, u64) {
-    let sets = sets.to_vec();
-    run_clients(sock, data, clients, seconds, move |client, t, i| {
-        let cid = format!("tp-{t}-{i}");
-        client.allocate(&request("bench", &cid, &sets)).is_ok()
-            && client.release(&key("bench", &cid)).is_ok()
-    })
-}
-
-/// `clients` threads allocating (never releasing) for `seconds`; returns (allocations,
-/// elapsed, errors).
-fn throughput_alloc_only(
-    sock: &Path,
-    data: &Path,
-    sets: &[RangeSet],
-    clients: usize,
-    seconds: u64,
-) -> (u64, Duration, u64) {
-    let sets = sets.to_vec();
-    run_clients(sock, data, clients, seconds, move |client, t, i| {
-        let cid = format!("ao-{t}-{i}");
-        client
-            .allocate(&request("bench-alloc", &cid, &sets))
-            .is_ok()
-    })
-}
-
 /// `clients` threads, each with its own client, calling `step(client, thread, i)` with
 /// i = 0, 1, … until `seconds` have passed; returns (steps that succeeded, elapsed,
 /// steps that failed).
-fn run_clients(
+fn throughput(
     sock: &Path,
     data: &Path,
     clients: usize,

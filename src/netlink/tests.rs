@@ -14,6 +14,17 @@ fn isolated(test: &str) -> bool {
     false
 }
 
+/// For `test`, if it may run here: a host and a pod namespace, named `{prefix}-h`
+/// and `{prefix}-c`.
+fn host_and_pod(test: &str, prefix: &str) -> Option<(TestNs, TestNs)> {
+    if !isolated(test) {
+        return None;
+    }
+    let host = TestNs::new(&format!("{prefix}-h"));
+    let cont = TestNs::new(&format!("{prefix}-c"));
+    Some((host, cont))
+}
+
 /// A named netns (`ip netns add`), deleted on drop.
 struct TestNs {
     name: String,
@@ -30,6 +41,12 @@ impl TestNs {
 
     fn netlink(&self) -> Netlink {
         Netlink::open_in(&self.ns).expect("netlink socket in test netns")
+    }
+
+    /// The link `name`, which must exist here.
+    fn link(&self, name: &str) -> Link {
+        let link = self.netlink().link_by_name(name).expect("read");
+        link.unwrap_or_else(|| panic!("no link {name} in {}", self.name))
     }
 }
 
@@ -83,11 +100,9 @@ fn missing_netns_is_netns_not_found() {
 
 #[test]
 fn bridge_veth_hairpin() {
-    if !isolated("bridge_veth_hairpin") {
+    let Some((host, cont)) = host_and_pod("bridge_veth_hairpin", "bvh") else {
         return;
-    }
-    let host = TestNs::new("bvh-h");
-    let cont = TestNs::new("bvh-c");
+    };
     // Two concurrent first ADDs: both must get the same bridge.
     let spec = BridgeSpec {
         name: "cni0".into(),
@@ -128,11 +143,7 @@ fn bridge_veth_hairpin() {
     let shown = ip(&["-j", "-d", "-n", &host.name, "link", "show", "veth1234abcd"]);
     assert!(shown.contains("\"hairpin\":true"), "{shown}");
 
-    let peer = cont
-        .netlink()
-        .link_by_name("eth0")
-        .expect("read")
-        .expect("peer");
+    let peer = cont.link("eth0");
     assert_eq!(peer.index, pair.peer_index);
     assert_eq!(peer.mac.as_deref(), Some("0a:58:0a:16:00:05"));
     assert_eq!(peer.mtu, 1400);
@@ -161,32 +172,24 @@ fn bridge_veth_hairpin() {
 
 #[test]
 fn veth_peer_with_same_index() {
-    if !isolated("veth_peer_with_same_index") {
-        return;
-    }
     // Fresh namespaces: both ends get ifindex 2, and the kernel then omits
     // IFLA_LINK; the pair must still be reported correctly.
-    let host = TestNs::new("same-h");
-    let cont = TestNs::new("same-c");
+    let Some((host, cont)) = host_and_pod("veth_peer_with_same_index", "same") else {
+        return;
+    };
     let pair = host
         .netlink()
         .create_veth(veth("vethsame", "eth0", &cont.ns))
         .expect("veth");
-    let peer = cont
-        .netlink()
-        .link_by_name("eth0")
-        .expect("read")
-        .expect("peer");
+    let peer = cont.link("eth0");
     assert_eq!(peer.index, pair.peer_index);
 }
 
 #[test]
 fn addresses_and_routes() {
-    if !isolated("addresses_and_routes") {
+    let Some((host, cont)) = host_and_pod("addresses_and_routes", "ar") else {
         return;
-    }
-    let host = TestNs::new("ar-h");
-    let cont = TestNs::new("ar-c");
+    };
     host.netlink()
         .create_veth(veth("vethar", "eth0", &cont.ns))
         .expect("veth");
@@ -243,11 +246,9 @@ fn addresses_and_routes() {
 
 #[test]
 fn macvlan_and_ipvlan() {
-    if !isolated("macvlan_and_ipvlan") {
+    let Some((host, cont)) = host_and_pod("macvlan_and_ipvlan", "mv") else {
         return;
-    }
-    let host = TestNs::new("mv-h");
-    let cont = TestNs::new("mv-c");
+    };
     let mut nl = host.netlink();
     let master = nl
         .create_veth(veth("mvmaster", "mvpeer", &cont.ns))
@@ -291,11 +292,9 @@ fn macvlan_and_ipvlan() {
 /// clash inside the target is AlreadyExists and leaves no link behind.
 #[test]
 fn child_named_like_a_host_link() {
-    if !isolated("child_named_like_a_host_link") {
+    let Some((host, cont)) = host_and_pod("child_named_like_a_host_link", "nm") else {
         return;
-    }
-    let host = TestNs::new("nm-h");
-    let cont = TestNs::new("nm-c");
+    };
     let far = TestNs::new("nm-f");
     let mut nl = host.netlink();
     let eth0 = nl
