@@ -5,7 +5,7 @@
 //! daemon's own namespace.
 
 use crate::support::*;
-use std::path::Path;
+use std::path::{Path, PathBuf};
 use std::process::Command;
 
 fn masq_add(addr: &str) -> String {
@@ -52,21 +52,28 @@ fn ruleset() -> String {
     String::from_utf8_lossy(&out.stdout).into_owned()
 }
 
+/// A daemon of its own for the test behind `env`, and its socket.
+fn start_daemon(env: &TestEnv) -> (Daemon, PathBuf) {
+    let dir = env.dir("daemon");
+    let sock = dir.join("ipamd.sock");
+    (Daemon::start(&sock, &dir.join("data"), &[], &[]), sock)
+}
+
+/// POST a masquerade ADD for `addr` as `prefix`: answered with `status`, and in
+/// the ruleset afterwards only if `applied`.
+fn masq_add_as(prefix: &[&str], sock: &Path, addr: &str, status: &str, applied: bool) {
+    let got = post_as(prefix, sock, "/v1/ext/firewall.masq-add", &masq_add(addr));
+    assert_eq!(got, status);
+    let rules = ruleset();
+    assert_eq!(rules.contains(addr), applied, "{rules}");
+}
+
 #[test]
 fn capability_less_root_is_refused_and_nothing_is_applied() {
     let env = TestEnv::new("security_capless");
-    let dir = env.dir("daemon");
-    let sock = dir.join("ipamd.sock");
-    let _d = Daemon::start(&sock, &dir.join("data"), &[], &[]);
+    let (_d, sock) = start_daemon(&env);
 
-    let status = post_as(
-        CAPLESS_ROOT,
-        &sock,
-        "/v1/ext/firewall.masq-add",
-        &masq_add("10.99.0.5"),
-    );
-    assert_eq!(status, "403");
-    assert!(!ruleset().contains("10.99.0.5"), "{}", ruleset());
+    masq_add_as(CAPLESS_ROOT, &sock, "10.99.0.5", "403", false);
     let alloc = r#"{"key":{"network":"sec","containerId":"c1","ifname":"eth0"},"rangeSets":[[{"subnet":"10.99.0.0/24"}]]}"#;
     assert_eq!(post_as(CAPLESS_ROOT, &sock, "/v1/allocate", alloc), "403");
     assert_eq!(
@@ -80,30 +87,14 @@ fn capability_less_root_is_refused_and_nothing_is_applied() {
     );
 
     // Control: the same request from root with its capabilities is served.
-    let status = post_as(
-        AS_IS,
-        &sock,
-        "/v1/ext/firewall.masq-add",
-        &masq_add("10.99.0.7"),
-    );
-    assert_eq!(status, "200");
-    assert!(ruleset().contains("10.99.0.7"), "{}", ruleset());
+    masq_add_as(AS_IS, &sock, "10.99.0.7", "200", true);
 }
 
 #[test]
 fn root_in_another_netns_gets_nothing_applied_in_the_daemons() {
     let env = TestEnv::new("security_netns");
-    let dir = env.dir("daemon");
-    let sock = dir.join("ipamd.sock");
-    let _d = Daemon::start(&sock, &dir.join("data"), &[], &[]);
+    let (_d, sock) = start_daemon(&env);
 
     // Declined, so a plugin there would do it itself, in its own namespace.
-    let status = post_as(
-        OTHER_NETNS,
-        &sock,
-        "/v1/ext/firewall.masq-add",
-        &masq_add("10.99.0.6"),
-    );
-    assert_eq!(status, "421");
-    assert!(!ruleset().contains("10.99.0.6"), "{}", ruleset());
+    masq_add_as(OTHER_NETNS, &sock, "10.99.0.6", "421", false);
 }
