@@ -110,24 +110,10 @@ pub async fn hostport_pod(cri: &Cri, rep: &mut Report, network: &str, node_ip: &
         expect(rep, w, "hostport", proto, &hostport("127.0.0.1", hport));
         expect(rep, w, "hostport", proto, &hostport(&gw, hport));
         expect(rep, w, "hostport", proto, &hostport(node_ip, hport));
-        expect_in_pod(
-            cri,
-            rep,
-            &format!("{w} hairpin"),
-            &pod,
-            proto,
-            &hostport(&gw, hport),
-        )
-        .await;
-        expect_in_pod(
-            cri,
-            rep,
-            &format!("{w} hairpin"),
-            &pod,
-            proto,
-            &hostport(node_ip, hport),
-        )
-        .await;
+        for host in [gw.as_str(), node_ip] {
+            let target = hostport(host, hport);
+            expect_in_pod(cri, rep, &format!("{w} hairpin"), &pod, proto, &target).await;
+        }
     }
     match node_state(cnikit) {
         Ok(st) => rep.eq(
