@@ -25,6 +25,7 @@ macro_rules! without_and_with_daemon {
 mod bridge;
 mod cli;
 mod firewall;
+mod firewall_lock;
 mod harness;
 mod ipamd;
 mod ipamd_activation;

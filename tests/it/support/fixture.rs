@@ -217,6 +217,11 @@ impl TestEnv {
         }
     }
 
+    /// The test bin dir holding our links.
+    pub fn bin_dir(&self) -> &Path {
+        &self.bin
+    }
+
     /// A call of our plugin `name` through its link in the test bin dir, with
     /// CNI_PATH = our dir, then the reference dir.
     pub fn plugin(&self, name: &str) -> Call {
