@@ -42,6 +42,7 @@
 mod error;
 mod nft;
 mod schema;
+mod sets;
 mod socket;
 mod store;
 mod tag;

@@ -13,15 +13,15 @@
 
 use super::nft::{
     and_mask, cmp, ct_status, dnat, fib_daddr_type, lookup, masq, meta_load, payload, reg_at,
-    verdict, BaseHook, Expr, Jump, SetSpec, Table, IPS_DST_NAT, LINK_HEADER, NETWORK_HEADER,
-    NFPROTO_IPV4, NFPROTO_IPV6, RTN_LOCAL, TRANSPORT_HEADER,
+    verdict, BaseHook, Expr, Jump, Table, IPS_DST_NAT, LINK_HEADER, NETWORK_HEADER, NFPROTO_IPV4,
+    NFPROTO_IPV6, RTN_LOCAL, TRANSPORT_HEADER,
 };
+pub(crate) use super::sets::{key, range, SetDef, Value};
+use super::sets::{map, set, Field};
 use super::store::{Nft, Tx};
 use super::Result;
-use ipnet::IpNet;
 use netlink_packet_netfilter::nftables::{InetHookNumber, MetaKey, Operator};
 use netlink_packet_netfilter::NetfilterProtoFamily;
-use std::net::IpAddr;
 
 pub(crate) const INET: Table = Table {
     family: NetfilterProtoFamily::Inet,
@@ -33,117 +33,6 @@ pub(crate) const BRIDGE: Table = Table {
     family: NetfilterProtoFamily::Bridge,
     name: "cnikit",
 };
-
-/// One field of a set key or map value, as nft types it.
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub(crate) enum Field {
-    V4,
-    V6,
-    Proto,
-    Port,
-    Ifname,
-    Ether,
-}
-
-impl Field {
-    /// nft's datatype numbers (TYPE_IPADDR, …), so `nft list` can print us.
-    fn nft_type(self) -> u32 {
-        match self {
-            Field::V4 => 7,
-            Field::V6 => 8,
-            Field::Proto => 12,
-            Field::Port => 13,
-            Field::Ifname => 41,
-            Field::Ether => 9,
-        }
-    }
-
-    fn len(self) -> u32 {
-        match self {
-            Field::V4 => 4,
-            Field::V6 | Field::Ifname => 16,
-            Field::Proto => 1,
-            Field::Port => 2,
-            Field::Ether => 6,
-        }
-    }
-
-    /// Fields of a concatenation each occupy whole 32-bit registers.
-    fn reg_len(self) -> u32 {
-        (self.len() + 3) & !3
-    }
-}
-
-/// A named set or map of ours.
-#[derive(Debug)]
-pub(crate) struct SetDef {
-    pub name: &'static str,
-    pub key: &'static [Field],
-    /// Map values; empty for plain sets.
-    pub data: &'static [Field],
-    /// Interval concatenation (ranges per field).
-    pub interval: bool,
-}
-
-impl SetDef {
-    fn spec(&self, id: u32) -> SetSpec<'static> {
-        SetSpec {
-            name: self.name,
-            key_type: concat_type(self.key),
-            key_len: concat_len(self.key),
-            data: (!self.data.is_empty()).then(|| (concat_type(self.data), concat_len(self.data))),
-            interval_fields: self
-                .interval
-                .then(|| self.key.iter().map(|f| f.len()).collect()),
-            id,
-        }
-    }
-}
-
-/// nft encodes a concatenation's type as 6 bits per member.
-fn concat_type(fields: &[Field]) -> u32 {
-    fields.iter().fold(0, |acc, f| (acc << 6) | f.nft_type())
-}
-
-fn concat_len(fields: &[Field]) -> u32 {
-    fields.iter().map(|f| f.reg_len()).sum()
-}
-
-/// A value of one field, encoded as the kernel stores it in a register.
-#[derive(Debug, Clone)]
-pub(crate) enum Value<'a> {
-    Ip(IpAddr),
-    Proto(u8),
-    Port(u16),
-    Ifname(&'a str),
-    Ether([u8; 6]),
-}
-
-/// The bytes of a concatenation: each value padded to whole 32-bit words.
-pub(crate) fn key(values: &[Value]) -> Vec<u8> {
-    let mut out = Vec::new();
-    for v in values {
-        match v {
-            Value::Ip(IpAddr::V4(a)) => out.extend(a.octets()),
-            Value::Ip(IpAddr::V6(a)) => out.extend(a.octets()),
-            Value::Proto(p) => out.push(*p),
-            Value::Port(p) => out.extend(p.to_be_bytes()),
-            Value::Ifname(name) => {
-                let mut b = name.as_bytes().to_vec();
-                b.resize(16, 0);
-                out.extend(b);
-            }
-            Value::Ether(mac) => out.extend(mac),
-        }
-        out.resize((out.len() + 3) & !3, 0);
-    }
-    out
-}
-
-/// First and last address of a prefix: one field of an interval key.
-pub(crate) fn range(net: IpNet) -> (Value<'static>, Value<'static>) {
-    (Value::Ip(net.network()), Value::Ip(net.broadcast()))
-}
 
 // ------------------------------------------------------------------ features
 
@@ -414,24 +303,6 @@ fn macspoof_chains() -> Vec<Chain> {
 
 // ------------------------------------------------------------------ helpers
 
-const fn map(name: &'static str, key: &'static [Field], data: &'static [Field]) -> SetDef {
-    SetDef {
-        name,
-        key,
-        data,
-        interval: false,
-    }
-}
-
-const fn set(name: &'static str, key: &'static [Field], interval: bool) -> SetDef {
-    SetDef {
-        name,
-        key,
-        data: &[],
-        interval,
-    }
-}
-
 fn is_family(nfproto: u8) -> Vec<Expr> {
     vec![
         meta_load(MetaKey::Nfproto, reg_at(0)),
@@ -461,6 +332,7 @@ fn addr_layout(nfproto: u8) -> (u32, u32, u32) {
 #[cfg(test)]
 mod tests {
     use super::*;
+    use crate::firewall::sets::{concat_len, concat_type};
 
     #[test]
     fn concat_types_match_nft() {

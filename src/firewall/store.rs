@@ -8,7 +8,7 @@
 //! queue on a lock file, so they do not keep restarting each other.
 
 use super::nft::{self, BaseHook, Element, Expr, SetSpec, Table};
-use super::schema::SetDef;
+use super::sets::SetDef;
 use super::socket::{with_socket, Nfnl};
 use super::tag;
 use super::{Error, ErrorKind, Result};

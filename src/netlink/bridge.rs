@@ -1,6 +1,6 @@
 //! Bridges: race-safe creation, port options (AF_BRIDGE IFLA_PROTINFO) and
 //! VLAN membership (AF_BRIDGE IFLA_AF_SPEC).
-use super::link::bridge_vlan_filtering;
+use super::link::{bridge_vlan_filtering, random_local_mac};
 use super::linkops::{create_error, link_message, says_unknown_kind, unsupported};
 use super::Failure;
 use super::{BridgePort, BridgeSpec, Error, ErrorKind, Link, Netlink, Result};
@@ -289,19 +289,3 @@ fn unsupported_feature(what: &str, (feature, config): (&str, &str), errno: Optio
     unsupported(what, feature, config, errno)
 }
 
-/// A random unicast, locally administered MAC (02:xx:xx:xx:xx:xx style).
-pub(crate) fn random_local_mac() -> [u8; 6] {
-    let mut mac = [0u8; 6];
-    // SAFETY: getrandom writes at most `len` bytes into the buffer we own.
-    let n = unsafe { libc::getrandom(mac.as_mut_ptr().cast(), mac.len(), 0) };
-    if n != mac.len() as isize {
-        let seed = std::time::SystemTime::now()
-            .duration_since(std::time::UNIX_EPOCH)
-            .map(|d| d.as_nanos())
-            .unwrap_or(0)
-            ^ u128::from(std::process::id());
-        mac.copy_from_slice(&seed.to_le_bytes()[..6]);
-    }
-    mac[0] = (mac[0] & 0xfe) | 0x02;
-    mac
-}

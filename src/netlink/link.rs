@@ -253,3 +253,20 @@ pub(crate) fn parse_mac(text: &str) -> Result<Vec<u8>> {
     }
     Ok(bytes)
 }
+
+/// A random unicast, locally administered MAC (02:xx:xx:xx:xx:xx style).
+pub(crate) fn random_local_mac() -> [u8; 6] {
+    let mut mac = [0u8; 6];
+    // SAFETY: getrandom writes at most `len` bytes into the buffer we own.
+    let n = unsafe { libc::getrandom(mac.as_mut_ptr().cast(), mac.len(), 0) };
+    if n != mac.len() as isize {
+        let seed = std::time::SystemTime::now()
+            .duration_since(std::time::UNIX_EPOCH)
+            .map(|d| d.as_nanos())
+            .unwrap_or(0)
+            ^ u128::from(std::process::id());
+        mac.copy_from_slice(&seed.to_le_bytes()[..6]);
+    }
+    mac[0] = (mac[0] & 0xfe) | 0x02;
+    mac
+}

@@ -409,6 +409,6 @@ fn vanished(c: &Child, name: &str) -> Error {
 /// it is free in the pod's netns and in the host's, which older kernels check.
 fn temp_ifname() -> String {
     // Bytes 1..5 of a random MAC are plain random (byte 0 carries its flag bits).
-    let r = super::bridge::random_local_mac();
+    let r = super::link::random_local_mac();
     format!("cnikit{:02x}{:02x}{:02x}{:02x}", r[1], r[2], r[3], r[4])
 }

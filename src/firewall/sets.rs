@@ -1,0 +1,140 @@
+//! The shape of cnikit's nftables sets and maps: the fields a key or value
+//! is made of, a set's definition, and how values are laid out in the bytes
+//! of a key. What the sets are for is in `schema.rs`; reading and changing
+//! them in `store.rs`.
+
+use super::nft::SetSpec;
+use ipnet::IpNet;
+use std::net::IpAddr;
+/// One field of a set key or map value, as nft types it.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub(crate) enum Field {
+    V4,
+    V6,
+    Proto,
+    Port,
+    Ifname,
+    Ether,
+}
+
+impl Field {
+    /// nft's datatype numbers (TYPE_IPADDR, …), so `nft list` can print us.
+    fn nft_type(self) -> u32 {
+        match self {
+            Field::V4 => 7,
+            Field::V6 => 8,
+            Field::Proto => 12,
+            Field::Port => 13,
+            Field::Ifname => 41,
+            Field::Ether => 9,
+        }
+    }
+
+    fn len(self) -> u32 {
+        match self {
+            Field::V4 => 4,
+            Field::V6 | Field::Ifname => 16,
+            Field::Proto => 1,
+            Field::Port => 2,
+            Field::Ether => 6,
+        }
+    }
+
+    /// Fields of a concatenation each occupy whole 32-bit registers.
+    fn reg_len(self) -> u32 {
+        (self.len() + 3) & !3
+    }
+}
+
+/// A named set or map of ours.
+#[derive(Debug)]
+pub(crate) struct SetDef {
+    pub name: &'static str,
+    pub key: &'static [Field],
+    /// Map values; empty for plain sets.
+    pub data: &'static [Field],
+    /// Interval concatenation (ranges per field).
+    pub interval: bool,
+}
+
+impl SetDef {
+    pub(crate) fn spec(&self, id: u32) -> SetSpec<'static> {
+        SetSpec {
+            name: self.name,
+            key_type: concat_type(self.key),
+            key_len: concat_len(self.key),
+            data: (!self.data.is_empty()).then(|| (concat_type(self.data), concat_len(self.data))),
+            interval_fields: self
+                .interval
+                .then(|| self.key.iter().map(|f| f.len()).collect()),
+            id,
+        }
+    }
+}
+
+/// nft encodes a concatenation's type as 6 bits per member.
+pub(crate) fn concat_type(fields: &[Field]) -> u32 {
+    fields.iter().fold(0, |acc, f| (acc << 6) | f.nft_type())
+}
+
+pub(crate) fn concat_len(fields: &[Field]) -> u32 {
+    fields.iter().map(|f| f.reg_len()).sum()
+}
+
+/// A value of one field, encoded as the kernel stores it in a register.
+#[derive(Debug, Clone)]
+pub(crate) enum Value<'a> {
+    Ip(IpAddr),
+    Proto(u8),
+    Port(u16),
+    Ifname(&'a str),
+    Ether([u8; 6]),
+}
+
+/// The bytes of a concatenation: each value padded to whole 32-bit words.
+pub(crate) fn key(values: &[Value]) -> Vec<u8> {
+    let mut out = Vec::new();
+    for v in values {
+        match v {
+            Value::Ip(IpAddr::V4(a)) => out.extend(a.octets()),
+            Value::Ip(IpAddr::V6(a)) => out.extend(a.octets()),
+            Value::Proto(p) => out.push(*p),
+            Value::Port(p) => out.extend(p.to_be_bytes()),
+            Value::Ifname(name) => {
+                let mut b = name.as_bytes().to_vec();
+                b.resize(16, 0);
+                out.extend(b);
+            }
+            Value::Ether(mac) => out.extend(mac),
+        }
+        out.resize((out.len() + 3) & !3, 0);
+    }
+    out
+}
+
+/// First and last address of a prefix: one field of an interval key.
+pub(crate) fn range(net: IpNet) -> (Value<'static>, Value<'static>) {
+    (Value::Ip(net.network()), Value::Ip(net.broadcast()))
+}
+
+pub(crate) const fn map(
+    name: &'static str,
+    key: &'static [Field],
+    data: &'static [Field],
+) -> SetDef {
+    SetDef {
+        name,
+        key,
+        data,
+        interval: false,
+    }
+}
+
+pub(crate) const fn set(name: &'static str, key: &'static [Field], interval: bool) -> SetDef {
+    SetDef {
+        name,
+        key,
+        data: &[],
+        interval,
+    }
+}
