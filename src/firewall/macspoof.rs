@@ -1,8 +1,9 @@
 //! bridge `macspoofchk`: frames entering the bridge from a container's port
 //! must carry the container's MAC address; others are dropped.
 
+use super::cleanup::{Del, Gc};
 use super::schema::{self, key, Value, BRIDGE, SPOOF_ALLOW, SPOOF_PORTS};
-use super::store::{claim_anchor, not_valid, owned, release, transact, Derived};
+use super::store::{claim_anchor, owned, transact, Derived};
 use super::tag::{self, Attachment};
 use super::{Error, ErrorKind, Result};
 use serde::{Deserialize, Serialize};
@@ -22,17 +23,9 @@ pub enum Op {
     },
     /// DEL: this attachment's entries, found by tag.
     #[serde(rename = "macspoof-del")]
-    Del {
-        #[serde(with = "tag::snake")]
-        att: Attachment,
-    },
-    /// GC: entries of `network` whose attachment is not in `valid`.
+    Del(Del),
     #[serde(rename = "macspoof-gc")]
-    Gc {
-        network: String,
-        #[serde(with = "tag::snake_list")]
-        valid: Vec<Attachment>,
-    },
+    Gc(Gc),
 }
 
 impl Op {
@@ -49,8 +42,8 @@ impl Op {
     pub fn name(&self) -> &'static str {
         match self {
             Op::Add { .. } => "macspoof-add",
-            Op::Del { .. } => "macspoof-del",
-            Op::Gc { .. } => "macspoof-gc",
+            Op::Del(_) => "macspoof-del",
+            Op::Gc(_) => "macspoof-gc",
         }
     }
 
@@ -62,8 +55,8 @@ impl Op {
                 host_ifname,
                 mac,
             } => add_here(att, host_ifname, mac),
-            Op::Del { att } => del_here(att),
-            Op::Gc { network, valid } => gc_here(network, valid),
+            Op::Del(del) => del.run(BRIDGE, schema::MACSPOOF.sets),
+            Op::Gc(gc) => gc.run(BRIDGE, schema::MACSPOOF.sets),
         }
     }
 }
@@ -86,16 +79,6 @@ fn add_here(att: &Attachment, host_ifname: &str, mac: &str) -> Result<()> {
         };
         claim_anchor(nft, tx, BRIDGE, (&SPOOF_PORTS, port), vec![derived])
     })
-}
-
-fn del_here(att: &Attachment) -> Result<()> {
-    let owner = att.tag();
-    transact(|nft, tx| release(nft, tx, BRIDGE, schema::MACSPOOF.sets, &|o| o == owner))
-}
-
-fn gc_here(network: &str, valid: &[Attachment]) -> Result<()> {
-    let doomed = not_valid(network, valid);
-    transact(|nft, tx| release(nft, tx, BRIDGE, schema::MACSPOOF.sets, &doomed))
 }
 
 fn parse_mac(mac: &str) -> Result<[u8; 6]> {

@@ -1,8 +1,9 @@
 //! bridge `ipMasq`: masquerade what a container sends outside its network's
 //! subnets (multicast excluded), keyed by the container address.
 
+use super::cleanup::{Del, Gc};
 use super::schema::{self, key, range, Value, INET, MASQ4, MASQ4_SKIP, MASQ6, MASQ6_SKIP};
-use super::store::{claim_anchor, not_valid, owned, owned_range, release, transact, Derived};
+use super::store::{claim_anchor, owned, owned_range, transact, Derived};
 use super::tag::{self, Attachment};
 use super::Result;
 use ipnet::IpNet;
@@ -24,25 +25,17 @@ pub enum Op {
     },
     /// DEL: this attachment's entries, found by tag (works with the netns gone).
     #[serde(rename = "masq-del")]
-    Del {
-        #[serde(with = "tag::snake")]
-        att: Attachment,
-    },
-    /// GC: entries of `network` whose attachment is not in `valid`.
+    Del(Del),
     #[serde(rename = "masq-gc")]
-    Gc {
-        network: String,
-        #[serde(with = "tag::snake_list")]
-        valid: Vec<Attachment>,
-    },
+    Gc(Gc),
 }
 
 impl Op {
     pub fn name(&self) -> &'static str {
         match self {
             Op::Add { .. } => "masq-add",
-            Op::Del { .. } => "masq-del",
-            Op::Gc { .. } => "masq-gc",
+            Op::Del(_) => "masq-del",
+            Op::Gc(_) => "masq-gc",
         }
     }
 
@@ -54,8 +47,8 @@ impl Op {
                 addrs,
                 subnets,
             } => add_here(att, addrs, subnets),
-            Op::Del { att } => del_here(att),
-            Op::Gc { network, valid } => gc_here(network, valid),
+            Op::Del(del) => del.run(INET, schema::MASQ.sets),
+            Op::Gc(gc) => gc.run(INET, schema::MASQ.sets),
         }
     }
 }
@@ -93,14 +86,4 @@ fn add_here(att: &Attachment, addrs: &[IpAddr], subnets: &[IpNet]) -> Result<()>
         }
         Ok(())
     })
-}
-
-fn del_here(att: &Attachment) -> Result<()> {
-    let owner = att.tag();
-    transact(|nft, tx| release(nft, tx, INET, schema::MASQ.sets, &|o| o == owner))
-}
-
-fn gc_here(network: &str, valid: &[Attachment]) -> Result<()> {
-    let doomed = not_valid(network, valid);
-    transact(|nft, tx| release(nft, tx, INET, schema::MASQ.sets, &doomed))
 }

@@ -39,6 +39,7 @@
 //! backend its call chose (`backend.rs`): in-process, or the ipamd daemon,
 //! which hosts the firewall as a typed service (`service.rs`).
 
+mod cleanup;
 mod error;
 mod nft;
 mod schema;
@@ -58,6 +59,7 @@ pub mod service;
 mod service_tests;
 
 pub use backend::{Firewall, InProcess, Recording, ViaDaemon};
+pub use cleanup::{Del, Gc};
 pub use error::{Error, ErrorKind};
 pub use request::Request;
 pub use tag::Attachment;

@@ -2,13 +2,13 @@
 //! elements hairpin and localhost connections need so replies come back
 //! through the host.
 
+use super::cleanup::{Del, Gc};
 use super::schema::{
     self, key, range, Value, INET, PM4_ADDR, PM4_ANY, PM4_IP, PM4_MASQ, PM6_ADDR, PM6_ANY, PM6_IP,
     PM6_MASQ, PM_CHAINS,
 };
 use super::store::{
-    claim_anchor, claim_exclusive, not_valid, owned, owned_range, owner_of, read, release,
-    transact, Derived,
+    claim_anchor, claim_exclusive, owned, owned_range, owner_of, read, transact, Derived,
 };
 use super::tag::{self, Attachment};
 use super::{Error, ErrorKind, Result};
@@ -64,6 +64,17 @@ pub struct Masquerade {
     pub masq_all: bool,
 }
 
+/// One attachment's port mappings to its container addresses, as ADD sets
+/// them up and CHECK verifies them.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct Spec {
+    #[serde(with = "tag::snake")]
+    pub att: Attachment,
+    pub container: Vec<IpNet>,
+    pub mappings: Vec<Mapping>,
+    pub masq: Masquerade,
+}
+
 /// The operations on port mappings. Each is idempotent: an ADD of our own
 /// mapping again is fine, DEL and GC delete by tag, CHECK only reads.
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
@@ -73,83 +84,48 @@ pub enum Op {
     /// family, with their prefix). A host port another attachment holds is
     /// an error and nothing is changed; our own mapping again is fine.
     #[serde(rename = "portmap-add")]
-    Add {
-        #[serde(with = "tag::snake")]
-        att: Attachment,
-        container: Vec<IpNet>,
-        mappings: Vec<Mapping>,
-        masq: Masquerade,
-    },
+    Add(Spec),
     /// CHECK: the chains exist and every mapping (and masquerade anchor) is
     /// present, ours, and points at the container.
     #[serde(rename = "portmap-check")]
-    Check {
-        #[serde(with = "tag::snake")]
-        att: Attachment,
-        container: Vec<IpNet>,
-        mappings: Vec<Mapping>,
-        masq: Masquerade,
-    },
+    Check(Spec),
     /// DEL: every entry tagged with this attachment, whatever it mapped.
     #[serde(rename = "portmap-del")]
-    Del {
-        #[serde(with = "tag::snake")]
-        att: Attachment,
-    },
-    /// GC: entries of `network` whose attachment is not in `valid`.
+    Del(Del),
     #[serde(rename = "portmap-gc")]
-    Gc {
-        network: String,
-        #[serde(with = "tag::snake_list")]
-        valid: Vec<Attachment>,
-    },
+    Gc(Gc),
 }
 
 impl Op {
     pub fn name(&self) -> &'static str {
         match self {
-            Op::Add { .. } => "portmap-add",
-            Op::Check { .. } => "portmap-check",
-            Op::Del { .. } => "portmap-del",
-            Op::Gc { .. } => "portmap-gc",
+            Op::Add(_) => "portmap-add",
+            Op::Check(_) => "portmap-check",
+            Op::Del(_) => "portmap-del",
+            Op::Gc(_) => "portmap-gc",
         }
     }
 
     /// The operation, in this process.
     pub fn run(&self) -> Result<()> {
         match self {
-            Op::Add {
-                att,
-                container,
-                mappings,
-                masq,
-            } => add_here(att, container, mappings, *masq),
-            Op::Check {
-                att,
-                container,
-                mappings,
-                masq,
-            } => check_here(att, container, mappings, *masq),
-            Op::Del { att } => del_here(att),
-            Op::Gc { network, valid } => gc_here(network, valid),
+            Op::Add(spec) => add_here(spec),
+            Op::Check(spec) => check_here(spec),
+            Op::Del(del) => del.run(INET, schema::PORTMAP.sets),
+            Op::Gc(gc) => gc.run(INET, schema::PORTMAP.sets),
         }
     }
 }
 
-fn add_here(
-    att: &Attachment,
-    container: &[IpNet],
-    mappings: &[Mapping],
-    m: Masquerade,
-) -> Result<()> {
-    let owner = att.tag();
+fn add_here(spec: &Spec) -> Result<()> {
+    let owner = spec.att.tag();
     transact(|nft, tx| {
         schema::ensure(nft, tx, &schema::PORTMAP)?;
-        for d in dnat_elements(container, mappings, &owner) {
+        for d in dnat_elements(&spec.container, &spec.mappings, &owner) {
             claim_exclusive(nft, tx, INET, d.set, d.elem, &d.what)?;
         }
-        for addr in container {
-            if let Some((anchor, derived)) = masq_elements(*addr, m, &owner) {
+        for addr in &spec.container {
+            if let Some((anchor, derived)) = masq_elements(*addr, spec.masq, &owner) {
                 claim_anchor(nft, tx, INET, anchor, derived)?;
             }
         }
@@ -157,13 +133,8 @@ fn add_here(
     })
 }
 
-fn check_here(
-    att: &Attachment,
-    container: &[IpNet],
-    mappings: &[Mapping],
-    m: Masquerade,
-) -> Result<()> {
-    let owner = att.tag();
+fn check_here(spec: &Spec) -> Result<()> {
+    let owner = spec.att.tag();
     read(|nft| {
         for chain in PM_CHAINS {
             if !nft.chain_exists(INET, chain)? {
@@ -172,7 +143,7 @@ fn check_here(
                 )));
             }
         }
-        for d in dnat_elements(container, mappings, &owner) {
+        for d in dnat_elements(&spec.container, &spec.mappings, &owner) {
             let have = nft.get(INET, d.set, &d.elem.key)?;
             expect_ours(have.as_ref(), &owner, &d.what)?;
             if have.and_then(|h| h.data) != d.elem.data {
@@ -182,24 +153,14 @@ fn check_here(
                 )));
             }
         }
-        for addr in container {
-            if let Some(((set, want), _)) = masq_elements(*addr, m, &owner) {
+        for addr in &spec.container {
+            if let Some(((set, want), _)) = masq_elements(*addr, spec.masq, &owner) {
                 let what = format!("masquerade entry for {}", addr.addr());
                 expect_ours(nft.get(INET, set, &want.key)?.as_ref(), &owner, &what)?;
             }
         }
         Ok(())
     })
-}
-
-fn del_here(att: &Attachment) -> Result<()> {
-    let owner = att.tag();
-    transact(|nft, tx| release(nft, tx, INET, schema::PORTMAP.sets, &|o| o == owner))
-}
-
-fn gc_here(network: &str, valid: &[Attachment]) -> Result<()> {
-    let doomed = not_valid(network, valid);
-    transact(|nft, tx| release(nft, tx, INET, schema::PORTMAP.sets, &doomed))
 }
 
 struct Dnat {

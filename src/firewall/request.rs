@@ -38,26 +38,16 @@ impl Request {
     }
 }
 
-impl From<portmap::Op> for Request {
-    fn from(op: portmap::Op) -> Request {
-        Request::Portmap(op)
-    }
+/// `.into()` from each feature's `Op`: written once, as the four only differ
+/// in names.
+macro_rules! from_op {
+    ($($variant:ident: $feature:ident),*) => {$(
+        impl From<$feature::Op> for Request {
+            fn from(op: $feature::Op) -> Request {
+                Request::$variant(op)
+            }
+        }
+    )*};
 }
 
-impl From<masq::Op> for Request {
-    fn from(op: masq::Op) -> Request {
-        Request::Masq(op)
-    }
-}
-
-impl From<macspoof::Op> for Request {
-    fn from(op: macspoof::Op) -> Request {
-        Request::Macspoof(op)
-    }
-}
-
-impl From<conntrack::Op> for Request {
-    fn from(op: conntrack::Op) -> Request {
-        Request::Conntrack(op)
-    }
-}
+from_op!(Portmap: portmap, Masq: masq, Macspoof: macspoof, Conntrack: conntrack);

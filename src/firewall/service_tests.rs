@@ -3,9 +3,9 @@
 //! and the service's permission check.
 
 use super::conntrack::{self, UdpPort};
-use super::portmap::{Mapping, Masquerade, Proto};
+use super::portmap::{Mapping, Masquerade, Proto, Spec};
 use super::service::{Done, Envelope, Firewall, FORBIDDEN};
-use super::{macspoof, masq, portmap, Attachment, Error, ErrorKind, Request};
+use super::{macspoof, masq, portmap, Attachment, Del, Error, ErrorKind, Gc, Request};
 use ipamd::service::{target, Peer, Refusal, Service, DECLINED};
 
 fn att() -> Attachment {
@@ -29,25 +29,25 @@ fn every_kind_of_request() -> Vec<Request> {
         masq_all: false,
     };
     vec![
-        portmap::Op::Add {
+        portmap::Op::Add(Spec {
             att: att(),
             container: container.clone(),
             mappings: mappings.clone(),
             masq: masq_opts,
-        }
+        })
         .into(),
-        portmap::Op::Check {
+        portmap::Op::Check(Spec {
             att: att(),
             container,
             mappings,
             masq: masq_opts,
-        }
+        })
         .into(),
-        portmap::Op::Del { att: att() }.into(),
-        portmap::Op::Gc {
+        portmap::Op::Del(Del { att: att() }).into(),
+        portmap::Op::Gc(Gc {
             network: "n".into(),
             valid: valid.clone(),
-        }
+        })
         .into(),
         masq::Op::Add {
             att: att(),
@@ -55,20 +55,20 @@ fn every_kind_of_request() -> Vec<Request> {
             subnets: vec!["10.1.0.0/24".parse().unwrap()],
         }
         .into(),
-        masq::Op::Del { att: att() }.into(),
-        masq::Op::Gc {
+        masq::Op::Del(Del { att: att() }).into(),
+        masq::Op::Gc(Gc {
             network: "n".into(),
             valid: valid.clone(),
-        }
+        })
         .into(),
         macspoof::Op::add(&att(), "veth1", "0a:58:0a:01:00:02")
             .unwrap()
             .into(),
-        macspoof::Op::Del { att: att() }.into(),
-        macspoof::Op::Gc {
+        macspoof::Op::Del(Del { att: att() }).into(),
+        macspoof::Op::Gc(Gc {
             network: "n".into(),
             valid,
-        }
+        })
         .into(),
         conntrack::Op::FlushUdp {
             targets: vec![UdpPort {
@@ -101,7 +101,7 @@ fn every_request_decodes_to_the_operation_sent() {
 fn the_wire_spelling_stays() {
     let env = Envelope {
         netns: 1,
-        request: masq::Op::Del { att: att() }.into(),
+        request: masq::Op::Del(Del { att: att() }).into(),
     };
     assert_eq!(
         serde_json::to_string(&env).unwrap(),
@@ -148,7 +148,7 @@ fn peer(uid: u32, cap_net_admin: bool, here: bool) -> Peer {
 fn envelope(claim: u64) -> Envelope {
     Envelope {
         netns: claim,
-        request: masq::Op::Del { att: att() }.into(),
+        request: masq::Op::Del(Del { att: att() }).into(),
     }
 }
 

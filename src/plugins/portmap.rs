@@ -6,8 +6,8 @@
 use super::portmap_marker;
 use crate::cni::{CniResult, Code, Error, Plugin, Request};
 use crate::firewall::conntrack::{self, UdpPort};
-use crate::firewall::portmap::{Mapping, Masquerade, Op, Proto};
-use crate::firewall::Firewall;
+use crate::firewall::portmap::{Mapping, Masquerade, Op, Proto, Spec};
+use crate::firewall::{Del, Firewall, Gc};
 use crate::netlink::{sysctl, Netlink};
 use ipnet::IpNet;
 use serde::Deserialize;
@@ -117,12 +117,12 @@ impl Plugin for Portmap {
         }
         let fw = conf.firewall(req);
         fw.apply(
-            Op::Add {
+            Op::Add(Spec {
                 att: req.attachment(),
                 container: container.clone(),
                 mappings: mappings.clone(),
                 masq: conf.masquerade(),
-            }
+            })
             .into(),
         )?;
         portmap_marker::set(req);
@@ -144,12 +144,12 @@ impl Plugin for Portmap {
             .ok_or_else(|| Error::invalid_config("CHECK needs prevResult"))?;
         let container = container_addrs(prev, req.ifname())?;
         conf.firewall(req).apply(
-            Op::Check {
+            Op::Check(Spec {
                 att: req.attachment(),
                 container,
                 mappings,
                 masq: conf.masquerade(),
-            }
+            })
             .into(),
         )?;
         Ok(())
@@ -173,9 +173,9 @@ impl Plugin for Portmap {
             return Ok(());
         }
         conf.firewall(req).apply(
-            Op::Del {
+            Op::Del(Del {
                 att: req.attachment(),
-            }
+            })
             .into(),
         )?;
         portmap_marker::clear(req);
@@ -195,10 +195,10 @@ impl Plugin for Portmap {
             return Ok(());
         };
         conf.firewall(req).apply(
-            Op::Gc {
+            Op::Gc(Gc {
                 network: req.conf.name.clone(),
                 valid,
-            }
+            })
             .into(),
         )?;
         Ok(())

@@ -5,9 +5,9 @@ use crate::cni::runner::test_request;
 use crate::cni::Command;
 use crate::cni::Plugin;
 use crate::firewall::conntrack::{self, UdpPort};
-use crate::firewall::portmap::Op;
+use crate::firewall::portmap::{Op, Spec};
 use crate::firewall::Attachment;
-use crate::firewall::{Recording, Request};
+use crate::firewall::{Del, Gc, Recording, Request};
 use ipnet::IpNet;
 use serde_json::json;
 use std::sync::Arc;
@@ -40,12 +40,12 @@ fn add_maps_then_flushes_udp_conntrack() {
     Portmap.add(&req).expect("add");
     let got = fw.taken();
     assert_eq!(got.len(), 2, "{got:?}");
-    let Request::Portmap(Op::Add {
+    let Request::Portmap(Op::Add(Spec {
         att: a,
         container,
         mappings,
         masq,
-    }) = &got[0]
+    })) = &got[0]
     else {
         panic!("{got:?}")
     };
@@ -85,7 +85,7 @@ fn del_removes_by_tag_and_gc_keeps_the_valid() {
     let fw = Arc::new(Recording::default());
     let req = test_request(Command::Del, conf(json!({"prevResult": null})), fw.clone());
     Portmap.del(&req).expect("del");
-    assert_eq!(fw.taken(), vec![Request::from(Op::Del { att: att() })]);
+    assert_eq!(fw.taken(), vec![Request::from(Op::Del(Del { att: att() }))]);
 
     let gc = json!({"cniVersion": "1.1.0", "name": "n", "type": "portmap",
         "cni.dev/valid-attachments": [{"containerID": "c2", "ifname": "eth0"}]});
@@ -93,9 +93,9 @@ fn del_removes_by_tag_and_gc_keeps_the_valid() {
     Portmap.gc(&req).expect("gc");
     assert_eq!(
         fw.taken(),
-        vec![Request::from(Op::Gc {
+        vec![Request::from(Op::Gc(Gc {
             network: "n".into(),
             valid: vec![Attachment::new("n", "c2", "eth0")],
-        })]
+        }))]
     );
 }

@@ -3,7 +3,7 @@
 
 use super::Conf;
 use crate::cni::{CniResult, Error, Request};
-use crate::firewall::{macspoof, masq, Firewall};
+use crate::firewall::{macspoof, masq, Del, Firewall, Gc};
 use crate::netlink::Netlink;
 use crate::plugins::common::ipam_rollback_on_error;
 use ipnet::IpNet;
@@ -61,7 +61,7 @@ pub(super) fn apply_add(
         let spoof = macspoof::Op::add(&att, host_veth, mac.unwrap_or_default())
             .and_then(|op| fw.apply(op.into()));
         if let (Err(_), true) = (&spoof, conf.ip_masq) {
-            let _ = fw.apply(masq::Op::Del { att }.into());
+            let _ = fw.apply(masq::Op::Del(Del { att }).into());
         }
         spoof?;
     }
@@ -75,21 +75,14 @@ fn backend(req: &Request, conf: &Conf) -> std::sync::Arc<dyn Firewall> {
 /// By tag: works when the netns (and the veth with it) is already gone.
 pub(super) fn del(req: &Request, conf: &Conf) -> Result<(), Error> {
     let fw = backend(req, conf);
+    let del = Del {
+        att: req.attachment(),
+    };
     if conf.ip_masq {
-        fw.apply(
-            masq::Op::Del {
-                att: req.attachment(),
-            }
-            .into(),
-        )?;
+        fw.apply(masq::Op::Del(del.clone()).into())?;
     }
     if conf.macspoofchk {
-        fw.apply(
-            macspoof::Op::Del {
-                att: req.attachment(),
-            }
-            .into(),
-        )?;
+        fw.apply(macspoof::Op::Del(del).into())?;
     }
     Ok(())
 }
@@ -101,14 +94,11 @@ pub(super) fn gc(req: &Request, conf: &Conf) -> Result<(), Error> {
         return Ok(());
     };
     let fw = backend(req, conf);
-    let network = req.conf.name.clone();
-    let masq = fw.apply(
-        masq::Op::Gc {
-            network: network.clone(),
-            valid: valid.clone(),
-        }
-        .into(),
-    );
-    let spoof = fw.apply(macspoof::Op::Gc { network, valid }.into());
+    let gc = Gc {
+        network: req.conf.name.clone(),
+        valid,
+    };
+    let masq = fw.apply(masq::Op::Gc(gc.clone()).into());
+    let spoof = fw.apply(macspoof::Op::Gc(gc).into());
     Error::all([masq.map_err(Error::from), spoof.map_err(Error::from)])
 }

@@ -5,7 +5,7 @@ use super::firewall::{apply_add, del, gc};
 use super::Conf;
 use crate::cni::runner::test_request;
 use crate::cni::{Attachment, CniResult, Command, Request};
-use crate::firewall::{self, macspoof, masq, Recording};
+use crate::firewall::{self, macspoof, masq, Del, Gc, Recording};
 use serde_json::{json, Value};
 use std::sync::Arc;
 
@@ -87,7 +87,7 @@ fn a_failed_macspoofchk_takes_back_the_masquerade() {
     let (req, c) = request(Command::Add, extra, &fw);
     // No MAC could be read from the container's link: the check cannot be set up.
     assert!(apply_add(&req, &c, "veth1", None, &result(&["10.1.0.2/24"])).is_err());
-    assert_masq_add_then(&fw, masq::Op::Del { att: att() }.into());
+    assert_masq_add_then(&fw, masq::Op::Del(Del { att: att() }).into());
 }
 
 /// Exactly two requests were made: a masquerade ADD, then `second`.
@@ -120,15 +120,15 @@ fn del_removes_by_tag_what_the_config_enables() {
     assert_eq!(
         fw.taken(),
         vec![
-            firewall::Request::from(masq::Op::Del { att: att() }),
-            firewall::Request::from(macspoof::Op::Del { att: att() }),
+            firewall::Request::from(masq::Op::Del(Del { att: att() })),
+            firewall::Request::from(macspoof::Op::Del(Del { att: att() })),
         ]
     );
     let (req, c) = request(Command::Del, json!({"ipMasq": true}), &fw);
     del(&req, &c).expect("del");
     assert_eq!(
         fw.taken(),
-        vec![firewall::Request::from(masq::Op::Del { att: att() })]
+        vec![firewall::Request::from(masq::Op::Del(Del { att: att() }))]
     );
 }
 
@@ -142,14 +142,14 @@ fn gc_keeps_the_valid_whatever_the_config_says_now() {
     assert_eq!(
         fw.taken(),
         vec![
-            firewall::Request::from(masq::Op::Gc {
+            firewall::Request::from(masq::Op::Gc(Gc {
                 network: "n".into(),
                 valid: valid.clone(),
-            }),
-            firewall::Request::from(macspoof::Op::Gc {
+            })),
+            firewall::Request::from(macspoof::Op::Gc(Gc {
                 network: "n".into(),
                 valid,
-            }),
+            })),
         ]
     );
     let (req, c) = request(Command::Gc, json!({}), &fw);
