@@ -76,6 +76,21 @@ pub struct Peer {
 }
 
 impl Peer {
+    /// A peer with `uid` as user and group, no supplementary groups, a known
+    /// process (pid 1) and an unknown netns: a caller as the tests of this
+    /// crate and of the crates hosting services describe one to a permission
+    /// check.
+    pub fn with_uid(uid: u32, cap_net_admin: bool) -> Peer {
+        Peer {
+            uid,
+            gid: uid,
+            groups: vec![],
+            pid: Some(1),
+            cap_net_admin,
+            netns: None,
+        }
+    }
+
     pub(crate) fn of(stream: &UnixStream) -> io::Result<Peer> {
         let cred = stream.peer_cred()?;
         let fd = stream.as_raw_fd();
@@ -302,14 +317,7 @@ mod tests {
     }
 
     fn peer(uid: u32, cap_net_admin: bool) -> Peer {
-        Peer {
-            uid,
-            gid: uid,
-            groups: vec![],
-            pid: Some(1),
-            cap_net_admin,
-            netns: None,
-        }
+        Peer::with_uid(uid, cap_net_admin)
     }
 
     #[test]

@@ -13,7 +13,11 @@ fn att() -> Attachment {
 }
 
 fn every_kind_of_request() -> Vec<Request> {
-    let valid = vec![Attachment::new("n", "c2", "eth1")];
+    let del = Del { att: att() };
+    let gc = Gc {
+        network: "n".into(),
+        valid: vec![Attachment::new("n", "c2", "eth1")],
+    };
     let container = vec![
         "10.1.0.2/24".parse().unwrap(),
         "fd00::2/64".parse().unwrap(),
@@ -43,33 +47,21 @@ fn every_kind_of_request() -> Vec<Request> {
             masq: masq_opts,
         })
         .into(),
-        portmap::Op::Del(Del { att: att() }).into(),
-        portmap::Op::Gc(Gc {
-            network: "n".into(),
-            valid: valid.clone(),
-        })
-        .into(),
+        portmap::Op::Del(del.clone()).into(),
+        portmap::Op::Gc(gc.clone()).into(),
         masq::Op::Add {
             att: att(),
             addrs: vec!["10.1.0.2".parse().unwrap()],
             subnets: vec!["10.1.0.0/24".parse().unwrap()],
         }
         .into(),
-        masq::Op::Del(Del { att: att() }).into(),
-        masq::Op::Gc(Gc {
-            network: "n".into(),
-            valid: valid.clone(),
-        })
-        .into(),
+        masq::Op::Del(del.clone()).into(),
+        masq::Op::Gc(gc.clone()).into(),
         macspoof::Op::add(&att(), "veth1", "0a:58:0a:01:00:02")
             .unwrap()
             .into(),
-        macspoof::Op::Del(Del { att: att() }).into(),
-        macspoof::Op::Gc(Gc {
-            network: "n".into(),
-            valid,
-        })
-        .into(),
+        macspoof::Op::Del(del.clone()).into(),
+        macspoof::Op::Gc(gc.clone()).into(),
         conntrack::Op::FlushUdp {
             targets: vec![UdpPort {
                 port: 8080,
@@ -135,12 +127,8 @@ fn peer(uid: u32, cap_net_admin: bool, here: bool) -> Peer {
         netns.ino = netns.ino.wrapping_add(1);
     }
     Peer {
-        uid,
-        gid: uid,
-        groups: vec![],
-        pid: Some(1),
-        cap_net_admin,
         netns: Some(netns),
+        ..Peer::with_uid(uid, cap_net_admin)
     }
 }
 

@@ -234,12 +234,8 @@ mod tests {
 
     fn peer(uid: u32, cap_net_admin: bool) -> Peer {
         Peer {
-            uid,
             gid: 4242,
-            groups: Vec::new(),
-            pid: Some(1),
-            cap_net_admin,
-            netns: None,
+            ..Peer::with_uid(uid, cap_net_admin)
         }
     }
 
