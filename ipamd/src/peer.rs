@@ -309,12 +309,8 @@ fn peer_groups(fd: RawFd) -> io::Result<Vec<u32>> {
 #[cfg(test)]
 mod tests {
     use super::*;
+    use crate::testutil::root;
     use std::os::unix::net::UnixListener;
-
-    fn root() -> bool {
-        // SAFETY: geteuid cannot fail.
-        unsafe { libc::geteuid() == 0 }
-    }
 
     fn peer(uid: u32, cap_net_admin: bool) -> Peer {
         Peer::with_uid(uid, cap_net_admin)

@@ -35,6 +35,13 @@ impl Drop for TempDir {
     }
 }
 
+/// Whether the tests run as root: those that act as other users or own files
+/// for them skip otherwise.
+pub(crate) fn root() -> bool {
+    // SAFETY: geteuid cannot fail.
+    unsafe { libc::geteuid() == 0 }
+}
+
 pub(crate) fn sets(subnet: &str) -> Vec<RangeSet> {
     IpamConfig::ranges_from_json(&json!([[{ "subnet": subnet }]])).unwrap()
 }

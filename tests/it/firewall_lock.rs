@@ -55,14 +55,7 @@ fn other_users_cannot_hold_the_lock() {
     assert_eq!(meta.uid(), 0);
     assert_eq!(meta.mode() & 0o777, 0o600, "lock file mode under umask 000");
     let nobody = Command::new("setpriv")
-        .args([
-            "--reuid",
-            "65534",
-            "--regid",
-            "65534",
-            "--clear-groups",
-            "--",
-        ])
+        .args(SETPRIV_NOBODY)
         .args(["sh", "-c", &format!("exec 3<{LOCK}")])
         .output()
         .expect("setpriv");

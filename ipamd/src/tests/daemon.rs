@@ -9,7 +9,7 @@ use crate::client::http;
 use crate::client::Client;
 use crate::daemon::{start_with, DaemonHandle, DaemonOptions};
 use crate::store::{Store, StoreOptions};
-use crate::testutil::{key, req, sets, TempDir};
+use crate::testutil::{key, req, root, sets, TempDir};
 use crate::ErrorKind;
 
 pub(super) fn daemon_opts(dir: &Path) -> DaemonOptions {
@@ -138,28 +138,17 @@ fn daemon_refuses_bad_requests() {
         .allocate(&req("../etc", "c1", &sets("10.0.0.0/24")))
         .unwrap_err();
     assert_eq!(e.kind(), ErrorKind::InvalidConfig);
+    let release = |body: &[u8]| {
+        let (connect, io) = (Duration::from_secs(1), Duration::from_secs(5));
+        http::request(&sock, "POST", "/v1/release", Some(body), connect, io)
+    };
     let body = serde_json::to_vec(&key("../etc", "c1")).unwrap();
-    let r = http::request(
-        &sock,
-        "POST",
-        "/v1/release",
-        Some(&body),
-        Duration::from_secs(1),
-        Duration::from_secs(5),
-    )
-    .unwrap();
+    let r = release(&body).unwrap();
     assert_eq!(r.status, 400);
     assert!(String::from_utf8_lossy(&r.body).contains("invalid_config"));
     assert!(!d.path().join("etc").exists());
     let big = vec![b' '; 2 << 20];
-    let r = http::request(
-        &sock,
-        "POST",
-        "/v1/release",
-        Some(&big),
-        Duration::from_secs(1),
-        Duration::from_secs(5),
-    );
+    let r = release(&big);
     // The daemon either answers 413 or drops the connection once the limit is crossed.
     if let Ok(r) = r {
         assert_eq!(r.status, 413);
@@ -449,8 +438,7 @@ impl crate::service::Service for Echo {
 fn service_ops_are_served_counted_and_declined_to_the_caller() {
     use crate::client::{Daemon, Failure};
     // Root only (the tests run as root in tests/run; skip elsewhere).
-    // SAFETY: getuid cannot fail.
-    if unsafe { libc::getuid() } != 0 {
+    if !root() {
         return;
     }
     let t = TempDir::new("ext");

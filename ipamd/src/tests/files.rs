@@ -5,7 +5,7 @@ use std::os::unix::fs::{MetadataExt, PermissionsExt};
 use std::path::Path;
 
 use crate::store::{Store, StoreOptions};
-use crate::testutil::{in_child, req, sets, TempDir};
+use crate::testutil::{in_child, req, root, sets, TempDir};
 use crate::ErrorKind;
 
 fn mode(p: &Path) -> u32 {
@@ -58,8 +58,7 @@ fn modes_are_explicit_under_umask_000_and_planted_links_are_refused() {
 
 #[test]
 fn as_root_a_data_dir_others_can_write_is_refused() {
-    // SAFETY: geteuid cannot fail.
-    if unsafe { libc::geteuid() } != 0 {
+    if !root() {
         return;
     }
     let d = TempDir::new("files-owner");

@@ -7,7 +7,7 @@ use std::path::Path;
 
 use super::daemon::{daemon_opts, store_opts};
 use crate::daemon::start_with;
-use crate::testutil::TempDir;
+use crate::testutil::{root, TempDir};
 
 const NOBODY: libc::uid_t = 65534;
 
@@ -66,7 +66,7 @@ fn child_request(sock: &Path, groups: &[libc::gid_t], req: &[u8], expect: &[u8])
 
 #[test]
 fn non_root_peer_gets_403_and_allowed_group_gets_in() {
-    if unsafe { libc::geteuid() } != 0 {
+    if !root() {
         eprintln!("skipping: needs root to act as another uid");
         return;
     }

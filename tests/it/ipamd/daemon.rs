@@ -16,20 +16,13 @@ const BOOT_ID_FILE_ENV: &str = "CNIKIT_IPAMD_BOOT_ID_FILE";
 /// Run `argv` as uid/gid 65534 with no supplementary groups.
 fn as_nobody(argv: &[&str], env: &[(&str, String)], stdin: &[u8]) -> std::process::Output {
     let mut cmd = Command::new("setpriv");
-    cmd.args([
-        "--reuid",
-        "65534",
-        "--regid",
-        "65534",
-        "--clear-groups",
-        "--",
-    ])
-    .args(argv)
-    .env_clear()
-    .env("PATH", "/usr/sbin:/usr/bin:/sbin:/bin")
-    .stdin(Stdio::piped())
-    .stdout(Stdio::piped())
-    .stderr(Stdio::piped());
+    cmd.args(SETPRIV_NOBODY)
+        .args(argv)
+        .env_clear()
+        .env("PATH", "/usr/sbin:/usr/bin:/sbin:/bin")
+        .stdin(Stdio::piped())
+        .stdout(Stdio::piped())
+        .stderr(Stdio::piped());
     for (k, v) in env {
         cmd.env(k, v);
     }

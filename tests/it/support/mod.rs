@@ -48,3 +48,14 @@ pub use kernel::*;
 pub use names::*;
 pub use rng::*;
 pub use traffic::*;
+
+/// `setpriv` arguments that run the command after them as uid/gid 65534 with
+/// no supplementary groups: the unprivileged caller of the permission tests.
+pub const SETPRIV_NOBODY: [&str; 6] = [
+    "--reuid",
+    "65534",
+    "--regid",
+    "65534",
+    "--clear-groups",
+    "--",
+];
