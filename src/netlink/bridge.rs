@@ -288,4 +288,3 @@ impl Netlink {
 fn unsupported_feature(what: &str, (feature, config): (&str, &str), errno: Option<i32>) -> Error {
     unsupported(what, feature, config, errno)
 }
-
