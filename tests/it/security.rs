@@ -88,6 +88,18 @@ fn capability_less_root_is_refused_and_nothing_is_applied() {
 
     // Control: the same request from root with its capabilities is served.
     masq_add_as(AS_IS, &sock, "10.99.0.7", "200", true);
+    let del = format!(
+        r#"{{"netns":{},"request":{{"op":"masq-del","att":{{"network":"sec","container_id":"c-10.99.0.7","ifname":"eth0"}}}}}}"#,
+        own_netns_ino()
+    );
+    assert_eq!(
+        post_as(AS_IS, &sock, "/v1/ext/firewall.masq-del", &del),
+        "200"
+    );
+    assert!(
+        !ruleset().contains("10.99.0.7"),
+        "the control's entry is removed"
+    );
 }
 
 #[test]
