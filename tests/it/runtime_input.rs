@@ -176,3 +176,32 @@ fn ipam_del_ignores_ranges_it_cannot_parse() {
     assert_eq!(env.lease_count(&net.ipam, &net.name), 0);
     del_with_args(&br, "");
 }
+
+/// Proves: names the kernel would expand or truncate never reach it. ADD
+/// with `CNI_IFNAME=eth%d` is code 4 and `"bridge": "br%d"` (or one with a
+/// NUL) is code 7; no link appears in the container or on the host, and no
+/// lease is taken.
+#[test]
+fn kernel_name_tricks_are_refused_before_any_kernel_call() {
+    let env = TestEnv::new("kernel_name_tricks");
+    let net = network(&env);
+    let ns = env.netns();
+    let host_before = link_names(None);
+    env.plugin("bridge")
+        .attach("ADD", "ctr-pct", &ns, "eth%d")
+        .conf(&net.bridge)
+        .run()
+        .expect_err(4, &["CNI_IFNAME", "eth%d"]);
+    for bad in ["br%d", "br\u{0}x"] {
+        let mut conf = net.bridge.clone();
+        conf["bridge"] = json!(bad);
+        env.plugin("bridge")
+            .attach("ADD", "ctr-br", &ns, "eth0")
+            .conf(&conf)
+            .run()
+            .expect_err(7, &["bridge"]);
+    }
+    assert_eq!(link_names(Some(&ns.name)).len(), 1, "only lo in the pod");
+    assert_eq!(link_names(None), host_before, "no new host link");
+    assert_eq!(env.lease_count(&net.ipam, &net.name), 0, "no lease taken");
+}
