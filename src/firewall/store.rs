@@ -35,6 +35,8 @@ const MAX_TRIES: usize = 20;
 #[derive(Default)]
 pub(crate) struct Tx {
     msgs: Vec<(NetfilterMessage, u16, String)>,
+    /// Which of `msgs` remove elements (see `Nft::commit`).
+    removals: Vec<usize>,
 }
 
 impl Tx {
@@ -95,6 +97,7 @@ impl Tx {
     pub(crate) fn del(&mut self, t: Table, set: &SetDef, elems: Vec<Element>) {
         for chunk in elems.chunks(ELEMS_PER_MESSAGE) {
             let msg = nft::set_elems(t, set.name, chunk, false);
+            self.removals.push(self.msgs.len());
             self.push(msg, 0, format!("delete elements from set {}", set.name));
         }
     }
@@ -159,8 +162,11 @@ impl Nft<'_> {
         }
     }
 
-    /// Ok(false): the generation changed since `genid`; nothing was applied.
+    /// Ok(false): what the plan read is stale — the generation changed since
+    /// `genid`, or an element it removes is already gone (another writer got
+    /// there first) — and nothing was applied: plan again.
     fn commit(&mut self, tx: Tx, genid: u32) -> Result<bool> {
+        let removals = tx.removals;
         let mut whats = Vec::with_capacity(tx.msgs.len());
         let mut msgs = Vec::with_capacity(tx.msgs.len());
         for (msg, flags, what) in tx.msgs {
@@ -170,6 +176,12 @@ impl Nft<'_> {
         match self.nl.batch(msgs, Some(genid)) {
             Ok(()) => Ok(true),
             Err(f) if f.failure.errno() == Some(libc::ERESTART) => Ok(false),
+            Err(f)
+                if f.failure.errno() == Some(libc::ENOENT)
+                    && f.index.is_some_and(|i| removals.contains(&i)) =>
+            {
+                Ok(false)
+            }
             Err(f) => {
                 let what = f.index.and_then(|i| whats.get(i).map(String::as_str));
                 let what = what.unwrap_or("apply nftables changes");
@@ -417,79 +429,5 @@ pub(crate) fn not_valid(network: &str, valid: &[tag::Attachment]) -> impl Fn(&st
 }
 
 #[cfg(test)]
-mod tests {
-    use super::*;
-    use crate::firewall::schema::{self, Value, INET, PM4_ANY};
-    use crate::netlink::NetNs;
-    use std::process::Command;
-
-    /// Runs `f` inside a new named netns (needs root: only under the
-    /// isolated test runner, CNIKIT_ISOLATED=1).
-    fn in_new_netns(tag: &str, f: impl FnOnce()) {
-        if std::env::var("CNIKIT_ISOLATED").as_deref() != Ok("1") {
-            eprintln!("skipping {tag}: needs an isolated root namespace (CNIKIT_ISOLATED=1)");
-            return;
-        }
-        let name = format!("cnikit-{}-{tag}", std::process::id());
-        let ip = |args: &[&str]| Command::new("ip").args(args).status().expect("run ip");
-        assert!(ip(&["netns", "add", &name]).success());
-        let ns = NetNs::open(format!("/run/netns/{name}")).expect("open netns");
-        let out = ns.run(f);
-        ip(&["netns", "del", &name]);
-        out.expect("enter netns");
-    }
-
-    /// One message per element, as a portmap ADD of many mappings sends:
-    /// the batch must report the commit although it is far larger than the
-    /// socket's receive buffer would be in acks.
-    #[test]
-    fn a_batch_of_thousands_of_messages_reports_its_commit() {
-        in_new_netns("big-batch", || {
-            let owner = "big/c1/eth0";
-            let elems: Vec<Element> = (0..3000u16)
-                .map(|port| {
-                    let k = schema::key(&[Value::Proto(6), Value::Port(10000 + port)]);
-                    let ip = "10.1.2.3".parse().expect("ip");
-                    let d = schema::key(&[Value::Ip(ip), Value::Port(80)]);
-                    owned(k, Some(d), owner)
-                })
-                .collect();
-            transact(|nft, tx| {
-                schema::ensure(nft, tx, &schema::PORTMAP)?;
-                for e in &elems {
-                    tx.add(INET, &PM4_ANY, vec![e.clone()]);
-                }
-                Ok(())
-            })
-            .expect("a large batch commits");
-            let have = read(|nft| nft.dump(INET, &PM4_ANY)).expect("dump");
-            assert_eq!(have.len(), elems.len());
-
-            // One failing message among thousands: nothing applies, and the
-            // error names that message.
-            let err = transact(|_, tx| {
-                for (i, e) in elems.iter().enumerate() {
-                    if i == 1500 {
-                        tx.flush_chain(INET, "no-such-chain");
-                    }
-                    tx.del(INET, &PM4_ANY, vec![e.clone()]);
-                }
-                Ok(())
-            })
-            .expect_err("a missing chain fails the batch");
-            assert!(
-                err.message
-                    .starts_with("flush chain no-such-chain (nothing was changed): "),
-                "{}",
-                err.message
-            );
-            let have = read(|nft| nft.dump(INET, &PM4_ANY)).expect("dump");
-            assert_eq!(have.len(), elems.len());
-
-            transact(|nft, tx| release(nft, tx, INET, &[&PM4_ANY], &|o| o == owner))
-                .expect("release");
-            let have = read(|nft| nft.dump(INET, &PM4_ANY)).expect("dump");
-            assert!(have.is_empty());
-        });
-    }
-}
+#[path = "store_tests.rs"]
+mod tests;
