@@ -18,9 +18,6 @@ pub enum Code {
     TryAgainLater = 11,
     /// STATUS: the plugin cannot serve ADD now.
     NotAvailable = 50,
-    /// STATUS: not available, and existing attachments may be degraded.
-    #[allow(dead_code)] // spec code; no plugin of ours degrades existing attachments yet
-    NotAvailableDegraded = 51,
     /// A kernel operation failed.
     Kernel = 100,
     /// The kernel lacks a feature the configuration needs (e.g. ipvlan).

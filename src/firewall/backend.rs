@@ -5,8 +5,8 @@
 
 use super::request::Request;
 use super::service::{self, Envelope};
-use super::socket::current_netns;
 use super::{Error, ErrorKind, Result};
+use crate::netlink::NetNs;
 use ipamd::client::{Daemon, Failure};
 use std::fmt;
 use std::path::{Path, PathBuf};
@@ -46,7 +46,7 @@ impl ViaDaemon {
 impl Firewall for ViaDaemon {
     fn apply(&self, request: Request) -> Result<()> {
         // Without our own netns id the daemon cannot tell whether it may serve us.
-        let Ok(netns) = current_netns() else {
+        let Ok(netns) = NetNs::current_id() else {
             return request.run();
         };
         let op = request.name();

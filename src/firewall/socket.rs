@@ -28,7 +28,7 @@ static IDLE: Mutex<Vec<(u64, Nfnl)>> = Mutex::new(Vec::new());
 /// Runs `f` with a socket of the calling thread's network namespace that no
 /// one else uses meanwhile.
 pub(crate) fn with_socket<T>(f: impl FnOnce(&mut Nfnl) -> Result<T>) -> Result<T> {
-    let ns = current_netns()?;
+    let ns = NetNs::current_id()?;
     let idle = take_idle(ns);
     let mut nl = match idle {
         Some(nl) => nl,
@@ -47,9 +47,4 @@ fn take_idle(ns: u64) -> Option<Nfnl> {
 
 fn lock_idle() -> std::sync::MutexGuard<'static, Vec<(u64, Nfnl)>> {
     IDLE.lock().unwrap_or_else(PoisonError::into_inner)
-}
-
-/// The identity of the calling thread's network namespace.
-pub(crate) fn current_netns() -> Result<u64> {
-    Ok(NetNs::current_id()?)
 }

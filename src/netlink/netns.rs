@@ -50,6 +50,20 @@ impl NetNs {
             .map_err(|e| Error::io("read the current network namespace", &e))
     }
 
+    /// This namespace's identity, comparable with [`NetNs::current_id`].
+    pub fn id(&self) -> Result<u64> {
+        // SAFETY: fstat of a descriptor we own, into a zeroed struct.
+        let mut st: libc::stat = unsafe { std::mem::zeroed() };
+        if unsafe { libc::fstat(self.as_raw_fd(), &mut st) } != 0 {
+            let e = std::io::Error::last_os_error();
+            return Err(Error::io(
+                &format!("read network namespace {}", self.display()),
+                &e,
+            ));
+        }
+        Ok(st.st_ino)
+    }
+
     pub fn path(&self) -> &Path {
         &self.path
     }

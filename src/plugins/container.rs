@@ -6,7 +6,6 @@
 
 use crate::cni::{Code, Error};
 use crate::netlink::{Link, NetNs, Netlink};
-use std::os::unix::fs::MetadataExt;
 
 /// The netns for ADD/CHECK; a missing one is "container unknown" (code 3),
 /// any other failure (EPERM, …) a kernel error (see `cni::error`). The
@@ -97,22 +96,7 @@ fn not_ours(link: &Link, ours: OwnLink) -> Result<Option<String>, Error> {
 /// Whether `ns` is the network namespace this thread is in: the host's, for
 /// a plugin run by a runtime on the host.
 pub fn is_own_netns(ns: &NetNs) -> Result<bool, Error> {
-    // SAFETY: fstat of a descriptor `ns` keeps open, into a zeroed struct.
-    let mut theirs: libc::stat = unsafe { std::mem::zeroed() };
-    if unsafe { libc::fstat(ns.as_raw_fd(), &mut theirs) } != 0 {
-        let e = std::io::Error::last_os_error();
-        return Err(Error::new(
-            Code::Internal,
-            format!("stat {}: {e}", ns.path().display()),
-        ));
-    }
-    let own = std::fs::metadata("/proc/thread-self/ns/net").map_err(|e| {
-        Error::new(
-            Code::Internal,
-            format!("cannot read this plugin's own network namespace: {e}"),
-        )
-    })?;
-    Ok(own.dev() == theirs.st_dev && own.ino() == theirs.st_ino)
+    Ok(ns.id()? == NetNs::current_id()?)
 }
 
 #[cfg(test)]
