@@ -75,7 +75,7 @@ impl NetConf {
             Some(v) => tolerate(
                 lenient,
                 "prevResult",
-                CniResult::from_value(v)
+                CniResult::from_canonical(v.clone())
                     .map(Some)
                     .map_err(|e| e.context("prevResult")),
             )?,

@@ -120,6 +120,12 @@ impl CniResult {
     pub fn from_value(v: &Value) -> Result<CniResult, Error> {
         let mut v = v.clone();
         super::gojson::canonicalize(&mut v);
+        Self::from_canonical(v)
+    }
+
+    /// [`CniResult::from_value`] of a value whose keys are already
+    /// canonical (a `prevResult` inside a canonicalised configuration).
+    pub(crate) fn from_canonical(v: Value) -> Result<CniResult, Error> {
         let decode = |e: serde_json::Error| {
             Error::new(Code::Decode, format!("cannot decode CNI result: {e}"))
         };
