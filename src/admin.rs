@@ -135,7 +135,8 @@ fn ipamd(command: IpamdCmd) -> Result<(), String> {
             allowed_gid,
             // The daemon also applies the plugins' firewall changes: its
             // netfilter socket never closes (see firewall/service.rs).
-            services: ipamd::service::Services::new().with(crate::firewall::service::Firewall),
+            services: ipamd::service::Services::new()
+                .with(crate::firewall::service::Firewall::default()),
         })
         .map_err(|e| e.to_string()),
         IpamdCmd::Leases {

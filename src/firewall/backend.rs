@@ -5,7 +5,7 @@
 
 use super::request::Request;
 use super::service::{self, Envelope};
-use super::{Error, ErrorKind, Result};
+use super::{Error, ErrorKind, Result, Sockets};
 use crate::netlink::NetNs;
 use ipamd::client::{Daemon, Failure};
 use std::fmt;
@@ -19,26 +19,31 @@ pub trait Firewall: fmt::Debug + Send + Sync {
     fn apply(&self, req: Request) -> Result<()>;
 }
 
-/// Opens its own netfilter socket in this process.
-#[derive(Debug, Clone, Copy, Default)]
-pub struct InProcess;
+/// Does the work in this process, on sockets that stay open as long as it
+/// lives (`socket.rs` says why).
+#[derive(Debug, Default)]
+pub struct InProcess {
+    sockets: Sockets,
+}
 
 impl Firewall for InProcess {
     fn apply(&self, req: Request) -> Result<()> {
-        req.run()
+        req.run(&self.sockets)
     }
 }
 
 /// The daemon at `socket` when it serves the request, else in-process.
-#[derive(Debug, Clone)]
+#[derive(Debug)]
 pub struct ViaDaemon {
     socket: PathBuf,
+    here: InProcess,
 }
 
 impl ViaDaemon {
     pub fn new(socket: &Path) -> ViaDaemon {
         ViaDaemon {
             socket: socket.to_path_buf(),
+            here: InProcess::default(),
         }
     }
 }
@@ -47,12 +52,12 @@ impl Firewall for ViaDaemon {
     fn apply(&self, request: Request) -> Result<()> {
         // Without our own netns id the daemon cannot tell whether it may serve us.
         let Ok(netns) = NetNs::current_id() else {
-            return request.run();
+            return self.here.apply(request);
         };
         let op = request.name();
         let env = Envelope { netns, request };
         match Daemon::new(&self.socket).call::<service::Firewall>(&env) {
-            None => env.request.run(),
+            None => self.here.apply(env.request),
             Some(Ok(_)) => Ok(()),
             Some(Err(Failure::Service(e))) => Err(e),
             Some(Err(Failure::Other(msg))) => Err(Error::new(

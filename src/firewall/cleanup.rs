@@ -4,6 +4,7 @@
 
 use super::nft::Table;
 use super::schema::SetDef;
+use super::socket::Sockets;
 use super::store::{not_valid, release, transact};
 use super::tag::{self, Attachment};
 use super::Result;
@@ -25,15 +26,27 @@ pub struct Gc {
 }
 
 impl Del {
-    pub(super) fn run(&self, table: Table, sets: &[&'static SetDef]) -> Result<()> {
+    pub(super) fn run(
+        &self,
+        sockets: &Sockets,
+        table: Table,
+        sets: &[&'static SetDef],
+    ) -> Result<()> {
         let owner = self.att.tag();
-        transact(|nft, tx| release(nft, tx, table, sets, &|o| o == owner))
+        transact(sockets, |nft, tx| {
+            release(nft, tx, table, sets, &|o| o == owner)
+        })
     }
 }
 
 impl Gc {
-    pub(super) fn run(&self, table: Table, sets: &[&'static SetDef]) -> Result<()> {
+    pub(super) fn run(
+        &self,
+        sockets: &Sockets,
+        table: Table,
+        sets: &[&'static SetDef],
+    ) -> Result<()> {
         let doomed = not_valid(&self.network, &self.valid);
-        transact(|nft, tx| release(nft, tx, table, sets, &doomed))
+        transact(sockets, |nft, tx| release(nft, tx, table, sets, &doomed))
     }
 }

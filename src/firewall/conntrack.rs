@@ -5,7 +5,7 @@
 //! filter), else by dumping the table and deleting the matches one by one.
 
 use super::nft::nla;
-use super::socket::{with_socket, Failure, Nfnl};
+use super::socket::{Failure, Nfnl, Sockets};
 use super::Result;
 use netlink_packet_core::{DefaultNla, NLM_F_DUMP};
 use netlink_packet_netfilter::conntrack::{
@@ -61,18 +61,18 @@ impl Op {
     }
 
     /// The operation, in this process.
-    pub fn run(&self) -> Result<()> {
+    pub fn run(&self, sockets: &Sockets) -> Result<()> {
         match self {
-            Op::FlushUdp { targets } => flush_udp_here(targets),
+            Op::FlushUdp { targets } => flush_udp_here(sockets, targets),
         }
     }
 }
 
-fn flush_udp_here(targets: &[UdpPort]) -> Result<()> {
+fn flush_udp_here(sockets: &Sockets, targets: &[UdpPort]) -> Result<()> {
     if targets.is_empty() {
         return Ok(());
     }
-    with_socket(|nl| {
+    sockets.with(|nl| {
         let mut first_error = None;
         for t in targets {
             if let Err(e) = flush_one(nl, t) {

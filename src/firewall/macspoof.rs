@@ -5,7 +5,7 @@ use super::cleanup::{Del, Gc};
 use super::schema::{self, key, Value, BRIDGE, SPOOF_ALLOW, SPOOF_PORTS};
 use super::store::{claim_anchor, owned, transact, Derived};
 use super::tag::{self, Attachment};
-use super::{Error, ErrorKind, Result};
+use super::{Error, ErrorKind, Result, Sockets};
 use serde::{Deserialize, Serialize};
 
 /// The operations on the MAC spoof check (idempotent, like every firewall
@@ -48,23 +48,23 @@ impl Op {
     }
 
     /// The operation, in this process.
-    pub fn run(&self) -> Result<()> {
+    pub fn run(&self, sockets: &Sockets) -> Result<()> {
         match self {
             Op::Add {
                 att,
                 host_ifname,
                 mac,
-            } => add_here(att, host_ifname, mac),
-            Op::Del(del) => del.run(BRIDGE, schema::MACSPOOF.sets),
-            Op::Gc(gc) => gc.run(BRIDGE, schema::MACSPOOF.sets),
+            } => add_here(sockets, att, host_ifname, mac),
+            Op::Del(del) => del.run(sockets, BRIDGE, schema::MACSPOOF.sets),
+            Op::Gc(gc) => gc.run(sockets, BRIDGE, schema::MACSPOOF.sets),
         }
     }
 }
 
-fn add_here(att: &Attachment, host_ifname: &str, mac: &str) -> Result<()> {
+fn add_here(sockets: &Sockets, att: &Attachment, host_ifname: &str, mac: &str) -> Result<()> {
     let owner = att.tag();
     let mac = parse_mac(mac)?;
-    transact(|nft, tx| {
+    transact(sockets, |nft, tx| {
         schema::ensure(nft, tx, &schema::MACSPOOF)?;
         let port = owned(key(&[Value::Ifname(host_ifname)]), None, &owner);
         let allow = owned(

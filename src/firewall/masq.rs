@@ -5,7 +5,7 @@ use super::cleanup::{Del, Gc};
 use super::schema::{self, key, range, Value, INET, MASQ4, MASQ4_SKIP, MASQ6, MASQ6_SKIP};
 use super::store::{claim_anchor, owned, owned_range, transact, Derived};
 use super::tag::{self, Attachment};
-use super::Result;
+use super::{Result, Sockets};
 use ipnet::IpNet;
 use serde::{Deserialize, Serialize};
 use std::net::IpAddr;
@@ -40,22 +40,27 @@ impl Op {
     }
 
     /// The operation, in this process.
-    pub fn run(&self) -> Result<()> {
+    pub fn run(&self, sockets: &Sockets) -> Result<()> {
         match self {
             Op::Add {
                 att,
                 addrs,
                 subnets,
-            } => add_here(att, addrs, subnets),
-            Op::Del(del) => del.run(INET, schema::MASQ.sets),
-            Op::Gc(gc) => gc.run(INET, schema::MASQ.sets),
+            } => add_here(sockets, att, addrs, subnets),
+            Op::Del(del) => del.run(sockets, INET, schema::MASQ.sets),
+            Op::Gc(gc) => gc.run(sockets, INET, schema::MASQ.sets),
         }
     }
 }
 
-fn add_here(att: &Attachment, addrs: &[IpAddr], subnets: &[IpNet]) -> Result<()> {
+fn add_here(
+    sockets: &Sockets,
+    att: &Attachment,
+    addrs: &[IpAddr],
+    subnets: &[IpNet],
+) -> Result<()> {
     let owner = att.tag();
-    transact(|nft, tx| {
+    transact(sockets, |nft, tx| {
         schema::ensure(nft, tx, &schema::MASQ)?;
         for addr in addrs {
             let v4 = addr.is_ipv4();

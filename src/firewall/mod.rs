@@ -62,6 +62,7 @@ pub use backend::{Firewall, InProcess, Recording, ViaDaemon};
 pub use cleanup::{Del, Gc};
 pub use error::{Error, ErrorKind};
 pub use request::Request;
+pub use socket::Sockets;
 pub use tag::Attachment;
 
 pub type Result<T, E = Error> = std::result::Result<T, E>;

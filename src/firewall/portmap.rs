@@ -11,7 +11,7 @@ use super::store::{
     claim_anchor, claim_exclusive, owned, owned_range, owner_of, read, transact, Derived,
 };
 use super::tag::{self, Attachment};
-use super::{Error, ErrorKind, Result};
+use super::{Error, ErrorKind, Result, Sockets};
 use ipnet::IpNet;
 use serde::{Deserialize, Serialize};
 use std::fmt;
@@ -107,19 +107,19 @@ impl Op {
     }
 
     /// The operation, in this process.
-    pub fn run(&self) -> Result<()> {
+    pub fn run(&self, sockets: &Sockets) -> Result<()> {
         match self {
-            Op::Add(spec) => add_here(spec),
-            Op::Check(spec) => check_here(spec),
-            Op::Del(del) => del.run(INET, schema::PORTMAP.sets),
-            Op::Gc(gc) => gc.run(INET, schema::PORTMAP.sets),
+            Op::Add(spec) => add_here(sockets, spec),
+            Op::Check(spec) => check_here(sockets, spec),
+            Op::Del(del) => del.run(sockets, INET, schema::PORTMAP.sets),
+            Op::Gc(gc) => gc.run(sockets, INET, schema::PORTMAP.sets),
         }
     }
 }
 
-fn add_here(spec: &Spec) -> Result<()> {
+fn add_here(sockets: &Sockets, spec: &Spec) -> Result<()> {
     let owner = spec.att.tag();
-    transact(|nft, tx| {
+    transact(sockets, |nft, tx| {
         schema::ensure(nft, tx, &schema::PORTMAP)?;
         for d in dnat_elements(&spec.container, &spec.mappings, &owner) {
             claim_exclusive(nft, tx, INET, d.set, d.elem, &d.what)?;
@@ -133,9 +133,9 @@ fn add_here(spec: &Spec) -> Result<()> {
     })
 }
 
-fn check_here(spec: &Spec) -> Result<()> {
+fn check_here(sockets: &Sockets, spec: &Spec) -> Result<()> {
     let owner = spec.att.tag();
-    read(|nft| {
+    read(sockets, |nft| {
         for chain in PM_CHAINS {
             if !nft.chain_exists(INET, chain)? {
                 return Err(mismatch(format!(

@@ -2,7 +2,7 @@
 //! is a variant of its feature's `Op` (with its `name` and `run`); only a new
 //! feature adds a variant here.
 
-use super::{conntrack, macspoof, masq, portmap, Result};
+use super::{conntrack, macspoof, masq, portmap, Result, Sockets};
 use serde::{Deserialize, Serialize};
 
 /// On the wire the feature's `op` tag alone tells them apart (`portmap-add`,
@@ -28,12 +28,12 @@ impl Request {
     }
 
     /// The operation, in this process.
-    pub fn run(&self) -> Result<()> {
+    pub fn run(&self, sockets: &Sockets) -> Result<()> {
         match self {
-            Request::Portmap(op) => op.run(),
-            Request::Masq(op) => op.run(),
-            Request::Macspoof(op) => op.run(),
-            Request::Conntrack(op) => op.run(),
+            Request::Portmap(op) => op.run(sockets),
+            Request::Masq(op) => op.run(sockets),
+            Request::Macspoof(op) => op.run(sockets),
+            Request::Conntrack(op) => op.run(sockets),
         }
     }
 }

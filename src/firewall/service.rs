@@ -9,7 +9,7 @@
 //! The daemon is long-lived and never closes its socket.
 
 use super::request::Request;
-use super::{Error, ErrorKind};
+use super::{Error, ErrorKind, Sockets};
 use ipamd::service::{Peer, Refusal, Service, DECLINED};
 use serde::{Deserialize, Serialize};
 
@@ -26,7 +26,11 @@ pub struct Envelope {
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
 pub struct Done {}
 
-pub struct Firewall;
+/// The service, with the netfilter sockets it keeps open while the daemon runs.
+#[derive(Debug, Default)]
+pub struct Firewall {
+    sockets: Sockets,
+}
 
 /// The status of a refusal of the peer (as the daemon's own gate answers).
 pub const FORBIDDEN: u16 = 403;
@@ -83,15 +87,18 @@ impl Service for Firewall {
     }
 
     fn handle(&self, req: Envelope) -> Result<Done, Refusal<Error>> {
-        req.request.run().map(|()| Done {}).map_err(|e| {
-            let status = match e.kind {
-                ErrorKind::Conflict => 409,
-                ErrorKind::Mismatch => 422,
-                ErrorKind::Unsupported => 501,
-                ErrorKind::Other => 500,
-            };
-            Refusal::Failed(status, e)
-        })
+        req.request
+            .run(&self.sockets)
+            .map(|()| Done {})
+            .map_err(|e| {
+                let status = match e.kind {
+                    ErrorKind::Conflict => 409,
+                    ErrorKind::Mismatch => 422,
+                    ErrorKind::Unsupported => 501,
+                    ErrorKind::Other => 500,
+                };
+                Refusal::Failed(status, e)
+            })
     }
 
     fn malformed(message: String) -> Error {

@@ -163,22 +163,22 @@ fn forbidden(r: Result<(), Refusal<Error>>) -> String {
 
 #[test]
 fn root_with_net_admin_in_the_daemons_netns_is_served() {
-    let ok = Firewall.permit(&peer(0, true, true), &envelope(own_claim()));
+    let ok = Firewall::default().permit(&peer(0, true, true), &envelope(own_claim()));
     assert!(ok.is_ok(), "{ok:?}");
 }
 
 #[test]
 fn capability_less_root_is_refused_whatever_it_claims() {
-    let msg = forbidden(Firewall.permit(&peer(0, false, true), &envelope(own_claim())));
+    let msg = forbidden(Firewall::default().permit(&peer(0, false, true), &envelope(own_claim())));
     assert!(msg.contains("CAP_NET_ADMIN"), "{msg}");
 }
 
 #[test]
 fn root_in_another_netns_is_declined_even_when_it_claims_ours() {
-    let msg = declined(Firewall.permit(&peer(0, true, false), &envelope(own_claim())));
+    let msg = declined(Firewall::default().permit(&peer(0, true, false), &envelope(own_claim())));
     assert!(msg.contains("network namespace"), "{msg}");
     // Without capabilities as well: its own fallback decides what it may do there.
-    declined(Firewall.permit(&peer(0, false, false), &envelope(own_claim())));
+    declined(Firewall::default().permit(&peer(0, false, false), &envelope(own_claim())));
 }
 
 #[test]
@@ -187,12 +187,12 @@ fn a_peer_of_unknown_netns_is_not_served() {
         netns: None,
         ..peer(0, true, true)
     };
-    declined(Firewall.permit(&unknown, &envelope(own_claim())));
+    declined(Firewall::default().permit(&unknown, &envelope(own_claim())));
 }
 
 #[test]
 fn non_root_is_refused_without_the_capability_and_declined_with_it() {
-    forbidden(Firewall.permit(&peer(1000, false, true), &envelope(own_claim())));
-    let msg = declined(Firewall.permit(&peer(1000, true, true), &envelope(own_claim())));
+    forbidden(Firewall::default().permit(&peer(1000, false, true), &envelope(own_claim())));
+    let msg = declined(Firewall::default().permit(&peer(1000, true, true), &envelope(own_claim())));
     assert!(msg.contains("root only"), "{msg}");
 }

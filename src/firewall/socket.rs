@@ -2,12 +2,13 @@
 //! batches, acks, errors) is `netlink::Socket<Netfilter>`; this file only
 //! decides how long one lives.
 //!
-//! A process keeps its netfilter sockets open until it exits, one set per
-//! network namespace. Why: closing one makes the kernel take the nftables
-//! commit mutex and wait until whatever any recent batch deleted is freed (an
-//! RCU grace period, ≈10 ms here), which stalls every nftables user of the
-//! netns. A plugin therefore closes at most one, at exit, after its work and
-//! with no lock of ours held; the daemon never closes one.
+//! Sockets are kept open for as long as their owner lives (a plugin call's
+//! backend, the daemon's firewall service), one set per network namespace.
+//! Why: closing one makes the kernel take the nftables commit mutex and wait
+//! until whatever any recent batch deleted is freed (an RCU grace period,
+//! ≈10 ms here), which stalls every nftables user of the netns. A plugin
+//! therefore closes its sockets only at exit, after its work and with no lock
+//! of ours held; the daemon never closes one.
 //!
 //! A call takes an idle socket of its namespace (or opens one) for itself
 //! and puts it back when done, so concurrent calls (the daemon's threads) do
@@ -16,35 +17,48 @@
 
 use super::Result;
 use crate::netlink::{NetNs, Netfilter, Socket};
-use std::sync::{Mutex, PoisonError};
+use std::sync::{Mutex, MutexGuard, PoisonError};
 
 pub(crate) use crate::netlink::Failure;
 
 pub(crate) type Nfnl = Socket<Netfilter>;
 
-/// Idle sockets with the id of the namespace they talk to.
-static IDLE: Mutex<Vec<(u64, Nfnl)>> = Mutex::new(Vec::new());
-
-/// Runs `f` with a socket of the calling thread's network namespace that no
-/// one else uses meanwhile.
-pub(crate) fn with_socket<T>(f: impl FnOnce(&mut Nfnl) -> Result<T>) -> Result<T> {
-    let ns = NetNs::current_id()?;
-    let idle = take_idle(ns);
-    let mut nl = match idle {
-        Some(nl) => nl,
-        None => Nfnl::open()?,
-    };
-    let out = f(&mut nl);
-    lock_idle().push((ns, nl));
-    out
+/// The netfilter sockets of one owner: idle ones with the id of the
+/// namespace they talk to.
+#[derive(Default)]
+pub struct Sockets {
+    idle: Mutex<Vec<(u64, Nfnl)>>,
 }
 
-fn take_idle(ns: u64) -> Option<Nfnl> {
-    let mut idle = lock_idle();
-    let pos = idle.iter().position(|(id, _)| *id == ns)?;
-    Some(idle.swap_remove(pos).1)
+impl std::fmt::Debug for Sockets {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("Sockets")
+            .field("idle", &self.lock_idle().len())
+            .finish()
+    }
 }
 
-fn lock_idle() -> std::sync::MutexGuard<'static, Vec<(u64, Nfnl)>> {
-    IDLE.lock().unwrap_or_else(PoisonError::into_inner)
+impl Sockets {
+    /// Runs `f` with a socket of the calling thread's network namespace that
+    /// no one else uses meanwhile.
+    pub(crate) fn with<T>(&self, f: impl FnOnce(&mut Nfnl) -> Result<T>) -> Result<T> {
+        let ns = NetNs::current_id()?;
+        let mut nl = match self.take_idle(ns) {
+            Some(nl) => nl,
+            None => Nfnl::open()?,
+        };
+        let out = f(&mut nl);
+        self.lock_idle().push((ns, nl));
+        out
+    }
+
+    fn take_idle(&self, ns: u64) -> Option<Nfnl> {
+        let mut idle = self.lock_idle();
+        let pos = idle.iter().position(|(id, _)| *id == ns)?;
+        Some(idle.swap_remove(pos).1)
+    }
+
+    fn lock_idle(&self) -> MutexGuard<'_, Vec<(u64, Nfnl)>> {
+        self.idle.lock().unwrap_or_else(PoisonError::into_inner)
+    }
 }

@@ -9,7 +9,7 @@
 
 use super::nft::{self, BaseHook, Element, Expr, SetSpec, Table};
 use super::sets::SetDef;
-use super::socket::{with_socket, Nfnl};
+use super::socket::{Nfnl, Sockets};
 use super::tag;
 use super::{Error, ErrorKind, Result};
 use netlink_packet_core::{NLM_F_APPEND, NLM_F_CREATE, NLM_F_DUMP};
@@ -197,8 +197,11 @@ impl Nft<'_> {
 /// Runs `plan` (read state, fill the Tx) and commits its Tx atomically,
 /// re-planning when the ruleset changed in between. An empty plan sends
 /// nothing.
-pub(crate) fn transact(mut plan: impl FnMut(&mut Nft, &mut Tx) -> Result<()>) -> Result<()> {
-    with_socket(|nl| {
+pub(crate) fn transact(
+    sockets: &Sockets,
+    mut plan: impl FnMut(&mut Nft, &mut Tx) -> Result<()>,
+) -> Result<()> {
+    sockets.with(|nl| {
         let _turn = lock();
         let mut nft = Nft { nl };
         for _ in 0..MAX_TRIES {
@@ -217,8 +220,8 @@ pub(crate) fn transact(mut plan: impl FnMut(&mut Nft, &mut Tx) -> Result<()>) ->
 }
 
 /// Runs `f` on the current ruleset, changing nothing (CHECK).
-pub(crate) fn read<T>(f: impl FnOnce(&mut Nft) -> Result<T>) -> Result<T> {
-    with_socket(|nl| f(&mut Nft { nl }))
+pub(crate) fn read<T>(sockets: &Sockets, f: impl FnOnce(&mut Nft) -> Result<T>) -> Result<T> {
+    sockets.with(|nl| f(&mut Nft { nl }))
 }
 
 /// cnikit's firewall transactions take turns (flock, released when the

@@ -3,6 +3,7 @@
 
 use super::*;
 use crate::firewall::schema::{self, Value, INET, PM4_ANY};
+use crate::firewall::Sockets;
 use crate::netlink::NetNs;
 use std::process::Command;
 
@@ -37,7 +38,7 @@ fn a_batch_of_thousands_of_messages_reports_its_commit() {
                 owned(k, Some(d), owner)
             })
             .collect();
-        transact(|nft, tx| {
+        transact(&Sockets::default(), |nft, tx| {
             schema::ensure(nft, tx, &schema::PORTMAP)?;
             for e in &elems {
                 tx.add(INET, &PM4_ANY, vec![e.clone()]);
@@ -45,12 +46,12 @@ fn a_batch_of_thousands_of_messages_reports_its_commit() {
             Ok(())
         })
         .expect("a large batch commits");
-        let have = read(|nft| nft.dump(INET, &PM4_ANY)).expect("dump");
+        let have = read(&Sockets::default(), |nft| nft.dump(INET, &PM4_ANY)).expect("dump");
         assert_eq!(have.len(), elems.len());
 
         // One failing message among thousands: nothing applies, and the
         // error names that message.
-        let err = transact(|_, tx| {
+        let err = transact(&Sockets::default(), |_, tx| {
             for (i, e) in elems.iter().enumerate() {
                 if i == 1500 {
                     tx.flush_chain(INET, "no-such-chain");
@@ -66,11 +67,14 @@ fn a_batch_of_thousands_of_messages_reports_its_commit() {
             "{}",
             err.message
         );
-        let have = read(|nft| nft.dump(INET, &PM4_ANY)).expect("dump");
+        let have = read(&Sockets::default(), |nft| nft.dump(INET, &PM4_ANY)).expect("dump");
         assert_eq!(have.len(), elems.len());
 
-        transact(|nft, tx| release(nft, tx, INET, &[&PM4_ANY], &|o| o == owner)).expect("release");
-        let have = read(|nft| nft.dump(INET, &PM4_ANY)).expect("dump");
+        transact(&Sockets::default(), |nft, tx| {
+            release(nft, tx, INET, &[&PM4_ANY], &|o| o == owner)
+        })
+        .expect("release");
+        let have = read(&Sockets::default(), |nft| nft.dump(INET, &PM4_ANY)).expect("dump");
         assert!(have.is_empty());
     });
 }
@@ -91,14 +95,14 @@ fn a_removal_of_an_element_already_gone_replans_instead_of_failing() {
             )
         };
         let (kept, gone) = (element(20001, "n/kept/eth0"), element(20002, "n/gone/eth0"));
-        transact(|nft, tx| {
+        transact(&Sockets::default(), |nft, tx| {
             schema::ensure(nft, tx, &schema::PORTMAP)?;
             tx.add(INET, &PM4_ANY, vec![kept.clone()]);
             Ok(())
         })
         .expect("add");
         let mut plans = 0;
-        transact(|nft, tx| {
+        transact(&Sockets::default(), |nft, tx| {
             plans += 1;
             // The first plan still believes in `gone`, as a DEL would whose
             // dump raced another writer's removal of it.
@@ -111,7 +115,7 @@ fn a_removal_of_an_element_already_gone_replans_instead_of_failing() {
         })
         .expect("a stale removal is planned again, not reported");
         assert_eq!(plans, 2, "planned once more after the stale removal");
-        let have = read(|nft| nft.dump(INET, &PM4_ANY)).expect("dump");
+        let have = read(&Sockets::default(), |nft| nft.dump(INET, &PM4_ANY)).expect("dump");
         assert!(have.is_empty(), "the element that was there is removed");
     });
 }
