@@ -1,6 +1,7 @@
 //! macvlan's and ipvlan's configuration, checked side by side: both parse the
 //! same `master` key with the same rules.
 
+use super::child::{load, ChildConf};
 use super::{ipvlan, macvlan};
 use crate::cni::gojson::{assert_known, struct_fields};
 use crate::cni::{Command, Error, Request};
@@ -8,8 +9,8 @@ use crate::cni::{Command, Error, Request};
 #[test]
 fn config_keys_get_go_matching() {
     assert_known(&[
+        struct_fields::<ChildConf>(),
         struct_fields::<macvlan::Conf>(),
-        struct_fields::<ipvlan::Conf>(),
     ]);
 }
 
@@ -19,8 +20,8 @@ type Load = fn(&Request) -> Result<(), Error>;
 #[test]
 fn master_names_follow_the_kernels_rules() {
     let load: [(&str, Load); 2] = [
-        ("macvlan", |req| macvlan::Conf::load(req).map(drop)),
-        ("ipvlan", |req| ipvlan::Conf::load(req).map(drop)),
+        ("macvlan", |req| load::<macvlan::Macvlan>(req).map(drop)),
+        ("ipvlan", |req| load::<ipvlan::Ipvlan>(req).map(drop)),
     ];
     let fw = std::sync::Arc::new(crate::firewall::Recording::default());
     for (kind, load) in load {

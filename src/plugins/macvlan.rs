@@ -1,108 +1,69 @@
 //! macvlan: a MAC-VLAN child of a host (or in-container) master, moved into
 //! the container. IPAM is optional: without it the link is L2 only.
 
-use super::common::{
-    add_child, check_child, config_ifname, del_single_iface, ipam_if_configured, requested_mac,
-};
-use crate::cni::{CniResult, Command, Error, Interface, Plugin, Request};
-use crate::netlink::{MacvlanMode, MacvlanSpec, Netlink};
+use super::child::{add_child, load, ChildKind, Loaded};
+use super::common::{requested_mac, validate_mac};
+use crate::cni::{CniResult, Error, Interface, Request};
+use crate::netlink::{Link, MacvlanMode, MacvlanSpec, Netlink};
 use serde::Deserialize;
 
 pub struct Macvlan;
 
+/// macvlan's keys beside the shared [`ChildConf`](super::child::ChildConf).
 #[derive(Debug, Deserialize)]
-#[serde(rename_all = "camelCase")]
 pub(super) struct Conf {
     #[serde(default)]
-    master: Option<String>,
-    #[serde(default)]
-    mode: Option<String>,
-    #[serde(default)]
-    mtu: Option<u32>,
-    #[serde(default)]
     mac: Option<String>,
-    #[serde(default)]
-    link_in_container: bool,
     #[serde(default)]
     bcqueuelen: Option<u32>,
 }
 
-impl Conf {
-    pub(super) fn load(req: &Request) -> Result<(Conf, MacvlanMode), Error> {
-        let mut c: Conf = req.conf.typed()?;
-        // 0 means "not set" in the reference's Go structs.
-        c.mtu = c.mtu.filter(|&m| m != 0);
-        let mode = match c.mode.as_deref().unwrap_or("bridge") {
-            "bridge" | "" => MacvlanMode::Bridge,
-            "private" => MacvlanMode::Private,
-            "vepa" => MacvlanMode::Vepa,
-            "passthru" => MacvlanMode::Passthru,
-            other => {
-                return Err(Error::invalid_config(format!(
-                    "mode {other:?} is not one of bridge, private, vepa, passthru"
-                )))
-            }
-        };
-        if let Some(m) = &c.master {
-            config_ifname("master", m)?;
-        }
-        Ok((c, mode))
-    }
-}
+impl ChildKind for Macvlan {
+    const KIND: &'static str = "macvlan";
+    const MODES: &'static [(&'static str, MacvlanMode)] = &[
+        ("bridge", MacvlanMode::Bridge),
+        ("private", MacvlanMode::Private),
+        ("vepa", MacvlanMode::Vepa),
+        ("passthru", MacvlanMode::Passthru),
+    ];
+    type Conf = Conf;
+    type Mode = MacvlanMode;
 
-impl Plugin for Macvlan {
-    // ---------------------------------------------------------------- ADD
-    fn add(&self, req: &Request) -> Result<CniResult, Error> {
-        let (conf, mode) = Conf::load(req)?;
+    fn validate(req: &Request) -> Result<(), Error> {
+        load::<Self>(req).map(drop)
+    }
+
+    fn mode_of(link: &Link) -> Option<MacvlanMode> {
+        link.macvlan_mode
+    }
+
+    fn add_link(req: &Request, conf: Loaded<Self>) -> Result<CniResult, Error> {
+        let Loaded { shared, own, mode } = conf;
         let mac = match requested_mac(req)? {
             Some(m) => Some(m),
-            None => conf
+            None => own
                 .mac
                 .as_deref()
-                .map(|m| super::common::validate_mac(m, "mac"))
+                .map(|m| validate_mac(m, "mac"))
                 .transpose()?,
         };
         add_child(
             req,
-            conf.link_in_container,
-            (conf.master.as_deref(), conf.mtu),
+            shared.link_in_container,
+            (shared.master.as_deref(), shared.mtu),
             |nl, master, netns| {
                 nl.create_macvlan(MacvlanSpec {
                     name: req.ifname().to_string(),
                     master_index: master.index,
                     mode,
-                    mtu: conf.mtu,
+                    mtu: shared.mtu,
                     mac,
-                    bc_queue_len: conf.bcqueuelen,
+                    bc_queue_len: own.bcqueuelen,
                     netns,
                 })
             },
             |_, cont, index| l2_only(cont, req, index),
         )
-    }
-
-    // ---------------------------------------------------------------- CHECK
-    fn check(&self, req: &Request) -> Result<(), Error> {
-        let (_, mode) = Conf::load(req)?;
-        check_child(req, "macvlan", mode, |link| link.macvlan_mode)
-    }
-
-    // ---------------------------------------------------------------- DEL
-    /// Needs nothing from the plugin's own keys, so none of them can block it.
-    fn del(&self, req: &Request) -> Result<(), Error> {
-        del_single_iface(req, "macvlan")
-    }
-
-    // ---------------------------------------------------------------- STATUS
-    fn status(&self, req: &Request) -> Result<(), Error> {
-        Conf::load(req)?;
-        ipam_if_configured(req, Command::Status)
-    }
-
-    // ---------------------------------------------------------------- GC
-    fn gc(&self, req: &Request) -> Result<(), Error> {
-        Conf::load(req)?;
-        ipam_if_configured(req, Command::Gc)
     }
 }
 

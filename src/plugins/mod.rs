@@ -7,6 +7,7 @@ pub mod loopback;
 pub mod macvlan;
 pub mod portmap;
 
+mod child;
 #[cfg(test)]
 mod child_tests;
 mod common;

@@ -1,0 +1,300 @@
+//! What macvlan and ipvlan share: a child link of a master, moved into the
+//! pod and addressed from IPAM. [`ChildKind`] states what differs between
+//! them; every `ChildKind` is a [`Plugin`] made of the same steps.
+
+use super::common::{
+    check_iface_state, config_ifname, configure_iface, delete_container_link, ensure_ifname_free,
+    find_container_link, ipam_if_configured, ipam_rollback_on_error, open_netns, OwnLink,
+};
+use crate::cni::delegate;
+use crate::cni::{CniResult, Code, Command, Error, Plugin, Request};
+use crate::netlink::{Link, NetNs, Netlink};
+use serde::de::DeserializeOwned;
+use serde::Deserialize;
+use std::fmt::Debug;
+
+/// The keys macvlan and ipvlan both take.
+#[derive(Debug, Deserialize)]
+#[serde(rename_all = "camelCase")]
+pub(super) struct ChildConf {
+    #[serde(default)]
+    pub master: Option<String>,
+    #[serde(default)]
+    mode: Option<String>,
+    #[serde(default)]
+    pub mtu: Option<u32>,
+    #[serde(default)]
+    pub link_in_container: bool,
+}
+
+/// A child plugin's configuration for ADD and CHECK.
+pub(super) struct Loaded<K: ChildKind> {
+    pub shared: ChildConf,
+    /// The keys of this kind alone.
+    pub own: K::Conf,
+    pub mode: K::Mode,
+}
+
+/// One kind of child link: its own keys, its modes, and how ADD creates and
+/// addresses it. CHECK, DEL, STATUS and GC need nothing more.
+pub(super) trait ChildKind: Sync + Sized {
+    /// `IFLA_INFO_KIND` of the link, also the plugin's name in messages.
+    const KIND: &'static str;
+    /// The names the `mode` key takes, the default first.
+    const MODES: &'static [(&'static str, Self::Mode)];
+    type Conf: DeserializeOwned;
+    type Mode: Copy + PartialEq + Debug + 'static;
+
+    /// What the kind asks of the request beyond well-formed keys.
+    fn require(_req: &Request) -> Result<(), Error> {
+        Ok(())
+    }
+
+    /// What STATUS and GC check of the configuration before asking IPAM.
+    fn validate(req: &Request) -> Result<(), Error>;
+
+    /// The mode the kernel reports for a link of this kind (None: not reported).
+    fn mode_of(link: &Link) -> Option<Self::Mode>;
+
+    /// ADD once the configuration is loaded: create the link and address it
+    /// (the kinds do this through [`add_child`]).
+    fn add_link(req: &Request, conf: Loaded<Self>) -> Result<CniResult, Error>;
+}
+
+impl<K: ChildKind> Plugin for K {
+    // ---------------------------------------------------------------- ADD
+    fn add(&self, req: &Request) -> Result<CniResult, Error> {
+        K::add_link(req, load(req)?)
+    }
+
+    // ---------------------------------------------------------------- CHECK
+    fn check(&self, req: &Request) -> Result<(), Error> {
+        let Loaded::<K> { mode, .. } = load(req)?;
+        check_child(req, K::KIND, mode, K::mode_of)
+    }
+
+    // ---------------------------------------------------------------- DEL
+    /// Needs nothing from the plugin's own keys, so none of them can block it.
+    fn del(&self, req: &Request) -> Result<(), Error> {
+        del_single_iface(req, K::KIND)
+    }
+
+    // ---------------------------------------------------------------- STATUS
+    fn status(&self, req: &Request) -> Result<(), Error> {
+        K::validate(req)?;
+        ipam_if_configured(req, Command::Status)
+    }
+
+    // ---------------------------------------------------------------- GC
+    fn gc(&self, req: &Request) -> Result<(), Error> {
+        K::validate(req)?;
+        ipam_if_configured(req, Command::Gc)
+    }
+}
+
+/// The configuration for ADD and CHECK: the keys decoded, the mode one of
+/// `K::MODES`, what the kind requires, and a master name the kernel takes.
+pub(super) fn load<K: ChildKind>(req: &Request) -> Result<Loaded<K>, Error> {
+    let mut shared: ChildConf = req.conf.typed()?;
+    let own = req.conf.typed()?;
+    // 0 means "not set" in the reference's Go structs.
+    shared.mtu = shared.mtu.filter(|&m| m != 0);
+    let mode = configured_mode::<K>(shared.mode.as_deref())?;
+    K::require(req)?;
+    if let Some(m) = &shared.master {
+        config_ifname("master", m)?;
+    }
+    Ok(Loaded { shared, own, mode })
+}
+
+/// The `mode` key as one of `K::MODES`; unset or empty is the default.
+fn configured_mode<K: ChildKind>(mode: Option<&str>) -> Result<K::Mode, Error> {
+    let wanted = mode.filter(|m| !m.is_empty()).unwrap_or(K::MODES[0].0);
+    let known = K::MODES.iter().find(|(name, _)| *name == wanted);
+    known.map(|&(_, m)| m).ok_or_else(|| {
+        let names: Vec<&str> = K::MODES.iter().map(|(name, _)| *name).collect();
+        Error::invalid_config(format!(
+            "mode {wanted:?} is not one of {}",
+            names.join(", ")
+        ))
+    })
+}
+
+/// The master link for macvlan/ipvlan: the configured name, or the link of
+/// the default route. With `linkInContainer` the lookup happens in the netns.
+fn resolve_master(nl: &mut Netlink, master: Option<&str>, where_: &str) -> Result<Link, Error> {
+    let link = match master {
+        Some(name) => nl.link_by_name(name)?.ok_or_else(|| {
+            Error::invalid_config(format!(
+                "master interface {name} does not exist in {where_}"
+            ))
+        })?,
+        None => nl.default_route_link()?.ok_or_else(|| {
+            Error::invalid_config(format!(
+                "no master given and {where_} has no default route to pick one from"
+            ))
+        })?,
+    };
+    Ok(link)
+}
+
+/// Create a macvlan/ipvlan child for the container and return its index in
+/// the container's netns. The master lives on the host (the child is moved
+/// into the pod by the create request itself), or, with `linkInContainer`,
+/// inside the pod already.
+fn create_child(
+    req: &Request,
+    ns: &NetNs,
+    cont: &mut Netlink,
+    link_in_container: bool,
+    (master, mtu): (Option<&str>, Option<u32>),
+    create: impl FnOnce(&mut Netlink, &Link, Option<&NetNs>) -> crate::netlink::Result<Link>,
+) -> Result<u32, Error> {
+    let mut host = if link_in_container {
+        None
+    } else {
+        Some(Netlink::open()?)
+    };
+    let (nl, where_, target) = match host.as_mut() {
+        Some(h) => (h, "the host".to_string(), Some(ns)),
+        None => (cont, format!("netns {}", req.netns()), None),
+    };
+    let master = resolve_master(nl, master, &where_)?;
+    check_mtu_against_master(mtu, &master)?;
+    Ok(create(nl, &master, target)?.index)
+}
+
+/// ADD for macvlan/ipvlan: the child is created for the pod and addressed from
+/// IPAM, or by `without_ipam` when the config has none; any failure after the
+/// create deletes the link again, so a failed ADD leaves nothing in the pod.
+pub fn add_child(
+    req: &Request,
+    link_in_container: bool,
+    master_mtu: (Option<&str>, Option<u32>),
+    create: impl FnOnce(&mut Netlink, &Link, Option<&NetNs>) -> crate::netlink::Result<Link>,
+    without_ipam: impl FnOnce(&NetNs, &mut Netlink, u32) -> Result<CniResult, Error>,
+) -> Result<CniResult, Error> {
+    let ns = open_netns(req.netns())?;
+    let mut cont = Netlink::open_in(&ns)?;
+    ensure_ifname_free(&mut cont, req.ifname(), req.netns())?;
+    let index = create_child(req, &ns, &mut cont, link_in_container, master_mtu, create)?;
+    let addressed = if req.conf.ipam_type.is_none() {
+        without_ipam(&ns, &mut cont, index)
+    } else {
+        address_from_ipam(req, &ns, &mut cont, index)
+    };
+    addressed.inspect_err(|_| {
+        if let Err(e) = cont.delete_link(index) {
+            eprintln!("cleanup after failed ADD: {e}");
+        }
+    })
+}
+
+/// Addresses from IPAM, released again if addressing fails.
+fn address_from_ipam(
+    req: &Request,
+    ns: &NetNs,
+    cont: &mut Netlink,
+    index: u32,
+) -> Result<CniResult, Error> {
+    let ipam = delegate::ipam(req, Command::Add)?.unwrap_or_default();
+    ipam_rollback_on_error(req, || {
+        if ipam.ips.is_empty() {
+            return Err(Error::new(
+                Code::Delegate,
+                "IPAM plugin returned no IP addresses",
+            ));
+        }
+        address_single_iface(ns, cont, req, index, ipam)
+    })
+}
+
+/// MTU may not exceed the master's (the kernel's error would be EINVAL).
+fn check_mtu_against_master(mtu: Option<u32>, master: &Link) -> Result<(), Error> {
+    match mtu {
+        Some(m) if m > master.mtu => Err(Error::invalid_config(format!(
+            "mtu {m} is larger than the master {}'s mtu {}",
+            master.name, master.mtu
+        ))),
+        _ => Ok(()),
+    }
+}
+
+/// Address a single container interface (macvlan/ipvlan) from `result` and
+/// report it as interface 0.
+pub fn address_single_iface(
+    ns: &NetNs,
+    cont: &mut Netlink,
+    req: &Request,
+    index: u32,
+    mut result: CniResult,
+) -> Result<CniResult, Error> {
+    for ip in &mut result.ips {
+        ip.interface = Some(0);
+    }
+    configure_iface(ns, cont, index, req.ifname(), &result, false)?;
+    let link = cont.link_by_index(index)?;
+    result.interfaces = vec![crate::cni::Interface {
+        name: req.ifname().to_string(),
+        mac: link.and_then(|l| l.mac).unwrap_or_default(),
+        sandbox: req.netns().to_string(),
+        ..Default::default()
+    }];
+    Ok(result)
+}
+
+/// CHECK for macvlan/ipvlan: link of the right kind in the netns, with the
+/// prevResult's addresses and routes.
+fn check_single_iface(req: &Request, kind: &str) -> Result<(Link, CniResult), Error> {
+    let Some(prev) = req.conf.prev_result.clone() else {
+        return Err(Error::invalid_config("CHECK needs prevResult"));
+    };
+    ipam_if_configured(req, Command::Check)?;
+    let mut found = find_container_link(req, &prev)?;
+    if found.link.kind.as_deref() != Some(kind) {
+        return Err(Error::new(
+            Code::Kernel,
+            format!("CHECK: {} is not a {kind}", req.ifname()),
+        ));
+    }
+    check_iface_state(
+        &mut found.nl,
+        found.link.index,
+        req.ifname(),
+        found.pos,
+        &prev,
+    )?;
+    Ok((found.link, prev))
+}
+
+/// CHECK for macvlan/ipvlan: [`check_single_iface`], then the link's mode
+/// (`mode_of` reads it; `None` when the kernel did not report one) against the config's.
+fn check_child<M: PartialEq + Debug>(
+    req: &Request,
+    kind: &str,
+    mode: M,
+    mode_of: impl FnOnce(&Link) -> Option<M>,
+) -> Result<(), Error> {
+    let (link, _) = check_single_iface(req, kind)?;
+    let actual = mode_of(&link);
+    if actual.as_ref().is_some_and(|m| *m != mode) {
+        return Err(Error::new(
+            Code::Kernel,
+            format!(
+                "CHECK: {} has {kind} mode {actual:?}, config says {mode:?}",
+                link.name
+            ),
+        ));
+    }
+    Ok(())
+}
+
+/// DEL for macvlan/ipvlan: IPAM first (so the lease goes even if the netns is
+/// gone), then the link; the master is never needed (plugins#953).
+fn del_single_iface(req: &Request, kind: &str) -> Result<(), Error> {
+    // Both steps run even if the first fails: a broken IPAM must not keep the link.
+    let ipam = ipam_if_configured(req, Command::Del);
+    let ours = OwnLink { kind, bridge: None };
+    let link = delete_container_link(req.netns(), req.ifname(), ours);
+    Error::all([ipam, link])
+}
