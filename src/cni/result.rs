@@ -8,6 +8,9 @@ use serde::{Deserialize, Deserializer, Serialize};
 use serde_json::{json, Map, Value};
 use std::net::IpAddr;
 
+/// The `dns` object: ipamd's, which also fills it from a resolvConf file.
+pub use ipamd::config::Dns;
+
 #[derive(Debug, Clone, Default, PartialEq, Serialize, Deserialize)]
 pub struct CniResult {
     #[serde(default, skip_serializing_if = "Vec::is_empty")]
@@ -79,18 +82,6 @@ impl Route {
             scope: None,
         }
     }
-}
-
-#[derive(Debug, Clone, Default, PartialEq, Serialize, Deserialize)]
-pub struct Dns {
-    #[serde(default, skip_serializing_if = "Vec::is_empty")]
-    pub nameservers: Vec<String>,
-    #[serde(default, skip_serializing_if = "String::is_empty")]
-    pub domain: String,
-    #[serde(default, skip_serializing_if = "Vec::is_empty")]
-    pub search: Vec<String>,
-    #[serde(default, skip_serializing_if = "Vec::is_empty")]
-    pub options: Vec<String>,
 }
 
 fn interface_index<'de, D: Deserializer<'de>>(d: D) -> Result<Option<usize>, D::Error> {
@@ -443,6 +434,11 @@ mod tests {
     fn empty_result_still_prints_dns_object() {
         assert_eq!(
             CniResult::default().to_value(Version::V100),
+            json!({"cniVersion": "1.0.0", "dns": {}})
+        );
+        let r = CniResult::from_value(&json!({"dns": {"domain": ""}})).unwrap();
+        assert_eq!(
+            r.to_value(Version::V100),
             json!({"cniVersion": "1.0.0", "dns": {}})
         );
     }

@@ -100,12 +100,7 @@ impl Plugin for Ipamd {
                 .iter()
                 .map(|r| Route::new(r.dst, r.gw))
                 .collect(),
-            dns: crate::cni::Dns {
-                nameservers: dns.nameservers,
-                domain: dns.domain.unwrap_or_default(),
-                search: dns.search,
-                options: dns.options,
-            },
+            dns,
         })
     }
 

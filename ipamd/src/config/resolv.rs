@@ -13,8 +13,8 @@ use crate::{Error, ErrorKind};
 pub struct Dns {
     #[serde(default, skip_serializing_if = "Vec::is_empty")]
     pub nameservers: Vec<String>,
-    #[serde(default, skip_serializing_if = "Option::is_none")]
-    pub domain: Option<String>,
+    #[serde(default, skip_serializing_if = "String::is_empty")]
+    pub domain: String,
     #[serde(default, skip_serializing_if = "Vec::is_empty")]
     pub search: Vec<String>,
     #[serde(default, skip_serializing_if = "Vec::is_empty")]
@@ -81,7 +81,7 @@ pub(crate) fn parse_resolv_text(text: &str) -> Dns {
         };
         match keyword {
             "nameserver" => dns.nameservers.extend(words.next().map(str::to_string)),
-            "domain" => dns.domain = words.next().map(str::to_string),
+            "domain" => dns.domain = words.next().unwrap_or_default().to_string(),
             // As in glibc, the last `search` line wins.
             "search" => dns.search = words.map(str::to_string).collect(),
             "options" => dns.options.extend(words.map(str::to_string)),

@@ -189,7 +189,7 @@ fn resolv_conf() {
         "# comment\nnameserver 10.0.0.2\nnameserver fd00::53\n; other\ndomain example.org\nsearch a.example b.example\noptions ndots:2 edns0\n",
     );
     assert_eq!(d.nameservers, vec!["10.0.0.2", "fd00::53"]);
-    assert_eq!(d.domain.as_deref(), Some("example.org"));
+    assert_eq!(d.domain, "example.org");
     assert_eq!(d.search, vec!["a.example", "b.example"]);
     assert_eq!(d.options, vec!["ndots:2", "edns0"]);
     let e = parse_resolv_conf(std::path::Path::new("/nonexistent/resolv.conf")).unwrap_err();
