@@ -256,17 +256,24 @@ pub(crate) fn parse_mac(text: &str) -> Result<Vec<u8>> {
 
 /// A random unicast, locally administered MAC (02:xx:xx:xx:xx:xx style).
 pub(crate) fn random_local_mac() -> [u8; 6] {
-    let mut mac = [0u8; 6];
+    let mut mac: [u8; 6] = random_bytes();
+    mac[0] = (mac[0] & 0xfe) | 0x02;
+    mac
+}
+
+/// `N` (at most 16) random bytes for names and addresses. Should getrandom
+/// fail, the clock and the pid stand in: unique enough per process and call.
+pub(crate) fn random_bytes<const N: usize>() -> [u8; N] {
+    let mut bytes = [0u8; N];
     // SAFETY: getrandom writes at most `len` bytes into the buffer we own.
-    let n = unsafe { libc::getrandom(mac.as_mut_ptr().cast(), mac.len(), 0) };
-    if n != mac.len() as isize {
+    let n = unsafe { libc::getrandom(bytes.as_mut_ptr().cast(), bytes.len(), 0) };
+    if n != bytes.len() as isize {
         let seed = std::time::SystemTime::now()
             .duration_since(std::time::UNIX_EPOCH)
             .map(|d| d.as_nanos())
             .unwrap_or(0)
-            ^ u128::from(std::process::id());
-        mac.copy_from_slice(&seed.to_le_bytes()[..6]);
+            ^ (u128::from(std::process::id()) << 16);
+        bytes.copy_from_slice(&seed.to_le_bytes()[..N]);
     }
-    mac[0] = (mac[0] & 0xfe) | 0x02;
-    mac
+    bytes
 }

@@ -42,6 +42,7 @@ mod tests;
 
 pub(crate) use error::Failure;
 pub use error::{Error, ErrorKind};
+pub(crate) use link::random_bytes;
 pub use link::{
     BridgePort, BridgeSpec, IpvlanMode, IpvlanSpec, Link, MacvlanMode, MacvlanSpec, VethPair,
     VethSpec,

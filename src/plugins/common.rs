@@ -3,7 +3,7 @@
 
 use crate::cni::delegate;
 use crate::cni::{CniResult, Code, Command, Error, Request};
-use crate::netlink::{sysctl, Link, NetNs, Netlink, Route as KernelRoute};
+use crate::netlink::{random_bytes, sysctl, Link, NetNs, Netlink, Route as KernelRoute};
 use ipnet::IpNet;
 use serde_json::Value;
 use std::net::IpAddr;
@@ -15,18 +15,7 @@ const MAIN_TABLE: u32 = 254;
 
 /// `veth` + 8 random hex digits, like the reference (fits IFNAMSIZ).
 pub fn random_veth_name() -> String {
-    let mut bytes = [0u8; 4];
-    // SAFETY: getrandom writes at most `len` bytes into the buffer we own.
-    let n = unsafe { libc::getrandom(bytes.as_mut_ptr().cast(), bytes.len(), 0) };
-    if n != bytes.len() as isize {
-        // Fall back to something unique enough per process and call.
-        let nanos = std::time::SystemTime::now()
-            .duration_since(std::time::UNIX_EPOCH)
-            .map(|d| d.subsec_nanos())
-            .unwrap_or(0);
-        bytes = (nanos ^ std::process::id().rotate_left(16)).to_be_bytes();
-    }
-    format!("veth{:08x}", u32::from_be_bytes(bytes))
+    format!("veth{:08x}", u32::from_be_bytes(random_bytes()))
 }
 
 /// The container MAC requested by the runtime, in the order of precedence the
