@@ -140,12 +140,16 @@ impl NetConf {
     }
 }
 
-/// `ipam.type`, when an `ipam` object is present.
+/// `ipam.type`, when an `ipam` object names one. An `ipam` with no type and
+/// nothing else (`{}`, `{"type": ""}`) means no IPAM, as the reference
+/// plugins read it; one with other keys but no type is a mistake worth
+/// reporting rather than an L2-only attachment the user did not ask for.
 fn ipam_type(raw: &Map<String, Value>) -> Result<Option<String>, Error> {
     match raw.get("ipam") {
         None | Some(Value::Null) => Ok(None),
         Some(Value::Object(ipam)) => match ipam.get("type") {
             Some(Value::String(t)) if !t.is_empty() => Ok(Some(t.clone())),
+            None | Some(Value::String(_)) if ipam.keys().all(|k| k == "type") => Ok(None),
             other => Err(Error::invalid_config(format!(
                 "ipam.type must be a non-empty string, got {}",
                 other.map_or("nothing".to_string(), Value::to_string)
@@ -226,8 +230,12 @@ mod tests {
                 .code,
             7
         );
+        for no_ipam in [r#"{}"#, r#"{"type":""}"#] {
+            let conf = format!(r#"{{"cniVersion":"1.0.0","ipam":{no_ipam}}}"#);
+            assert_eq!(parse(&conf).unwrap().ipam_type, None, "{conf}");
+        }
         assert_eq!(
-            parse(r#"{"cniVersion":"1.0.0","ipam":{}}"#)
+            parse(r#"{"cniVersion":"1.0.0","ipam":{"subnet":"10.1.0.0/24"}}"#)
                 .unwrap_err()
                 .code,
             7

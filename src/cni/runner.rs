@@ -155,6 +155,9 @@ fn run(plugin: &dyn Plugin, ctx: Context) -> (Result<Option<String>, Error>, Ver
         Ok(b) => b,
         Err(e) => return (Err(e), Version::LATEST),
     };
+    // An error about the configuration is still labelled with the version it
+    // declares, when it declares one cnikit knows.
+    let declared = declared_version(&bytes);
     let parsed = if command.as_deref() == Some("DEL") {
         NetConf::parse_for_del(bytes)
     } else {
@@ -162,7 +165,7 @@ fn run(plugin: &dyn Plugin, ctx: Context) -> (Result<Option<String>, Error>, Ver
     };
     let conf = match parsed {
         Ok(c) => c,
-        Err(e) => return (Err(e), Version::LATEST),
+        Err(e) => return (Err(e), declared.unwrap_or(Version::LATEST)),
     };
     let version = conf.version;
     (dispatch(plugin, conf, ctx), version)
@@ -220,15 +223,30 @@ fn require_version(command: Command, version: Version) -> Result<(), Error> {
 /// VERSION is answered even for an empty or unreadable stdin: runtimes probe
 /// plugins with it, and the answer does not depend on the config.
 fn version_answer(stdin: &[u8]) -> String {
-    let asked = serde_json::from_slice::<serde_json::Value>(stdin)
-        .ok()
-        .and_then(|v| v.get("cniVersion")?.as_str().and_then(Version::parse))
-        .unwrap_or(Version::LATEST);
+    let asked = declared_version(stdin).unwrap_or(Version::LATEST);
     serde_json::json!({
         "cniVersion": asked.as_str(),
         "supportedVersions": Version::ALL.map(Version::as_str),
     })
     .to_string()
+}
+
+/// The `cniVersion` a configuration declares (its key matched as Go does;
+/// none means 0.2.0), read without decoding the rest, so that even a
+/// configuration that is otherwise wrong gets its errors in its own version.
+fn declared_version(stdin: &[u8]) -> Option<Version> {
+    let value: serde_json::Value = serde_json::from_slice(stdin).ok()?;
+    let object = value.as_object()?;
+    let field = object.get("cniVersion").or_else(|| {
+        object
+            .iter()
+            .find(|(k, _)| k.eq_ignore_ascii_case("cniVersion"))
+            .map(|(_, v)| v)
+    });
+    match field {
+        None => Some(Version::DEFAULT),
+        Some(v) => Version::parse(v.as_str()?),
+    }
 }
 
 /// Configs are small; a runtime sending more than this is broken or hostile.

@@ -229,6 +229,41 @@ fn bad_ipam_values_are_code_7() {
     }
 }
 
+/// Proves: an error about a configuration is labelled with the version the
+/// configuration declares, including errors found while decoding it.
+#[test]
+fn config_errors_carry_the_declared_version() {
+    let (env, ns) = TestEnv::with_netns("config_errors_carry_the_declared_version");
+    for version in ["0.3.1", "0.4.0", "1.0.0"] {
+        // One error of the plugin's own keys, one of the common ones (found
+        // while the configuration itself is decoded).
+        for (key, value) in [("mtu", json!("big")), ("ipam", json!(5))] {
+            let mut conf = bridge_conf(&env, version);
+            conf[key] = value.clone();
+            let e = full_env(&env, "bridge", "ADD", &ns)
+                .conf(&conf)
+                .run()
+                .expect_err(7, &[key, &value.to_string().replace('"', "")]);
+            assert_eq!(e.cni_version, version, "{e:?}");
+        }
+    }
+}
+
+/// Proves: `"ipam": {}` means no IPAM, as with the reference bridge and
+/// macvlan: ADD attaches at L2 with no addresses, and CHECK and DEL agree.
+#[test]
+fn an_empty_ipam_section_means_l2_only() {
+    let (env, ns) = TestEnv::with_netns("an_empty_ipam_section_means_l2_only");
+    let mut conf = bridge_conf(&env, "1.0.0");
+    conf["ipam"] = json!({});
+    let att = env.attachment("bridge", "ctr-proto", &ns, &conf);
+    let r = att.add();
+    assert!(r["ips"].as_array().is_none_or(Vec::is_empty), "{r}");
+    assert!(r["interfaces"].as_array().is_some_and(|i| !i.is_empty()), "{r}");
+    att.check(&r);
+    att.del_twice();
+}
+
 /// Proves: a config without cniVersion is treated as 0.2.0: ADD prints the
 /// 0.2.0 layout (ip4/ip6, no interfaces/ips) and errors say 0.2.0.
 #[test]
