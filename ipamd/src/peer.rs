@@ -309,7 +309,7 @@ fn peer_groups(fd: RawFd) -> io::Result<Vec<u32>> {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::testutil::root;
+    use crate::testutil::{skip_unless_root, temp_dir};
     use std::os::unix::net::UnixListener;
 
     fn peer(uid: u32, cap_net_admin: bool) -> Peer {
@@ -341,12 +341,8 @@ mod tests {
     /// it runs between fork and exit). The child keeps the connection open until the
     /// parent has looked.
     fn child_seen(prepare: fn() -> bool) -> io::Result<Process> {
-        let dir = std::env::temp_dir().join(format!("ipamd-peer-{}", std::process::id()));
-        let _ = std::fs::create_dir(&dir);
-        static N: std::sync::atomic::AtomicUsize = std::sync::atomic::AtomicUsize::new(0);
-        let n = N.fetch_add(1, std::sync::atomic::Ordering::Relaxed);
-        let path = dir.join(format!("{n}.sock"));
-        let _ = std::fs::remove_file(&path);
+        let dir = temp_dir("peer");
+        let path = dir.path().join("peer.sock");
         let listener = UnixListener::bind(&path).unwrap();
         let mut addr: libc::sockaddr_un = unsafe { std::mem::zeroed() };
         addr.sun_family = libc::AF_UNIX as libc::sa_family_t;
@@ -378,7 +374,6 @@ mod tests {
         let mut status = 0;
         // SAFETY: our own child.
         unsafe { libc::waitpid(pid, &mut status, 0) };
-        let _ = std::fs::remove_file(&path);
         assert!(
             libc::WIFEXITED(status) && libc::WEXITSTATUS(status) == 0,
             "{status}"
@@ -388,10 +383,7 @@ mod tests {
 
     #[test]
     fn a_root_peer_with_the_capability_in_our_netns_is_seen_so() {
-        if !root() {
-            eprintln!("skipping: needs root");
-            return;
-        }
+        skip_unless_root!("for a peer with CAP_NET_ADMIN");
         let p = child_seen(|| true).unwrap();
         assert!(p.cap_net_admin);
         assert_eq!(p.netns, NsId::this_thread_net().unwrap());
@@ -399,10 +391,7 @@ mod tests {
 
     #[test]
     fn capability_less_root_is_seen_without_cap_net_admin() {
-        if !root() {
-            eprintln!("skipping: needs root");
-            return;
-        }
+        skip_unless_root!("for a root peer to drop its capabilities");
         fn drop_effective() -> bool {
             #[repr(C)]
             struct Header {
@@ -434,10 +423,7 @@ mod tests {
 
     #[test]
     fn root_in_another_netns_is_seen_there() {
-        if !root() {
-            eprintln!("skipping: needs root");
-            return;
-        }
+        skip_unless_root!("to unshare a network namespace");
         // SAFETY: unshare in the forked child only.
         let p = child_seen(|| unsafe { libc::unshare(libc::CLONE_NEWNET) == 0 }).unwrap();
         assert_ne!(p.netns, NsId::this_thread_net().unwrap());

@@ -81,7 +81,7 @@ mod tests {
 
     #[test]
     fn notify_sends_one_datagram() {
-        let d = crate::testutil::TempDir::new("notify");
+        let d = crate::testutil::temp_dir("notify");
         let p = d.path().join("notify.sock");
         let rx = UnixDatagram::bind(&p).unwrap();
         notify_to(p.as_os_str(), "READY=1").unwrap();

@@ -1,38 +1,18 @@
 //! Helpers for the crate's tests.
 
-use std::path::{Path, PathBuf};
-use std::sync::atomic::{AtomicU32, Ordering};
+use tempfile::TempDir;
 
 use serde_json::json;
 
 use crate::api::{AllocateRequest, LeaseKey};
 use crate::config::{IpamConfig, RangeSet};
 
-/// A directory removed when dropped (no tempfile dependency for this).
-pub(crate) struct TempDir(PathBuf);
-
-impl TempDir {
-    pub(crate) fn new(tag: &str) -> TempDir {
-        static N: AtomicU32 = AtomicU32::new(0);
-        let p = std::env::temp_dir().join(format!(
-            "ipamd-test-{tag}-{}-{}",
-            std::process::id(),
-            N.fetch_add(1, Ordering::Relaxed)
-        ));
-        let _ = std::fs::remove_dir_all(&p);
-        std::fs::create_dir_all(&p).unwrap();
-        TempDir(p)
-    }
-
-    pub(crate) fn path(&self) -> &Path {
-        &self.0
-    }
-}
-
-impl Drop for TempDir {
-    fn drop(&mut self) {
-        let _ = std::fs::remove_dir_all(&self.0);
-    }
+/// A fresh directory, removed when dropped; `tag` goes into its name.
+pub(crate) fn temp_dir(tag: &str) -> TempDir {
+    tempfile::Builder::new()
+        .prefix(&format!("ipamd-test-{tag}-"))
+        .tempdir()
+        .unwrap()
 }
 
 /// Whether the tests run as root: those that act as other users or own files
@@ -41,6 +21,17 @@ pub(crate) fn root() -> bool {
     // SAFETY: geteuid cannot fail.
     unsafe { libc::geteuid() == 0 }
 }
+
+/// Return from the calling test unless it runs as [`root`], saying what for.
+macro_rules! skip_unless_root {
+    ($why:literal) => {
+        if !$crate::testutil::root() {
+            eprintln!(concat!("skipping: needs root ", $why));
+            return;
+        }
+    };
+}
+pub(crate) use skip_unless_root;
 
 pub(crate) fn sets(subnet: &str) -> Vec<RangeSet> {
     IpamConfig::ranges_from_json(&json!([[{ "subnet": subnet }]])).unwrap()

@@ -8,7 +8,8 @@ use super::*;
 use crate::api::{AllocateRequest, Allocation};
 use crate::attachment::Attachment;
 use crate::config::RangeSet;
-use crate::testutil::{req, sets, TempDir};
+use crate::testutil::{req, sets, temp_dir};
+use tempfile::TempDir;
 
 fn opts(boot: &str) -> StoreOptions {
     StoreOptions {
@@ -21,6 +22,14 @@ fn opts(boot: &str) -> StoreOptions {
 
 fn open(dir: &Path) -> Store {
     Store::open(dir, "net1", opts("boot-a")).unwrap()
+}
+
+/// A store in a fresh directory (returned too, to open it again) and a /24
+/// to allocate from.
+fn fresh_store() -> (TempDir, Vec<RangeSet>, Store) {
+    let d = temp_dir("store");
+    let s = open(d.path());
+    (d, sets("10.22.0.0/24"), s)
 }
 
 fn alloc(s: &mut Store, cid: &str, rs: &[RangeSet]) -> Result<Vec<Allocation>, Error> {
@@ -43,9 +52,7 @@ fn addrs(s: &mut Store) -> Vec<IpAddr> {
 
 #[test]
 fn allocate_is_idempotent_and_skips_gateway() {
-    let d = TempDir::new("idem");
-    let rs = sets("10.22.0.0/24");
-    let mut s = open(d.path());
+    let (d, rs, mut s) = fresh_store();
     let a = alloc(&mut s, "c1", &rs).unwrap();
     assert_eq!(a.len(), 1);
     assert_eq!(a[0].address.to_string(), "10.22.0.2/24");
@@ -60,7 +67,7 @@ fn allocate_is_idempotent_and_skips_gateway() {
 
 #[test]
 fn dual_stack_gets_one_address_per_set_in_order() {
-    let d = TempDir::new("dual");
+    let d = temp_dir("dual");
     let rs = crate::config::IpamConfig::ranges_from_json(&serde_json::json!([
         [{"subnet": "10.1.0.0/24"}],
         [{"subnet": "fd01::/64"}]
@@ -76,7 +83,7 @@ fn dual_stack_gets_one_address_per_set_in_order() {
 
 #[test]
 fn exhaustion_is_clear_and_allocates_nothing() {
-    let d = TempDir::new("exh");
+    let d = temp_dir("exh");
     let rs = sets("10.22.0.0/29"); // .2 .. .6
     let mut s = open(d.path());
     for i in 0..5 {
@@ -104,9 +111,7 @@ fn exhaustion_is_clear_and_allocates_nothing() {
 
 #[test]
 fn release_of_unknown_key_is_ok_and_round_robin_does_not_reuse_at_once() {
-    let d = TempDir::new("rel");
-    let rs = sets("10.22.0.0/24");
-    let mut s = open(d.path());
+    let (d, rs, mut s) = fresh_store();
     s.release("nobody", "eth0").unwrap();
     let a = alloc(&mut s, "c1", &rs).unwrap();
     s.release("c1", "eth0").unwrap();
@@ -123,9 +128,7 @@ fn release_of_unknown_key_is_ok_and_round_robin_does_not_reuse_at_once() {
 
 #[test]
 fn requested_address_honoured_or_refused() {
-    let d = TempDir::new("req");
-    let rs = sets("10.22.0.0/24");
-    let mut s = open(d.path());
+    let (_dir, rs, mut s) = fresh_store();
     let mut r = req("net1", "c1", &rs);
     r.requested = vec![ip("10.22.0.9")];
     assert_eq!(
@@ -174,9 +177,7 @@ fn requested_address_honoured_or_refused() {
 
 #[test]
 fn gc_frees_everything_not_in_the_valid_list() {
-    let d = TempDir::new("gc");
-    let rs = sets("10.22.0.0/24");
-    let mut s = open(d.path());
+    let (d, rs, mut s) = fresh_store();
     for c in ["a", "b", "c", "d"] {
         alloc(&mut s, c, &rs).unwrap();
     }
@@ -199,7 +200,7 @@ fn gc_frees_everything_not_in_the_valid_list() {
 
 #[test]
 fn bad_network_names_refused() {
-    let d = TempDir::new("name");
+    let d = temp_dir("name");
     for bad in ["../etc", "..", ".hidden", "a/b", "/abs", "", "net 1"] {
         let e = Store::open(d.path(), bad, opts("b")).err().unwrap();
         assert_eq!(e.kind(), ErrorKind::InvalidConfig, "{bad}");
@@ -224,7 +225,7 @@ fn journal_with_last_record_offset(dir: &Path) -> (Vec<u8>, usize) {
 
 #[test]
 fn torn_tail_at_every_offset_of_the_last_record() {
-    let d = TempDir::new("torn");
+    let d = temp_dir("torn");
     let rs = sets("10.22.0.0/24");
     {
         let mut s = open(d.path());
@@ -237,7 +238,7 @@ fn torn_tail_at_every_offset_of_the_last_record() {
     let (bytes, last_start) = journal_with_last_record_offset(d.path());
     let complete = vec![ip("10.22.0.3"), ip("10.22.0.4")];
     for cut in last_start..=bytes.len() {
-        let t = TempDir::new("torncase");
+        let t = temp_dir("torncase");
         std::fs::create_dir_all(t.path().join("net1")).unwrap();
         std::fs::write(t.path().join("net1/journal"), &bytes[..cut]).unwrap();
         let mut s = open(t.path());
@@ -262,7 +263,7 @@ fn torn_tail_at_every_offset_of_the_last_record() {
 
 #[test]
 fn compaction_reload_gives_the_same_state() {
-    let d = TempDir::new("compact");
+    let d = temp_dir("compact");
     let rs = sets("10.22.0.0/24");
     let mut o = opts("boot-a");
     o.compact_threshold = 600; // a few records
@@ -290,7 +291,7 @@ fn compaction_reload_gives_the_same_state() {
 
     // A crash between the snapshot's rename and the journal's leaves an older journal
     // whose records are all in the snapshot: it must be skipped, not replayed twice.
-    let d2 = TempDir::new("compact-crash");
+    let d2 = temp_dir("compact-crash");
     let mut s2 = open(d2.path());
     alloc(&mut s2, "x", &rs).unwrap();
     s2.release("x", "eth0").unwrap();
@@ -305,7 +306,7 @@ fn compaction_reload_gives_the_same_state() {
 
 #[test]
 fn another_handle_sees_appends_and_compactions() {
-    let d = TempDir::new("incr");
+    let d = temp_dir("incr");
     let rs = sets("10.22.0.0/24");
     let mut a = open(d.path());
     let mut b = open(d.path());
@@ -327,7 +328,7 @@ fn another_handle_sees_appends_and_compactions() {
 
 #[test]
 fn previous_boot_leases_reclaimed() {
-    let d = TempDir::new("boot");
+    let d = temp_dir("boot");
     let rs = sets("10.22.0.0/29");
     let mut old = Store::open(d.path(), "net1", opts("boot-a")).unwrap();
     for i in 0..5 {
@@ -352,7 +353,7 @@ fn previous_boot_leases_reclaimed() {
 
 #[test]
 fn separate_handles_allocating_concurrently_get_unique_addresses() {
-    let d = TempDir::new("conc");
+    let d = temp_dir("conc");
     let rs = Arc::new(sets("10.22.0.0/24"));
     let threads: Vec<_> = (0..4)
         .map(|t| {
@@ -391,7 +392,7 @@ fn separate_handles_allocating_concurrently_get_unique_addresses() {
 
 #[test]
 fn lock_timeout_is_a_clear_error() {
-    let d = TempDir::new("locktime");
+    let d = temp_dir("locktime");
     let mut o = opts("boot-a");
     o.lock_timeout = Duration::from_millis(50);
     let mut s = Store::open(d.path(), "net1", o).unwrap();
@@ -409,7 +410,7 @@ fn lock_timeout_is_a_clear_error() {
 
 #[test]
 fn bad_journal_header_is_refused_not_guessed() {
-    let d = TempDir::new("hdr");
+    let d = temp_dir("hdr");
     std::fs::create_dir_all(d.path().join("net1")).unwrap();
     std::fs::write(d.path().join("net1/journal"), b"garbage-garbage-garbage").unwrap();
     let e = open(d.path()).leases().unwrap_err();
@@ -418,7 +419,7 @@ fn bad_journal_header_is_refused_not_guessed() {
 
 #[test]
 fn full_pool_reclaims_previous_boot_leases_when_allowed() {
-    let d = TempDir::new("boot-full");
+    let d = temp_dir("boot-full");
     let rs = sets("10.22.0.0/29");
     let mut old = Store::open(d.path(), "net1", opts("boot-a")).unwrap();
     for i in 0..5 {

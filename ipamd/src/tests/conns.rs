@@ -4,7 +4,7 @@ use std::io::{ErrorKind, Read, Write};
 use std::os::unix::net::UnixStream;
 
 use crate::server::MAX_CONNECTIONS;
-use crate::testutil::TempDir;
+use crate::testutil::temp_dir;
 
 use super::daemon::{get, start};
 
@@ -32,7 +32,7 @@ fn still_open(s: &mut UnixStream) -> bool {
 #[test]
 fn a_new_client_is_served_while_more_idle_connections_than_the_cap_are_open() {
     raise_fd_limit(4 * MAX_CONNECTIONS as u64 + 1024);
-    let d = TempDir::new("idle-conns");
+    let d = temp_dir("idle-conns");
     let sock = d.path().join("ipamd.sock");
     let h = start(d.path());
     let extra = 76;

@@ -9,7 +9,7 @@ use crate::client::http;
 use crate::client::Client;
 use crate::daemon::{start_with, DaemonHandle, DaemonOptions};
 use crate::store::{Store, StoreOptions};
-use crate::testutil::{key, req, root, sets, TempDir};
+use crate::testutil::{key, req, sets, skip_unless_root, temp_dir};
 use crate::ErrorKind;
 
 pub(super) fn daemon_opts(dir: &Path) -> DaemonOptions {
@@ -63,7 +63,7 @@ fn metric(sock: &Path, line_prefix: &str) -> u64 {
 
 #[test]
 fn client_round_trip_through_the_daemon() {
-    let d = TempDir::new("daemon-rt");
+    let d = temp_dir("daemon-rt");
     let sock = d.path().join("ipamd.sock");
     let h = start(d.path());
     let c = client(d.path());
@@ -130,7 +130,7 @@ fn client_round_trip_through_the_daemon() {
 
 #[test]
 fn daemon_refuses_bad_requests() {
-    let d = TempDir::new("daemon-bad");
+    let d = temp_dir("daemon-bad");
     let sock = d.path().join("ipamd.sock");
     let _h = start(d.path());
     // The client validates before sending; the daemon validates again for other callers.
@@ -168,7 +168,7 @@ fn daemon_refuses_bad_requests() {
 
 #[test]
 fn in_process_fallback_and_handover_to_the_daemon() {
-    let d = TempDir::new("fallback");
+    let d = temp_dir("fallback");
     let c = client(d.path());
     let rs = sets("10.22.0.0/24");
     // No socket file: in-process.
@@ -211,7 +211,7 @@ fn fake_daemon(sock: PathBuf, behaviour: &'static str) -> std::thread::JoinHandl
 fn daemon_dying_mid_request_does_not_hang_or_half_allocate() {
     let rs = sets("10.22.0.0/24");
     for behaviour in ["close", "half", "hang"] {
-        let d = TempDir::new("died");
+        let d = temp_dir("died");
         let t = fake_daemon(d.path().join("ipamd.sock"), behaviour);
         let c =
             client(d.path()).with_timeouts(Duration::from_millis(500), Duration::from_millis(300));
@@ -230,7 +230,7 @@ fn daemon_dying_mid_request_does_not_hang_or_half_allocate() {
 
 #[test]
 fn one_daemon_per_data_dir() {
-    let d = TempDir::new("single");
+    let d = temp_dir("single");
     let _h = start(d.path());
     let mut o = daemon_opts(d.path());
     o.socket = d.path().join("other.sock");
@@ -238,7 +238,7 @@ fn one_daemon_per_data_dir() {
     assert_eq!(e.kind(), ErrorKind::Unavailable);
     assert!(e.to_string().contains("another ipamd daemon"), "{e}");
     // A live socket is not stolen either.
-    let d2 = TempDir::new("single2");
+    let d2 = temp_dir("single2");
     let mut o = daemon_opts(d2.path());
     o.socket = d.path().join("ipamd.sock");
     let e = start_with(o, store_opts("boot-now")).err().unwrap();
@@ -249,7 +249,7 @@ fn one_daemon_per_data_dir() {
 fn daemon_reclaims_previous_boot_unless_told_not_to() {
     let rs = sets("10.22.0.0/24");
     for reclaim in [true, false] {
-        let d = TempDir::new("reclaim");
+        let d = temp_dir("reclaim");
         let data = d.path().join("data");
         let mut old = Store::open(&data, "net1", store_opts("boot-old")).unwrap();
         for c in ["a", "b"] {
@@ -266,7 +266,7 @@ fn daemon_reclaims_previous_boot_unless_told_not_to() {
 
 #[test]
 fn concurrent_clients_get_unique_addresses_with_shared_fsyncs() {
-    let d = TempDir::new("conc-daemon");
+    let d = temp_dir("conc-daemon");
     let sock = d.path().join("ipamd.sock");
     let _h = start(d.path());
     let rs = Arc::new(sets("10.22.0.0/24"));
@@ -305,7 +305,7 @@ fn concurrent_clients_get_unique_addresses_with_shared_fsyncs() {
 
 #[test]
 fn stopping_the_daemon_under_load_loses_and_duplicates_nothing() {
-    let d = TempDir::new("shutdown");
+    let d = temp_dir("shutdown");
     let h = start(d.path());
     let rs = Arc::new(sets("10.22.0.0/16"));
     let stop_at = Instant::now() + Duration::from_millis(150);
@@ -355,7 +355,7 @@ fn stopping_the_daemon_under_load_loses_and_duplicates_nothing() {
 
 #[test]
 fn daemon_refuses_a_client_of_another_data_dir() {
-    let d = TempDir::new("daemon-dirs");
+    let d = temp_dir("daemon-dirs");
     let _h = start(d.path());
     let rs = sets("10.0.0.0/24");
     // Another directory (existing or not): refused, nothing allocated anywhere.
@@ -380,7 +380,7 @@ fn daemon_refuses_a_client_of_another_data_dir() {
 
 #[test]
 fn data_dir_header_round_trips() {
-    let d = TempDir::new("dir header");
+    let d = temp_dir("dir header");
     let p = d.path().join("a b%c\u{e9}");
     std::fs::create_dir_all(&p).unwrap();
     let v = crate::api::data_dir_header(&p);
@@ -437,11 +437,8 @@ impl crate::service::Service for Echo {
 #[test]
 fn service_ops_are_served_counted_and_declined_to_the_caller() {
     use crate::client::{Daemon, Failure};
-    // Root only (the tests run as root in tests/run; skip elsewhere).
-    if !root() {
-        return;
-    }
-    let t = TempDir::new("ext");
+    skip_unless_root!("to be served by a root-only service");
+    let t = temp_dir("ext");
     let sock = t.path().join("ipamd.sock");
     let c = Daemon::new(&sock);
     // No daemon: the caller does it itself.

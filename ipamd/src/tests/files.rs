@@ -5,7 +5,7 @@ use std::os::unix::fs::{MetadataExt, PermissionsExt};
 use std::path::Path;
 
 use crate::store::{Store, StoreOptions};
-use crate::testutil::{in_child, req, root, sets, TempDir};
+use crate::testutil::{in_child, req, sets, skip_unless_root, temp_dir};
 use crate::ErrorKind;
 
 fn mode(p: &Path) -> u32 {
@@ -19,7 +19,7 @@ fn modes_are_explicit_under_umask_000_and_planted_links_are_refused() {
     }
     // SAFETY: umask cannot fail; this child process runs only this test.
     unsafe { libc::umask(0) };
-    let d = TempDir::new("files");
+    let d = temp_dir("files");
     let data = d.path().join("data");
     let rs = sets("10.50.0.0/24");
     let mut s = Store::open(&data, "net1", StoreOptions::default()).unwrap();
@@ -58,10 +58,8 @@ fn modes_are_explicit_under_umask_000_and_planted_links_are_refused() {
 
 #[test]
 fn as_root_a_data_dir_others_can_write_is_refused() {
-    if !root() {
-        return;
-    }
-    let d = TempDir::new("files-owner");
+    skip_unless_root!("to chown the data directory");
+    let d = temp_dir("files-owner");
     let data = d.path().join("data");
     std::fs::create_dir(&data).unwrap();
     std::fs::set_permissions(&data, std::fs::Permissions::from_mode(0o777)).unwrap();

@@ -7,7 +7,7 @@ use std::path::Path;
 
 use super::daemon::{daemon_opts, store_opts};
 use crate::daemon::start_with;
-use crate::testutil::{root, TempDir};
+use crate::testutil::{skip_unless_root, temp_dir};
 
 const NOBODY: libc::uid_t = 65534;
 
@@ -66,11 +66,8 @@ fn child_request(sock: &Path, groups: &[libc::gid_t], req: &[u8], expect: &[u8])
 
 #[test]
 fn non_root_peer_gets_403_and_allowed_group_gets_in() {
-    if !root() {
-        eprintln!("skipping: needs root to act as another uid");
-        return;
-    }
-    let d = TempDir::new("peer");
+    skip_unless_root!("to act as another uid");
+    let d = temp_dir("peer");
     let sock = d.path().join("ipamd.sock");
     let mut o = daemon_opts(d.path());
     o.allowed_gid = Some(4242);

@@ -1,7 +1,7 @@
 //! What the daemon holds does not grow with the number of network names it is asked about.
 
 use crate::server::MAX_OPEN_STORES;
-use crate::testutil::{fds_and_threads, in_child, key, req, sets, TempDir};
+use crate::testutil::{fds_and_threads, in_child, key, req, sets, temp_dir};
 
 use super::daemon::{client, get, start};
 
@@ -10,7 +10,7 @@ fn ten_thousand_networks_keep_fds_and_threads_flat() {
     if !in_child("tests::scale::ten_thousand_networks_keep_fds_and_threads_flat") {
         return;
     }
-    let d = TempDir::new("scale");
+    let d = temp_dir("scale");
     let sock = d.path().join("ipamd.sock");
     let data = d.path().join("data");
     let h = start(d.path());
