@@ -9,31 +9,7 @@ use super::{Attachment, Error, Gone, Runtime};
 use crate::cni::Attachment as Key;
 use serde_json::{json, Map, Value};
 use std::path::{Path, PathBuf};
-use std::sync::atomic::{AtomicU32, Ordering};
-
-static N: AtomicU32 = AtomicU32::new(0);
-
-/// A scratch directory removed on drop.
-struct Scratch(PathBuf);
-
-impl Scratch {
-    fn new() -> Scratch {
-        let p = std::env::temp_dir().join(format!(
-            "cnikit-rt-unit-{}-{}",
-            std::process::id(),
-            N.fetch_add(1, Ordering::Relaxed)
-        ));
-        let _ = std::fs::remove_dir_all(&p);
-        std::fs::create_dir_all(&p).unwrap();
-        Scratch(p)
-    }
-}
-
-impl Drop for Scratch {
-    fn drop(&mut self) {
-        let _ = std::fs::remove_dir_all(&self.0);
-    }
-}
+use tempfile::{tempdir, TempDir};
 
 fn obj(v: Value) -> Map<String, Value> {
     match v {
@@ -130,32 +106,32 @@ fn write(dir: &Path, name: &str, v: &Value) {
 
 #[test]
 fn loads_conflist_then_legacy_by_name() {
-    let s = Scratch::new();
+    let s = tempdir().unwrap();
     write(
-        &s.0,
+        s.path(),
         "10-a.conflist",
         &json!({"cniVersion": "1.0.0", "name": "a", "plugins": [{"type": "bridge"}]}),
     );
     write(
-        &s.0,
+        s.path(),
         "20-a.conflist",
         &json!({"cniVersion": "0.4.0", "name": "a", "plugins": [{"type": "macvlan"}]}),
     );
     write(
-        &s.0,
+        s.path(),
         "30-b.conf",
         &json!({"cniVersion": "0.3.1", "name": "b", "type": "ipvlan", "master": "x"}),
     );
-    std::fs::write(s.0.join("40-c.conflist"), "{broken").unwrap();
-    let a = load_by_name(&s.0, "a").unwrap();
+    std::fs::write(s.path().join("40-c.conflist"), "{broken").unwrap();
+    let a = load_by_name(s.path(), "a").unwrap();
     assert_eq!((a.version.as_str(), a.plugin_type(0)), ("1.0.0", "bridge"));
-    let b = load_by_name(&s.0, "b").unwrap();
+    let b = load_by_name(s.path(), "b").unwrap();
     assert_eq!(b.plugins.len(), 1);
     assert_eq!((b.version.as_str(), b.plugin_type(0)), ("0.3.1", "ipvlan"));
     assert_eq!(b.plugins[0]["master"], "x");
     let list: Value = serde_json::from_slice(&b.bytes).unwrap();
     assert_eq!(list["plugins"][0]["type"], "ipvlan");
-    let e = load_by_name(&s.0, "c").unwrap_err().to_string();
+    let e = load_by_name(s.path(), "c").unwrap_err().to_string();
     assert!(e.contains("40-c.conflist") && e.contains("\"c\""), "{e}");
 }
 
@@ -198,9 +174,9 @@ fn base64_matches_go() {
 
 #[test]
 fn cache_uses_libcni_layout() {
-    let s = Scratch::new();
+    let s = tempdir().unwrap();
     let cache = Cache {
-        dir: s.0.join("results"),
+        dir: s.path().join("results"),
     };
     let mut e = Entry::new(&Key::new("net1", "ctr1", "eth0"));
     e.config = b"{\"name\":\"net1\"}".to_vec();
@@ -209,7 +185,7 @@ fn cache_uses_libcni_layout() {
     e.result = Some(json!({"cniVersion": "1.0.0"}));
     cache.save(&e).unwrap();
     let raw: Value =
-        serde_json::from_slice(&std::fs::read(s.0.join("results/net1-ctr1-eth0")).unwrap())
+        serde_json::from_slice(&std::fs::read(s.path().join("results/net1-ctr1-eth0")).unwrap())
             .unwrap();
     assert_eq!(raw["kind"], "cniCacheV1");
     assert_eq!(raw["containerId"], "ctr1");
@@ -258,17 +234,17 @@ exit 0
 }
 
 struct Fake {
-    s: Scratch,
+    s: TempDir,
     log: PathBuf,
     rt: Runtime,
 }
 
 impl Fake {
     fn new() -> Fake {
-        let s = Scratch::new();
-        let bin = s.0.join("bin");
+        let s = tempdir().unwrap();
+        let bin = s.path().join("bin");
         std::fs::create_dir_all(&bin).unwrap();
-        let log = s.0.join("log");
+        let log = s.path().join("log");
         std::fs::write(&log, "").unwrap();
         fake_plugin(
             &bin,
@@ -282,7 +258,7 @@ impl Fake {
             &log,
             &json!({"cniVersion": "1.0.0", "ips": [{"address": "10.9.0.2/24"}], "routes": [{"dst": "0.0.0.0/0"}], "dns": {}}),
         );
-        let mut rt = Runtime::new(vec![s.0.join("nowhere"), bin], s.0.join("cache"));
+        let mut rt = Runtime::new(vec![s.path().join("nowhere"), bin], s.path().join("cache"));
         rt.forward_stderr = false;
         Fake { s, log, rt }
     }
@@ -310,7 +286,8 @@ impl Fake {
     }
 
     fn stdin(&self, n: usize) -> Value {
-        serde_json::from_slice(&std::fs::read(self.s.0.join(format!("{n}.in"))).unwrap()).unwrap()
+        serde_json::from_slice(&std::fs::read(self.s.path().join(format!("{n}.in"))).unwrap())
+            .unwrap()
     }
 }
 
