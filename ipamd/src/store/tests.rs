@@ -32,6 +32,17 @@ fn fresh_store() -> (TempDir, Vec<RangeSet>, Store) {
     (d, sets("10.22.0.0/24"), s)
 }
 
+/// A directory whose /29 (returned too) a previous boot, "boot-a", filled.
+fn filled_by_previous_boot() -> (TempDir, Vec<RangeSet>) {
+    let d = temp_dir("boot");
+    let rs = sets("10.22.0.0/29");
+    let mut old = Store::open(d.path(), "net1", opts("boot-a")).unwrap();
+    for i in 0..5 {
+        alloc(&mut old, &format!("c{i}"), &rs).unwrap();
+    }
+    (d, rs)
+}
+
 fn alloc(s: &mut Store, cid: &str, rs: &[RangeSet]) -> Result<Vec<Allocation>, Error> {
     alloc_req(s, &req("net1", cid, rs))
 }
@@ -328,12 +339,7 @@ fn another_handle_sees_appends_and_compactions() {
 
 #[test]
 fn previous_boot_leases_reclaimed() {
-    let d = temp_dir("boot");
-    let rs = sets("10.22.0.0/29");
-    let mut old = Store::open(d.path(), "net1", opts("boot-a")).unwrap();
-    for i in 0..5 {
-        alloc(&mut old, &format!("c{i}"), &rs).unwrap();
-    }
+    let (d, rs) = filled_by_previous_boot();
     let mut new = Store::open(d.path(), "net1", opts("boot-b")).unwrap();
     let e = alloc(&mut new, "fresh", &rs).unwrap_err();
     assert!(
@@ -419,12 +425,7 @@ fn bad_journal_header_is_refused_not_guessed() {
 
 #[test]
 fn full_pool_reclaims_previous_boot_leases_when_allowed() {
-    let d = temp_dir("boot-full");
-    let rs = sets("10.22.0.0/29");
-    let mut old = Store::open(d.path(), "net1", opts("boot-a")).unwrap();
-    for i in 0..5 {
-        alloc(&mut old, &format!("c{i}"), &rs).unwrap();
-    }
+    let (d, rs) = filled_by_previous_boot();
     let reclaiming = StoreOptions {
         reclaim_when_full: true,
         ..opts("boot-b")
