@@ -3,6 +3,7 @@
 use hyper_util::rt::TokioIo;
 use k8s_cri::v1::runtime_service_client::RuntimeServiceClient;
 use k8s_cri::v1::*;
+use std::future::Future;
 use tokio::net::UnixStream;
 use tonic::transport::{Channel, Endpoint, Uri};
 
@@ -45,11 +46,24 @@ pub struct Cri {
     env: Env,
 }
 
-fn err(what: &str, s: tonic::Status) -> String {
-    format!("{what}: {} ({:?})", s.message(), s.code())
-}
-
 impl Cri {
+    /// One runtime call, `what` by its CRI name: `call` gets a handle of its
+    /// own (tonic clients are cheap clones over one channel); a failure
+    /// becomes the status message and code, named.
+    async fn call<T, F>(
+        &self,
+        what: &str,
+        call: impl FnOnce(RuntimeServiceClient<Channel>) -> F,
+    ) -> R<T>
+    where
+        F: Future<Output = Result<tonic::Response<T>, tonic::Status>>,
+    {
+        match call(self.rt.clone()).await {
+            Ok(resp) => Ok(resp.into_inner()),
+            Err(s) => Err(format!("{what}: {} ({:?})", s.message(), s.code())),
+        }
+    }
+
     pub async fn connect(env: &Env) -> R<Cri> {
         let path = env.socket.clone();
         let channel =
@@ -123,12 +137,11 @@ impl Cri {
             runtime_handler: String::new(),
         };
         let resp = self
-            .rt
-            .clone()
-            .run_pod_sandbox(req)
-            .await
-            .map_err(|s| err("RunPodSandbox", s))?;
-        Ok(resp.into_inner().pod_sandbox_id)
+            .call("RunPodSandbox", |mut rt| async move {
+                rt.run_pod_sandbox(req).await
+            })
+            .await?;
+        Ok(resp.pod_sandbox_id)
     }
 
     /// RunPodSandbox, then the echo server container (`cri-echo serve` on the container ports).
@@ -161,17 +174,19 @@ impl Cri {
             }),
             sandbox_config: Some(self.sandbox_config(spec)),
         };
-        let mut rt = self.rt.clone();
-        let c = rt
-            .create_container(req)
-            .await
-            .map_err(|s| err("CreateContainer", s))?;
-        pod.container = c.into_inner().container_id;
-        rt.start_container(StartContainerRequest {
+        let c = self
+            .call("CreateContainer", |mut rt| async move {
+                rt.create_container(req).await
+            })
+            .await?;
+        pod.container = c.container_id;
+        let req = StartContainerRequest {
             container_id: pod.container.clone(),
+        };
+        self.call("StartContainer", |mut rt| async move {
+            rt.start_container(req).await
         })
-        .await
-        .map_err(|s| err("StartContainer", s))?;
+        .await?;
         pod.ips = self.pod_ips(&pod.id).await?;
         Ok(pod)
     }
@@ -183,16 +198,11 @@ impl Cri {
             verbose: false,
         };
         let st = self
-            .rt
-            .clone()
-            .pod_sandbox_status(req)
-            .await
-            .map_err(|s| err("PodSandboxStatus", s))?;
-        let net = st
-            .into_inner()
-            .status
-            .and_then(|s| s.network)
-            .unwrap_or_default();
+            .call("PodSandboxStatus", |mut rt| async move {
+                rt.pod_sandbox_status(req).await
+            })
+            .await?;
+        let net = st.status.and_then(|s| s.network).unwrap_or_default();
         let mut ips = vec![net.ip];
         ips.extend(net.additional_ips.into_iter().map(|i| i.ip));
         ips.retain(|i| !i.is_empty());
@@ -203,11 +213,10 @@ impl Cri {
         let req = StopPodSandboxRequest {
             pod_sandbox_id: id.into(),
         };
-        self.rt
-            .clone()
-            .stop_pod_sandbox(req)
-            .await
-            .map_err(|s| err("StopPodSandbox", s))?;
+        self.call("StopPodSandbox", |mut rt| async move {
+            rt.stop_pod_sandbox(req).await
+        })
+        .await?;
         Ok(())
     }
 
@@ -215,11 +224,10 @@ impl Cri {
         let req = RemovePodSandboxRequest {
             pod_sandbox_id: id.into(),
         };
-        self.rt
-            .clone()
-            .remove_pod_sandbox(req)
-            .await
-            .map_err(|s| err("RemovePodSandbox", s))?;
+        self.call("RemovePodSandbox", |mut rt| async move {
+            rt.remove_pod_sandbox(req).await
+        })
+        .await?;
         Ok(())
     }
 
@@ -227,13 +235,11 @@ impl Cri {
     pub async fn find(&self, name: &str) -> R<Vec<(String, i32)>> {
         let req = ListPodSandboxRequest { filter: None };
         let l = self
-            .rt
-            .clone()
-            .list_pod_sandbox(req)
-            .await
-            .map_err(|s| err("ListPodSandbox", s))?;
-        Ok(l.into_inner()
-            .items
+            .call("ListPodSandbox", |mut rt| async move {
+                rt.list_pod_sandbox(req).await
+            })
+            .await?;
+        Ok(l.items
             .into_iter()
             .filter(|p| p.metadata.as_ref().is_some_and(|m| m.name == name))
             .map(|p| (p.id, p.state))
@@ -248,12 +254,8 @@ impl Cri {
             timeout: 10,
         };
         let r = self
-            .rt
-            .clone()
-            .exec_sync(req)
-            .await
-            .map_err(|s| err("ExecSync", s))?
-            .into_inner();
+            .call("ExecSync", |mut rt| async move { rt.exec_sync(req).await })
+            .await?;
         let s = |b: Vec<u8>| String::from_utf8_lossy(&b).trim().to_string();
         Ok((r.exit_code, s(r.stdout), s(r.stderr)))
     }
@@ -263,13 +265,10 @@ impl Cri {
     pub async fn wait_network(&self, name: &str) -> R<()> {
         let mut last = String::new();
         for _ in 0..150 {
+            let req = StatusRequest { verbose: true };
             let st = self
-                .rt
-                .clone()
-                .status(StatusRequest { verbose: true })
-                .await
-                .map_err(|s| err("Status", s))?;
-            let st = st.into_inner();
+                .call("Status", |mut rt| async move { rt.status(req).await })
+                .await?;
             let ready = st.status.as_ref().is_some_and(|s| {
                 s.conditions
                     .iter()
