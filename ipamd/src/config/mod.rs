@@ -132,42 +132,24 @@ pub(crate) struct PathSet {
 }
 
 fn parse_range_sets(v: &Value, path: &str) -> Result<Vec<PathSet>, Error> {
-    let arr = v
-        .as_array()
-        .ok_or_else(|| Error::invalid(format!("{path} must be a list of range sets, got {v}")))?;
-    let mut out = Vec::with_capacity(arr.len());
-    for (i, set) in arr.iter().enumerate() {
-        let set_path = format!("{path}[{i}]");
-        let ranges = set.as_array().ok_or_else(|| {
-            Error::invalid(format!("{set_path} must be a list of ranges, got {set}"))
+    parse_list(v, path, "a list of range sets", |set, set_path| {
+        let ranges = parse_list(set, &set_path, "a list of ranges", |r, range_path| {
+            let range = parse_range(r, &range_path)?;
+            Ok((range_path, range))
         })?;
         if ranges.is_empty() {
             return Err(Error::invalid(format!("{set_path} is an empty range set")));
         }
-        let mut parsed = Vec::with_capacity(ranges.len());
-        for (j, r) in ranges.iter().enumerate() {
-            let range_path = format!("{set_path}[{j}]");
-            let range = parse_range(r, &range_path)?;
-            parsed.push((range_path, range));
-        }
-        out.push(PathSet {
+        Ok(PathSet {
             label: set_path,
-            ranges: parsed,
-        });
-    }
-    Ok(out)
+            ranges,
+        })
+    })
 }
 
 fn parse_range(v: &Value, path: &str) -> Result<Range, Error> {
-    if !v.is_object() {
-        return Err(Error::invalid(format!("{path} must be an object, got {v}")));
-    }
-    let subnet_str = opt_str(v, path, "subnet")?
-        .ok_or_else(|| Error::invalid(format!("{path}.subnet is missing")))?;
-    let subnet = parse_net_strict(subnet_str)
-        .map_err(|why| Error::invalid(format!("{path}.subnet {subnet_str:?} {why}")))?;
     Ok(Range {
-        subnet,
+        subnet: object_with_net(v, path, "subnet")?,
         range_start: opt_ip(v, path, "rangeStart")?,
         range_end: opt_ip(v, path, "rangeEnd")?,
         gateway: opt_ip(v, path, "gateway")?,
@@ -175,19 +157,8 @@ fn parse_range(v: &Value, path: &str) -> Result<Range, Error> {
 }
 
 fn parse_routes(v: &Value) -> Result<Vec<RouteSpec>, Error> {
-    let arr = v
-        .as_array()
-        .ok_or_else(|| Error::invalid(format!("ipam.routes must be a list, got {v}")))?;
-    let mut out = Vec::with_capacity(arr.len());
-    for (i, r) in arr.iter().enumerate() {
-        let path = format!("ipam.routes[{i}]");
-        if !r.is_object() {
-            return Err(Error::invalid(format!("{path} must be an object, got {r}")));
-        }
-        let dst_str = opt_str(r, &path, "dst")?
-            .ok_or_else(|| Error::invalid(format!("{path}.dst is missing")))?;
-        let dst = parse_net_strict(dst_str)
-            .map_err(|why| Error::invalid(format!("{path}.dst {dst_str:?} {why}")))?;
+    parse_list(v, "ipam.routes", "a list", |r, path| {
+        let dst = object_with_net(r, &path, "dst")?;
         let gw = opt_ip(r, &path, "gw")?;
         if let Some(gw) = gw {
             if gw.is_ipv4() != dst.addr().is_ipv4() {
@@ -196,9 +167,35 @@ fn parse_routes(v: &Value) -> Result<Vec<RouteSpec>, Error> {
                 )));
             }
         }
-        out.push(RouteSpec { dst, gw });
+        Ok(RouteSpec { dst, gw })
+    })
+}
+
+/// The list `v` at `path` (`what` it must be, for the error), each element
+/// parsed by `item` with its own path, `path[i]`.
+fn parse_list<T>(
+    v: &Value,
+    path: &str,
+    what: &str,
+    mut item: impl FnMut(&Value, String) -> Result<T, Error>,
+) -> Result<Vec<T>, Error> {
+    let arr = v
+        .as_array()
+        .ok_or_else(|| Error::invalid(format!("{path} must be {what}, got {v}")))?;
+    arr.iter()
+        .enumerate()
+        .map(|(i, x)| item(x, format!("{path}[{i}]")))
+        .collect()
+}
+
+/// The object at `path` and its required prefix `key` (strict notation).
+fn object_with_net(v: &Value, path: &str, key: &str) -> Result<IpNet, Error> {
+    if !v.is_object() {
+        return Err(Error::invalid(format!("{path} must be an object, got {v}")));
     }
-    Ok(out)
+    let text =
+        opt_str(v, path, key)?.ok_or_else(|| Error::invalid(format!("{path}.{key} is missing")))?;
+    parse_net_strict(text).map_err(|why| Error::invalid(format!("{path}.{key} {text:?} {why}")))
 }
 
 fn opt_str<'a>(v: &'a Value, path: &str, key: &str) -> Result<Option<&'a str>, Error> {
