@@ -2,9 +2,9 @@
 //! does not justify a metrics crate.
 
 use std::collections::BTreeMap;
-use std::fmt::Write;
+use std::fmt::{Display, Write};
 use std::sync::atomic::Ordering;
-use std::sync::Mutex;
+use std::sync::{Mutex, MutexGuard};
 use std::time::Duration;
 
 use crate::journal::FSYNCS;
@@ -20,6 +20,25 @@ struct Hist {
     sum: f64,
     count: u64,
 }
+
+/// A counter family whose series carry two labels.
+struct Counters {
+    name: &'static str,
+    help: &'static str,
+    labels: [&'static str; 2],
+}
+
+const REQUESTS: Counters = Counters {
+    name: "ipamd_requests_total",
+    help: "API requests by verb and outcome.",
+    labels: ["verb", "outcome"],
+};
+
+const EXT_REQUESTS: Counters = Counters {
+    name: "ipamd_ext_requests_total",
+    help: "Extension operations (e.g. cnikit's firewall) by op and outcome.",
+    labels: ["op", "outcome"],
+};
 
 #[derive(Default)]
 pub(crate) struct Metrics {
@@ -39,12 +58,9 @@ pub(crate) struct NetworkUsage {
 
 impl Metrics {
     pub(crate) fn observe(&self, verb: &'static str, outcome: &'static str, took: Duration) {
-        {
-            let mut r = self.requests.lock().unwrap_or_else(|e| e.into_inner());
-            *r.entry((verb, outcome)).or_default() += 1;
-        }
+        *lock(&self.requests).entry((verb, outcome)).or_default() += 1;
         let secs = took.as_secs_f64();
-        let mut l = self.latency.lock().unwrap_or_else(|e| e.into_inner());
+        let mut l = lock(&self.latency);
         let h = l.entry(verb).or_default();
         for (i, b) in BUCKETS.iter().enumerate() {
             if secs <= *b {
@@ -57,89 +73,81 @@ impl Metrics {
 
     /// A hosted-service operation: counted per op, timed under verb "ext".
     pub(crate) fn observe_ext(&self, op: &str, outcome: &'static str, took: Duration) {
-        {
-            let mut e = self.ext.lock().unwrap_or_else(|e| e.into_inner());
-            *e.entry((op.to_string(), outcome)).or_default() += 1;
-        }
+        *lock(&self.ext)
+            .entry((op.to_string(), outcome))
+            .or_default() += 1;
         self.observe("ext", outcome, took);
     }
 
     pub(crate) fn render(&self, usage: &[NetworkUsage]) -> String {
         let mut out = String::new();
-        out.push_str("# HELP ipamd_requests_total API requests by verb and outcome.\n");
-        out.push_str("# TYPE ipamd_requests_total counter\n");
-        {
-            let r = self.requests.lock().unwrap_or_else(|e| e.into_inner());
-            for ((verb, outcome), n) in r.iter() {
-                let _ = writeln!(
-                    out,
-                    "ipamd_requests_total{{verb=\"{verb}\",outcome=\"{outcome}\"}} {n}"
-                );
-            }
-        }
-        out.push_str(
-            "# HELP ipamd_request_duration_seconds API request latency, including fsync.\n",
+        REQUESTS.render(&mut out, &lock(&self.requests));
+        self.render_latency(&mut out);
+        EXT_REQUESTS.render(&mut out, &lock(&self.ext));
+        let help = "Addresses leased, per network.";
+        let in_use = usage.iter().map(|u| (&u.network, u.in_use));
+        per_network(&mut out, "ipamd_leases_in_use", help, in_use);
+        let help = "Addresses still free in the network's last requested range sets.";
+        let free = usage.iter().filter_map(|u| Some((&u.network, u.free?)));
+        per_network(&mut out, "ipamd_leases_free", help, free);
+        let name = "ipamd_fsyncs_total";
+        family(
+            &mut out,
+            name,
+            "counter",
+            "fsync calls made on lease store files.",
         );
-        out.push_str("# TYPE ipamd_request_duration_seconds histogram\n");
-        {
-            let l = self.latency.lock().unwrap_or_else(|e| e.into_inner());
-            for (verb, h) in l.iter() {
-                for (i, b) in BUCKETS.iter().enumerate() {
-                    let _ = writeln!(
-                        out,
-                        "ipamd_request_duration_seconds_bucket{{verb=\"{verb}\",le=\"{b}\"}} {}",
-                        h.counts[i]
-                    );
-                }
-                let _ = writeln!(
-                    out,
-                    "ipamd_request_duration_seconds_bucket{{verb=\"{verb}\",le=\"+Inf\"}} {}",
-                    h.count
-                );
-                let _ = writeln!(
-                    out,
-                    "ipamd_request_duration_seconds_sum{{verb=\"{verb}\"}} {}",
-                    h.sum
-                );
-                let _ = writeln!(
-                    out,
-                    "ipamd_request_duration_seconds_count{{verb=\"{verb}\"}} {}",
-                    h.count
-                );
-            }
-        }
-        out.push_str(
-            "# HELP ipamd_ext_requests_total Extension operations (e.g. cnikit's firewall) by op and outcome.\n",
-        );
-        out.push_str("# TYPE ipamd_ext_requests_total counter\n");
-        {
-            let e = self.ext.lock().unwrap_or_else(|e| e.into_inner());
-            for ((op, outcome), n) in e.iter() {
-                let _ = writeln!(
-                    out,
-                    "ipamd_ext_requests_total{{op=\"{op}\",outcome=\"{outcome}\"}} {n}"
-                );
-            }
-        }
-        out.push_str("# HELP ipamd_leases_in_use Addresses leased, per network.\n");
-        out.push_str("# TYPE ipamd_leases_in_use gauge\n");
-        for u in usage {
-            let _ = writeln!(
-                out,
-                "ipamd_leases_in_use{{network=\"{}\"}} {}",
-                u.network, u.in_use
-            );
-        }
-        out.push_str("# HELP ipamd_leases_free Addresses still free in the network's last requested range sets.\n");
-        out.push_str("# TYPE ipamd_leases_free gauge\n");
-        for u in usage {
-            if let Some(free) = u.free {
-                let _ = writeln!(out, "ipamd_leases_free{{network=\"{}\"}} {free}", u.network);
-            }
-        }
-        out.push_str("# HELP ipamd_fsyncs_total fsync calls made on lease store files.\n");
-        out.push_str("# TYPE ipamd_fsyncs_total counter\n");
-        let _ = writeln!(out, "ipamd_fsyncs_total {}", FSYNCS.load(Ordering::Relaxed));
+        let _ = writeln!(out, "{name} {}", FSYNCS.load(Ordering::Relaxed));
         out
     }
+
+    fn render_latency(&self, out: &mut String) {
+        let name = "ipamd_request_duration_seconds";
+        let help = "API request latency, including fsync.";
+        family(out, name, "histogram", help);
+        for (verb, h) in lock(&self.latency).iter() {
+            for (i, b) in BUCKETS.iter().enumerate() {
+                let n = h.counts[i];
+                let _ = writeln!(out, "{name}_bucket{{verb=\"{verb}\",le=\"{b}\"}} {n}");
+            }
+            let n = h.count;
+            let _ = writeln!(out, "{name}_bucket{{verb=\"{verb}\",le=\"+Inf\"}} {n}");
+            let _ = writeln!(out, "{name}_sum{{verb=\"{verb}\"}} {}", h.sum);
+            let _ = writeln!(out, "{name}_count{{verb=\"{verb}\"}} {n}");
+        }
+    }
+}
+
+/// The HELP and TYPE lines that open the family of series `name`.
+fn family(out: &mut String, name: &str, kind: &str, help: &str) {
+    let _ = writeln!(out, "# HELP {name} {help}\n# TYPE {name} {kind}");
+}
+
+impl Counters {
+    fn render<A: Display, B: Display>(&self, out: &mut String, series: &BTreeMap<(A, B), u64>) {
+        let Counters { name, help, labels } = self;
+        let [a, b] = labels;
+        family(out, name, "counter", help);
+        for ((x, y), n) in series {
+            let _ = writeln!(out, "{name}{{{a}=\"{x}\",{b}=\"{y}\"}} {n}");
+        }
+    }
+}
+
+/// A gauge family with a series per network.
+fn per_network<'a>(
+    out: &mut String,
+    name: &str,
+    help: &str,
+    values: impl Iterator<Item = (&'a String, u128)>,
+) {
+    family(out, name, "gauge", help);
+    for (network, v) in values {
+        let _ = writeln!(out, "{name}{{network=\"{network}\"}} {v}");
+    }
+}
+
+/// A counter map, also after a panic while it was held: counts stay usable.
+fn lock<T>(m: &Mutex<T>) -> MutexGuard<'_, T> {
+    m.lock().unwrap_or_else(|e| e.into_inner())
 }
