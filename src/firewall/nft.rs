@@ -46,11 +46,32 @@ pub(crate) fn new_table(t: Table) -> NetfilterMessage {
     )
 }
 
-pub(crate) fn new_chain(t: Table, name: &str, hook: Option<BaseHook>) -> NetfilterMessage {
-    let mut attrs = vec![
+/// The attributes naming chain `name` of `t`.
+fn chain_id(t: Table, name: &str) -> Vec<ChainAttribute> {
+    vec![
         ChainAttribute::Table(t.name.into()),
         ChainAttribute::Name(name.into()),
-    ];
+    ]
+}
+
+/// The attributes naming the rules of chain `chain` of `t`.
+fn rules_of(t: Table, chain: &str) -> Vec<RuleAttribute> {
+    vec![
+        RuleAttribute::Table(t.name.into()),
+        RuleAttribute::Chain(chain.into()),
+    ]
+}
+
+/// The attributes naming the elements of set `set` of `t`.
+fn elements_in(t: Table, set: &str) -> Vec<SetElementList> {
+    vec![
+        SetElementList::Table(t.name.into()),
+        SetElementList::Set(set.into()),
+    ]
+}
+
+pub(crate) fn new_chain(t: Table, name: &str, hook: Option<BaseHook>) -> NetfilterMessage {
+    let mut attrs = chain_id(t, name);
     if let Some(h) = hook {
         attrs.push(ChainAttribute::Hook(vec![
             Hook::Number(HookNumber::Inet(h.hook)),
@@ -65,37 +86,28 @@ pub(crate) fn new_chain(t: Table, name: &str, hook: Option<BaseHook>) -> Netfilt
 }
 
 pub(crate) fn get_chain(t: Table, name: &str) -> NetfilterMessage {
-    let attrs = vec![
-        ChainAttribute::Table(t.name.into()),
-        ChainAttribute::Name(name.into()),
-    ];
+    let attributes = chain_id(t, name);
     message(
         t.family,
-        NfTablesMessage::GetChain(ChainMessage { attributes: attrs }),
+        NfTablesMessage::GetChain(ChainMessage { attributes }),
     )
 }
 
 /// DELRULE naming only the chain: removes every rule in it.
 pub(crate) fn flush_chain(t: Table, chain: &str) -> NetfilterMessage {
-    let attrs = vec![
-        RuleAttribute::Table(t.name.into()),
-        RuleAttribute::Chain(chain.into()),
-    ];
+    let attributes = rules_of(t, chain);
     message(
         t.family,
-        NfTablesMessage::DeleteRule(RuleMessage { attributes: attrs }),
+        NfTablesMessage::DeleteRule(RuleMessage { attributes }),
     )
 }
 
 pub(crate) fn new_rule(t: Table, chain: &str, exprs: Vec<Expr>) -> NetfilterMessage {
-    let attrs = vec![
-        RuleAttribute::Table(t.name.into()),
-        RuleAttribute::Chain(chain.into()),
-        RuleAttribute::Expressions(exprs),
-    ];
+    let mut attributes = rules_of(t, chain);
+    attributes.push(RuleAttribute::Expressions(exprs));
     message(
         t.family,
-        NfTablesMessage::NewRule(RuleMessage { attributes: attrs }),
+        NfTablesMessage::NewRule(RuleMessage { attributes }),
     )
 }
 
@@ -187,12 +199,9 @@ pub(crate) fn set_elems(t: Table, set: &str, elems: &[Element], add: bool) -> Ne
         .iter()
         .map(|e| ListAttribute::Element(e.attributes(add)))
         .collect();
-    let attrs = vec![
-        SetElementList::Table(t.name.into()),
-        SetElementList::Set(set.into()),
-        SetElementList::Elements(list),
-    ];
-    let msg = SetElementMessage { attributes: attrs };
+    let mut attributes = elements_in(t, set);
+    attributes.push(SetElementList::Elements(list));
+    let msg = SetElementMessage { attributes };
     let inner = if add {
         NfTablesMessage::NewSetElement(msg)
     } else {
@@ -204,16 +213,13 @@ pub(crate) fn set_elems(t: Table, set: &str, elems: &[Element], add: bool) -> Ne
 /// GETSETELEM: with `key` one element (exact match on hash sets), without it
 /// (as a dump) the whole set.
 pub(crate) fn get_elems(t: Table, set: &str, key: Option<&[u8]>) -> NetfilterMessage {
-    let mut attrs = vec![
-        SetElementList::Table(t.name.into()),
-        SetElementList::Set(set.into()),
-    ];
+    let mut attributes = elements_in(t, set);
     if let Some(k) = key {
-        attrs.push(SetElementList::Elements(vec![ListAttribute::Element(
+        attributes.push(SetElementList::Elements(vec![ListAttribute::Element(
             vec![SetElementAttribute::Key(DataAttribute::Value(k.to_vec()))],
         )]));
     }
-    let msg = SetElementMessage { attributes: attrs };
+    let msg = SetElementMessage { attributes };
     message(t.family, NfTablesMessage::GetSetElement(msg))
 }
 
