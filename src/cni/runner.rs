@@ -7,17 +7,15 @@ use super::env::{Command, Env};
 use super::error::{Code, Error};
 use super::result::CniResult;
 use super::version::Version;
-use crate::firewall::{self, Firewall};
 use std::fmt;
 use std::io::{Read, Write};
-use std::path::{Path, PathBuf};
-use std::sync::Arc;
+use std::path::PathBuf;
 
 /// Looks up a built-in plugin by type name.
 pub type BuiltinLookup = fn(&str) -> Option<&'static dyn Plugin>;
 
 /// What a plugin call gets besides its input: where delegates are found and
-/// where firewall requests go.
+/// where the daemon listens.
 #[derive(Clone)]
 pub struct Context {
     /// Built-in plugins by type name, run in-process when CNI_PATH resolves
@@ -25,28 +23,13 @@ pub struct Context {
     pub builtins: BuiltinLookup,
     /// The ipamd daemon's socket when the configuration names none.
     pub daemon_socket: PathBuf,
-    /// A fixed firewall backend (tests); None: the daemon at the socket the
-    /// configuration names, in-process when it does not serve.
-    pub firewall: Option<Arc<dyn Firewall>>,
 }
 
 impl Context {
     pub fn new(builtins: BuiltinLookup) -> Context {
         Context {
             builtins,
-            daemon_socket: firewall::backend::DEFAULT_SOCKET.into(),
-            firewall: None,
-        }
-    }
-
-    /// The firewall backend for this call; `socket` is the configuration's
-    /// `daemonSocket`.
-    pub fn firewall(&self, socket: Option<&Path>) -> Arc<dyn Firewall> {
-        match &self.firewall {
-            Some(f) => Arc::clone(f),
-            None => Arc::new(firewall::ViaDaemon::new(
-                socket.unwrap_or(&self.daemon_socket),
-            )),
+            daemon_socket: ipamd::config::DEFAULT_SOCKET.into(),
         }
     }
 }
@@ -55,7 +38,6 @@ impl fmt::Debug for Context {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
         f.debug_struct("Context")
             .field("daemon_socket", &self.daemon_socket)
-            .field("firewall", &self.firewall)
             .finish_non_exhaustive()
     }
 }
@@ -284,31 +266,4 @@ fn install_panic_hook() {
         eprintln!("{err}");
         println!("{}", err.to_json(Version::LATEST.as_str()));
     }));
-}
-
-/// A request as the runner would build it, for plugins' unit tests: the
-/// container `c1` on `eth0` in netns `/run/netns/x`, `conf` on stdin, and a
-/// fixed firewall backend.
-#[cfg(test)]
-pub fn test_request(
-    command: Command,
-    conf: serde_json::Value,
-    firewall: Arc<dyn Firewall>,
-) -> Request {
-    Request {
-        env: Env {
-            command,
-            container_id: "c1".into(),
-            netns: "/run/netns/x".into(),
-            ifname: "eth0".into(),
-            args: String::new(),
-            path: Vec::new(),
-        },
-        conf: NetConf::parse(conf.to_string().into_bytes()).expect("test config"),
-        args: CniArgs::default(),
-        ctx: Context {
-            firewall: Some(firewall),
-            ..Context::new(|_| None)
-        },
-    }
 }

@@ -11,9 +11,6 @@ use ipamd::client::{Daemon, Failure};
 use std::fmt;
 use std::path::{Path, PathBuf};
 
-/// The daemon's socket unless a config says otherwise (`daemonSocket`).
-pub const DEFAULT_SOCKET: &str = "/run/cnikit/ipamd.sock";
-
 /// Does firewall requests.
 pub trait Firewall: fmt::Debug + Send + Sync {
     fn apply(&self, req: Request) -> Result<()>;

@@ -23,12 +23,11 @@ fn master_names_follow_the_kernels_rules() {
         ("macvlan", |req| load::<macvlan::Macvlan>(req).map(drop)),
         ("ipvlan", |req| load::<ipvlan::Ipvlan>(req).map(drop)),
     ];
-    let fw = std::sync::Arc::new(crate::firewall::Recording::default());
     for (kind, load) in load {
         for bad in ["eth%d", "a\u{0}b", "a/b", "eth 0", "0123456789abcdef"] {
             let conf = serde_json::json!({"cniVersion": "1.1.0", "name": "n", "type": kind,
                 "master": bad, "ipam": {"type": "ipamd"}});
-            let req = crate::cni::runner::test_request(Command::Add, conf, fw.clone());
+            let req = crate::plugins::firewall_backend::test_request(Command::Add, conf);
             assert_eq!(load(&req).unwrap_err().code, 7, "{kind} {bad:?}");
         }
     }

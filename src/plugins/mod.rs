@@ -12,6 +12,7 @@ mod child;
 mod child_tests;
 mod common;
 mod container;
+mod firewall_backend;
 mod portmap_marker;
 #[cfg(test)]
 mod portmap_tests;
@@ -23,12 +24,15 @@ pub const NAMES: [&str; 6] = [
     "bridge", "macvlan", "ipvlan", "portmap", "ipamd", "loopback",
 ];
 
+static BRIDGE: bridge::Bridge = bridge::Bridge::DEFAULT;
+static PORTMAP: portmap::Portmap = portmap::Portmap::DEFAULT;
+
 pub fn by_name(name: &str) -> Option<&'static dyn Plugin> {
     Some(match name {
-        "bridge" => &bridge::Bridge,
+        "bridge" => &BRIDGE,
         "macvlan" => &macvlan::Macvlan,
         "ipvlan" => &ipvlan::Ipvlan,
-        "portmap" => &portmap::Portmap,
+        "portmap" => &PORTMAP,
         "ipamd" => &ipam::Ipamd,
         "loopback" => &loopback::Loopback,
         _ => return None,

@@ -3,6 +3,7 @@
 //! `prevResult`; the result is `prevResult` unchanged. The nftables side
 //! (maps, masquerade, ownership tags) is in `firewall::portmap`.
 
+use super::firewall_backend::FirewallBackend;
 use super::portmap_marker;
 use crate::cni::{CniResult, Code, Error, Plugin, Request};
 use crate::firewall::conntrack::{self, UdpPort};
@@ -14,7 +15,19 @@ use serde::Deserialize;
 use serde_json::Value;
 use std::net::IpAddr;
 
-pub struct Portmap;
+pub struct Portmap {
+    pub firewall: FirewallBackend,
+}
+
+impl Portmap {
+    pub const DEFAULT: Portmap = Portmap {
+        firewall: FirewallBackend::DAEMON_OR_HERE,
+    };
+
+    fn firewall(&self, req: &Request, conf: &Conf) -> std::sync::Arc<dyn Firewall> {
+        self.firewall.for_call(req, conf.daemon_socket.as_deref())
+    }
+}
 
 #[derive(Debug, Default, Deserialize)]
 #[serde(rename_all = "camelCase")]
@@ -66,10 +79,10 @@ impl Conf {
             ("conditionsV4", &c.conditions_v4),
             ("conditionsV6", &c.conditions_v6),
         ] {
-            if list.as_ref().is_some_and(|l| !l.is_empty()) {
+            if let Some(list) = list.as_ref().filter(|l| !l.is_empty()) {
                 return Err(Error::new(
                     Code::UnsupportedField,
-                    format!("{key} is not supported by cnikit's portmap yet"),
+                    format!("{key} {list:?} is not supported by cnikit's portmap yet"),
                 ));
             }
         }
@@ -82,11 +95,6 @@ impl Conf {
             daemon_socket: super::common::daemon_socket_of(req),
             ..Conf::default()
         }
-    }
-
-    /// The firewall backend of this call.
-    fn firewall(&self, req: &Request) -> std::sync::Arc<dyn Firewall> {
-        req.ctx.firewall(self.daemon_socket.as_deref())
     }
 
     fn masquerade(&self) -> Masquerade {
@@ -115,7 +123,7 @@ impl Plugin for Portmap {
         if conf.snat {
             allow_localhost(&container)?;
         }
-        let fw = conf.firewall(req);
+        let fw = self.firewall(req, &conf);
         fw.apply(
             Op::Add(Spec {
                 att: req.attachment(),
@@ -143,7 +151,7 @@ impl Plugin for Portmap {
             .as_ref()
             .ok_or_else(|| Error::invalid_config("CHECK needs prevResult"))?;
         let container = container_addrs(prev, req.ifname())?;
-        conf.firewall(req).apply(
+        self.firewall(req, &conf).apply(
             Op::Check(Spec {
                 att: req.attachment(),
                 container,
@@ -172,7 +180,7 @@ impl Plugin for Portmap {
         if !has_mappings && !portmap_marker::is_set(req) {
             return Ok(());
         }
-        conf.firewall(req).apply(
+        self.firewall(req, &conf).apply(
             Op::Del(Del {
                 att: req.attachment(),
             })
@@ -194,13 +202,14 @@ impl Plugin for Portmap {
         let Some(valid) = req.conf.valid_attachments()? else {
             return Ok(());
         };
-        conf.firewall(req).apply(
+        self.firewall(req, &conf).apply(
             Op::Gc(Gc {
                 network: req.conf.name.clone(),
-                valid,
+                valid: valid.clone(),
             })
             .into(),
         )?;
+        portmap_marker::gc(&req.conf.name, &valid);
         Ok(())
     }
 }

@@ -1,7 +1,7 @@
 //! portmap's firewall requests for ADD, DEL and GC, with a recording backend.
 
+use super::firewall_backend::{test_request, FirewallBackend};
 use super::portmap::Portmap;
-use crate::cni::runner::test_request;
 use crate::cni::Command;
 use crate::cni::Plugin;
 use crate::firewall::conntrack::{self, UdpPort};
@@ -36,8 +36,8 @@ fn att() -> Attachment {
 #[test]
 fn add_maps_then_flushes_udp_conntrack() {
     let fw = Arc::new(Recording::default());
-    let req = test_request(Command::Add, conf(json!({})), fw.clone());
-    Portmap.add(&req).expect("add");
+    let req = test_request(Command::Add, conf(json!({})));
+    with(&fw).add(&req).expect("add");
     let got = fw.taken();
     assert_eq!(got.len(), 2, "{got:?}");
     let Request::Portmap(Op::Add(Spec {
@@ -75,22 +75,22 @@ fn a_refused_mapping_fails_add_and_flushes_nothing() {
         )),
         ..Recording::default()
     });
-    let req = test_request(Command::Add, conf(json!({})), fw.clone());
-    assert!(Portmap.add(&req).is_err());
+    let req = test_request(Command::Add, conf(json!({})));
+    assert!(with(&fw).add(&req).is_err());
     assert_eq!(fw.taken().len(), 1);
 }
 
 #[test]
 fn del_removes_by_tag_and_gc_keeps_the_valid() {
     let fw = Arc::new(Recording::default());
-    let req = test_request(Command::Del, conf(json!({"prevResult": null})), fw.clone());
-    Portmap.del(&req).expect("del");
+    let req = test_request(Command::Del, conf(json!({"prevResult": null})));
+    with(&fw).del(&req).expect("del");
     assert_eq!(fw.taken(), vec![Request::from(Op::Del(Del { att: att() }))]);
 
     let gc = json!({"cniVersion": "1.1.0", "name": "n", "type": "portmap",
         "cni.dev/valid-attachments": [{"containerID": "c2", "ifname": "eth0"}]});
-    let req = test_request(Command::Gc, gc, fw.clone());
-    Portmap.gc(&req).expect("gc");
+    let req = test_request(Command::Gc, gc);
+    with(&fw).gc(&req).expect("gc");
     assert_eq!(
         fw.taken(),
         vec![Request::from(Op::Gc(Gc {
@@ -98,4 +98,11 @@ fn del_removes_by_tag_and_gc_keeps_the_valid() {
             valid: vec![Attachment::new("n", "c2", "eth0")],
         }))]
     );
+}
+
+/// portmap with its firewall requests recorded by `fw`.
+fn with(fw: &Arc<Recording>) -> Portmap {
+    Portmap {
+        firewall: FirewallBackend::fixed(fw.clone()),
+    }
 }

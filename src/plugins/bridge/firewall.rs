@@ -13,6 +13,7 @@ use std::net::IpAddr;
 /// IPAM reservation (the caller removes the veth); each firewall call is one
 /// atomic batch, and macspoofchk failing removes what ipMasq added.
 pub(super) fn add(
+    fw: &dyn Firewall,
     req: &Request,
     conf: &Conf,
     host_veth: &str,
@@ -28,7 +29,7 @@ pub(super) fn add(
             true => cont.link_by_index(peer_index)?.and_then(|l| l.mac),
             false => None,
         };
-        apply_add(req, conf, host_veth, mac.as_deref(), &result)
+        apply_add(fw, req, conf, host_veth, mac.as_deref(), &result)
     };
     ipam_rollback_on_error(req, step)?;
     Ok(result)
@@ -37,13 +38,13 @@ pub(super) fn add(
 /// The firewall requests of ADD, given the container's MAC (what the
 /// unit tests drive with a recording backend).
 pub(super) fn apply_add(
+    fw: &dyn Firewall,
     req: &Request,
     conf: &Conf,
     host_veth: &str,
     mac: Option<&str>,
     result: &CniResult,
 ) -> Result<(), Error> {
-    let fw = backend(req, conf);
     let att = req.attachment();
     if conf.ip_masq && !result.ips.is_empty() {
         let addrs: Vec<IpAddr> = result.ips.iter().map(|ip| ip.address.addr()).collect();
@@ -68,13 +69,8 @@ pub(super) fn apply_add(
     Ok(())
 }
 
-fn backend(req: &Request, conf: &Conf) -> std::sync::Arc<dyn Firewall> {
-    req.ctx.firewall(conf.daemon_socket.as_deref())
-}
-
 /// By tag: works when the netns (and the veth with it) is already gone.
-pub(super) fn del(req: &Request, conf: &Conf) -> Result<(), Error> {
-    let fw = backend(req, conf);
+pub(super) fn del(fw: &dyn Firewall, req: &Request, conf: &Conf) -> Result<(), Error> {
     let del = Del {
         att: req.attachment(),
     };
@@ -89,11 +85,10 @@ pub(super) fn del(req: &Request, conf: &Conf) -> Result<(), Error> {
 
 /// Whatever this network's attachments left behind, whatever the config
 /// says now.
-pub(super) fn gc(req: &Request, conf: &Conf) -> Result<(), Error> {
+pub(super) fn gc(fw: &dyn Firewall, req: &Request) -> Result<(), Error> {
     let Some(valid) = req.conf.valid_attachments()? else {
         return Ok(());
     };
-    let fw = backend(req, conf);
     let gc = Gc {
         network: req.conf.name.clone(),
         valid,

@@ -3,9 +3,9 @@
 
 use super::firewall::{apply_add, del, gc};
 use super::Conf;
-use crate::cni::runner::test_request;
 use crate::cni::{Attachment, CniResult, Command, Request};
 use crate::firewall::{self, macspoof, masq, Del, Gc, Recording};
+use crate::plugins::firewall_backend::test_request;
 use serde_json::{json, Value};
 use std::sync::Arc;
 
@@ -19,8 +19,8 @@ fn conf(extra: Value) -> Value {
     c
 }
 
-fn request(command: Command, extra: Value, fw: &Arc<Recording>) -> (Request, Conf) {
-    let req = test_request(command, conf(extra), fw.clone());
+fn request(command: Command, extra: Value) -> (Request, Conf) {
+    let req = test_request(command, conf(extra));
     let conf = Conf::load(&req).expect("bridge conf");
     (req, conf)
 }
@@ -47,9 +47,9 @@ fn failing() -> Arc<Recording> {
 #[test]
 fn add_masquerades_every_address_except_to_its_subnet() {
     let fw = Arc::new(Recording::default());
-    let (req, c) = request(Command::Add, json!({"ipMasq": true}), &fw);
+    let (req, c) = request(Command::Add, json!({"ipMasq": true}));
     let res = result(&["10.1.0.2/24", "fd00::2/64"]);
-    apply_add(&req, &c, "veth1", None, &res).expect("add");
+    apply_add(&*fw, &req, &c, "veth1", None, &res).expect("add");
     assert_eq!(
         fw.taken(),
         vec![firewall::Request::from(masq::Op::Add {
@@ -63,10 +63,18 @@ fn add_masquerades_every_address_except_to_its_subnet() {
 #[test]
 fn add_without_firewall_keys_or_addresses_asks_for_nothing() {
     let fw = Arc::new(Recording::default());
-    let (req, c) = request(Command::Add, json!({}), &fw);
-    apply_add(&req, &c, "veth1", Some(MAC), &result(&["10.1.0.2/24"])).expect("add");
-    let (req, c) = request(Command::Add, json!({"ipMasq": true}), &fw);
-    apply_add(&req, &c, "veth1", None, &result(&[])).expect("add");
+    let (req, c) = request(Command::Add, json!({}));
+    apply_add(
+        &*fw,
+        &req,
+        &c,
+        "veth1",
+        Some(MAC),
+        &result(&["10.1.0.2/24"]),
+    )
+    .expect("add");
+    let (req, c) = request(Command::Add, json!({"ipMasq": true}));
+    apply_add(&*fw, &req, &c, "veth1", None, &result(&[])).expect("add");
     assert_eq!(fw.taken(), vec![]);
 }
 
@@ -74,8 +82,16 @@ fn add_without_firewall_keys_or_addresses_asks_for_nothing() {
 fn add_guards_the_host_port_with_the_container_mac() {
     let fw = Arc::new(Recording::default());
     let extra = json!({"ipMasq": true, "macspoofchk": true});
-    let (req, c) = request(Command::Add, extra, &fw);
-    apply_add(&req, &c, "veth1", Some(MAC), &result(&["10.1.0.2/24"])).expect("add");
+    let (req, c) = request(Command::Add, extra);
+    apply_add(
+        &*fw,
+        &req,
+        &c,
+        "veth1",
+        Some(MAC),
+        &result(&["10.1.0.2/24"]),
+    )
+    .expect("add");
     let second = macspoof::Op::add(&att(), "veth1", MAC).unwrap();
     assert_masq_add_then(&fw, second.into());
 }
@@ -84,9 +100,9 @@ fn add_guards_the_host_port_with_the_container_mac() {
 fn a_failed_macspoofchk_takes_back_the_masquerade() {
     let fw = Arc::new(Recording::default());
     let extra = json!({"ipMasq": true, "macspoofchk": true});
-    let (req, c) = request(Command::Add, extra, &fw);
+    let (req, c) = request(Command::Add, extra);
     // No MAC could be read from the container's link: the check cannot be set up.
-    assert!(apply_add(&req, &c, "veth1", None, &result(&["10.1.0.2/24"])).is_err());
+    assert!(apply_add(&*fw, &req, &c, "veth1", None, &result(&["10.1.0.2/24"])).is_err());
     assert_masq_add_then(&fw, masq::Op::Del(Del { att: att() }).into());
 }
 
@@ -105,8 +121,16 @@ fn assert_masq_add_then(fw: &Recording, second: firewall::Request) {
 fn a_refused_masquerade_fails_add_before_anything_else() {
     let fw = failing();
     let extra = json!({"ipMasq": true, "macspoofchk": true});
-    let (req, c) = request(Command::Add, extra, &fw);
-    let err = apply_add(&req, &c, "veth1", Some(MAC), &result(&["10.1.0.2/24"])).unwrap_err();
+    let (req, c) = request(Command::Add, extra);
+    let err = apply_add(
+        &*fw,
+        &req,
+        &c,
+        "veth1",
+        Some(MAC),
+        &result(&["10.1.0.2/24"]),
+    )
+    .unwrap_err();
     assert!(err.msg.contains("netlink said no"), "{}", err.msg);
     assert_eq!(fw.taken().len(), 1);
 }
@@ -115,8 +139,8 @@ fn a_refused_masquerade_fails_add_before_anything_else() {
 fn del_removes_by_tag_what_the_config_enables() {
     let fw = Arc::new(Recording::default());
     let extra = json!({"ipMasq": true, "macspoofchk": true});
-    let (req, c) = request(Command::Del, extra, &fw);
-    del(&req, &c).expect("del");
+    let (req, c) = request(Command::Del, extra);
+    del(&*fw, &req, &c).expect("del");
     assert_eq!(
         fw.taken(),
         vec![
@@ -124,8 +148,8 @@ fn del_removes_by_tag_what_the_config_enables() {
             firewall::Request::from(macspoof::Op::Del(Del { att: att() })),
         ]
     );
-    let (req, c) = request(Command::Del, json!({"ipMasq": true}), &fw);
-    del(&req, &c).expect("del");
+    let (req, c) = request(Command::Del, json!({"ipMasq": true}));
+    del(&*fw, &req, &c).expect("del");
     assert_eq!(
         fw.taken(),
         vec![firewall::Request::from(masq::Op::Del(Del { att: att() }))]
@@ -136,8 +160,8 @@ fn del_removes_by_tag_what_the_config_enables() {
 fn gc_keeps_the_valid_whatever_the_config_says_now() {
     let fw = Arc::new(Recording::default());
     let extra = json!({"cni.dev/valid-attachments": [{"containerID": "c2", "ifname": "eth0"}]});
-    let (req, c) = request(Command::Gc, extra, &fw);
-    gc(&req, &c).expect("gc");
+    let (req, _) = request(Command::Gc, extra);
+    gc(&*fw, &req).expect("gc");
     let valid = vec![Attachment::new("n", "c2", "eth0")];
     assert_eq!(
         fw.taken(),
@@ -152,8 +176,8 @@ fn gc_keeps_the_valid_whatever_the_config_says_now() {
             })),
         ]
     );
-    let (req, c) = request(Command::Gc, json!({}), &fw);
-    gc(&req, &c).expect("gc without a valid list");
+    let (req, _) = request(Command::Gc, json!({}));
+    gc(&*fw, &req).expect("gc without a valid list");
     assert_eq!(fw.taken(), vec![]);
 }
 
@@ -161,8 +185,8 @@ fn gc_keeps_the_valid_whatever_the_config_says_now() {
 fn gc_tries_both_and_reports_both_failures() {
     let fw = failing();
     let extra = json!({"cni.dev/valid-attachments": []});
-    let (req, c) = request(Command::Gc, extra, &fw);
-    let err = gc(&req, &c).unwrap_err();
+    let (req, _) = request(Command::Gc, extra);
+    let err = gc(&*fw, &req).unwrap_err();
     assert_eq!(fw.taken().len(), 2);
     assert_eq!(err.msg.matches("netlink said no").count(), 2, "{}", err.msg);
 }

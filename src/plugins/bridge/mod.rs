@@ -6,18 +6,33 @@ use super::common::{
     find_container_link, ipam_if_configured, ipam_rollback_on_error, open_netns, random_veth_name,
     requested_mac, OwnLink,
 };
+use super::firewall_backend::FirewallBackend;
 use crate::cni::delegate;
 use crate::cni::{CniResult, Code, Command, Error, Interface, Plugin, Request};
+use crate::firewall::Firewall;
 use crate::netlink::{BridgePort, BridgeSpec, Link, NetNs, Netlink, VethSpec};
 use gateway::{apply_gateways, gateway_on_bridge};
 use serde::Deserialize;
+use std::sync::Arc;
 
 mod firewall;
 #[cfg(test)]
 mod firewall_tests;
 mod gateway;
 
-pub struct Bridge;
+pub struct Bridge {
+    pub firewall: FirewallBackend,
+}
+
+impl Bridge {
+    pub const DEFAULT: Bridge = Bridge {
+        firewall: FirewallBackend::DAEMON_OR_HERE,
+    };
+
+    fn firewall(&self, req: &Request, conf: &Conf) -> Arc<dyn Firewall> {
+        self.firewall.for_call(req, conf.daemon_socket.as_deref())
+    }
+}
 
 #[derive(Debug, Default, Deserialize)]
 #[serde(rename_all = "camelCase")]
@@ -196,7 +211,10 @@ impl Plugin for Bridge {
                     Ok(r)
                 })
             })
-            .and_then(|r| firewall::add(req, &conf, &host_name, &mut cont, pair.peer_index, r));
+            .and_then(|r| {
+                let fw = self.firewall(req, &conf);
+                firewall::add(&*fw, req, &conf, &host_name, &mut cont, pair.peer_index, r)
+            });
         attached.inspect_err(|_| {
             if let Err(ce) = host.delete_link(pair.host_index) {
                 eprintln!("cleanup after failed ADD: {ce}");
@@ -235,7 +253,7 @@ impl Plugin for Bridge {
         // Every step runs even if an earlier one failed, so one broken piece
         // (say, an unusable IPAM store) does not strand the others' state.
         let ipam = ipam_if_configured(req, Command::Del);
-        let rules = firewall::del(req, &conf);
+        let rules = firewall::del(&*self.firewall(req, &conf), req, &conf);
         let ours = OwnLink {
             kind: "veth",
             bridge: Some(&conf.bridge),
@@ -255,7 +273,7 @@ impl Plugin for Bridge {
         let conf = Conf::load(req)?;
         // The spec: continue past individual errors, report them.
         let ipam = ipam_if_configured(req, Command::Gc);
-        let rules = firewall::gc(req, &conf);
+        let rules = firewall::gc(&*self.firewall(req, &conf), req);
         Error::all([ipam, rules])
     }
 }
@@ -426,6 +444,7 @@ fn check_peer_on_bridge(host: &mut Netlink, cont_link: &Link, bridge: &Link) -> 
 mod tests {
     use super::*;
     use crate::cni::gojson::{assert_known, struct_fields};
+    use crate::plugins::firewall_backend::test_request;
 
     #[test]
     fn config_keys_get_go_matching() {
@@ -434,16 +453,15 @@ mod tests {
 
     #[test]
     fn bridge_names_follow_the_kernels_rules() {
-        let fw = std::sync::Arc::new(crate::firewall::Recording::default());
         for bad in ["br%d", "a\u{0}b", "a/b", "br 0"] {
             let conf = serde_json::json!({"cniVersion": "1.1.0", "name": "n", "type": "bridge", "bridge": bad});
-            let req = crate::cni::runner::test_request(crate::cni::Command::Add, conf, fw.clone());
+            let req = test_request(crate::cni::Command::Add, conf);
             assert_eq!(Conf::load(&req).unwrap_err().code, 7, "{bad:?}");
         }
         // The VLAN gateway's `<bridge>.<vid>` is a name too: 12 + 1 + 4 bytes is too long.
         let conf = serde_json::json!({"cniVersion": "1.1.0", "name": "n", "type": "bridge",
             "bridge": "br-123456789", "vlan": 4000, "isGateway": true});
-        let req = crate::cni::runner::test_request(crate::cni::Command::Add, conf, fw);
+        let req = test_request(crate::cni::Command::Add, conf);
         let e = Conf::load(&req).unwrap_err();
         assert_eq!(e.code, 7, "{e:?}");
         assert!(e.msg.contains("VLAN gateway"), "{e:?}");
