@@ -2,7 +2,7 @@
 use super::{Link, Netlink, Result};
 use ipnet::IpNet;
 use netlink_packet_core::{
-    NlasIterator, ParseableParametrized, NLM_F_CREATE, NLM_F_DUMP, NLM_F_EXCL,
+    NlasIterator, ParseableParametrized, NLM_F_APPEND, NLM_F_CREATE, NLM_F_DUMP,
 };
 use netlink_packet_route::route::{
     RouteAddress, RouteAttribute, RouteHeader, RouteLwEnCapType, RouteMessage, RouteMetric,
@@ -215,9 +215,12 @@ impl Netlink {
         if !metrics.is_empty() {
             msg.attributes.push(RouteAttribute::Metrics(metrics));
         }
+        // Appended, as the reference plugins do: a second attachment's
+        // default route via another gateway is installed beside the first
+        // one instead of being skipped. Only an identical route is EEXIST.
         match self.request(
             RouteNetlinkMessage::NewRoute(msg),
-            NLM_F_CREATE | NLM_F_EXCL,
+            NLM_F_CREATE | NLM_F_APPEND,
         ) {
             Ok(_) => Ok(()),
             Err(f) if f.errno() == Some(libc::EEXIST) => Ok(()),

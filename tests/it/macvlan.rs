@@ -359,3 +359,42 @@ fn bcqueuelen_sets_the_broadcast_queue() {
     assert_eq!(l["linkinfo"]["info_data"]["bcqueuelen"], 321, "{l}");
     att.del();
 }
+
+/// Proves: a second attachment whose IPAM routes include a default route via
+/// its own gateway gets that route installed beside the first attachment's
+/// (as the reference does), so the result never reports a route the kernel
+/// lacks, and CHECK right after ADD agrees (Multus, `cnitool check`).
+#[test]
+fn a_second_attachments_default_route_is_installed_and_checks() {
+    let env = TestEnv::new("second_default_route");
+    let ns = env.netns();
+    let mut atts = Vec::new();
+    for ifname in ["eth0", "mv0"] {
+        let (master, _) = env.veth_pair();
+        let mut ipam = env.ipam(Ipam::Ipamd, env.subnets().v4_ranges());
+        ipam["routes"] = json!([{"dst": "0.0.0.0/0"}]);
+        let att = env
+            .attachment(
+                "macvlan",
+                "ctr-2nd-route",
+                &ns,
+                &conf("1.0.0", &master, Some(ipam)),
+            )
+            .with_ifname(ifname);
+        let r = att.add();
+        let gw = r["ips"][0]["gateway"]
+            .as_str()
+            .expect("gateway")
+            .to_string();
+        assert!(
+            routes(Some(&ns.name), "-4").contains(&format!("default via {gw} dev {ifname}")),
+            "{ifname}: {:?}",
+            routes(Some(&ns.name), "-4")
+        );
+        att.check(&r);
+        atts.push(att);
+    }
+    for att in atts.iter().rev() {
+        att.del();
+    }
+}
