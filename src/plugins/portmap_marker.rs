@@ -12,11 +12,13 @@
 //! only regular files count as markers. Their name is the SHA-256 of the
 //! attachment key, so any container ID length fits a file name.
 
-use crate::cni::Request;
+use crate::cni::{Attachment, Request};
 use sha2::{Digest, Sha256};
+use std::collections::HashSet;
 use std::ffi::CString;
-use std::io;
+use std::io::{self, Read, Write};
 use std::os::fd::{AsRawFd, FromRawFd, OwnedFd, RawFd};
+use std::os::unix::ffi::OsStringExt;
 use std::path::Path;
 
 /// `/run/cnikit/portmap`: the system's `/run`, then directories of ours.
@@ -39,12 +41,25 @@ pub(super) fn clear(req: &Request) {
     }
 }
 
+/// GC: removes the markers of `network` whose attachment is not in `valid`.
+pub(super) fn gc(network: &str, valid: &[Attachment]) {
+    let valid: HashSet<Vec<u8>> = valid
+        .iter()
+        .map(|a| key_of(&a.network, &a.container_id, &a.ifname))
+        .collect();
+    if let Err(e) = gc_in(Path::new(BASE), &SUB, network, &valid) {
+        eprintln!("portmap: cannot remove stale mapping markers: {e}");
+    }
+}
+
 /// The attachment key, one byte string: NUL cannot occur in a network name,
 /// a container ID or an ifname, so distinct keys give distinct strings.
 fn key(req: &Request) -> Vec<u8> {
-    [req.conf.name.as_str(), req.container_id(), req.ifname()]
-        .join("\0")
-        .into_bytes()
+    key_of(&req.conf.name, req.container_id(), req.ifname())
+}
+
+fn key_of(network: &str, container_id: &str, ifname: &str) -> Vec<u8> {
+    [network, container_id, ifname].join("\0").into_bytes()
 }
 
 /// The marker's file name: 64 hex digits, whatever the key's length.
@@ -77,7 +92,10 @@ fn set_in(base: &Path, sub: &[&str], key: &[u8]) -> io::Result<()> {
     if unsafe { libc::fchmod(file.as_raw_fd(), 0o600) } != 0 {
         return Err(io::Error::last_os_error());
     }
-    Ok(())
+    // The key itself is the content, so that GC can tell whose marker it is.
+    let mut file = std::fs::File::from(file);
+    file.set_len(0)?;
+    file.write_all(key)
 }
 
 fn is_set_in(base: &Path, sub: &[&str], key: &[u8]) -> bool {
@@ -102,6 +120,52 @@ fn clear_in(base: &Path, sub: &[&str], key: &[u8]) -> io::Result<()> {
     }
     Ok(())
 }
+
+/// Markers older than their key content (empty) cannot be attributed and are
+/// left; /run is cleared at boot.
+fn gc_in(base: &Path, sub: &[&str], network: &str, valid: &HashSet<Vec<u8>>) -> io::Result<()> {
+    let Some(dirfd) = open_dir(base, sub, false)? else {
+        return Ok(());
+    };
+    // The directory was checked to be ours and writable by no one else, so
+    // its entries cannot change under us but by our own kind.
+    let path = sub.iter().fold(base.to_path_buf(), |p, s| p.join(s));
+    for entry in std::fs::read_dir(&path)? {
+        let Ok(file_name) = CString::new(entry?.file_name().into_vec()) else {
+            continue;
+        };
+        let Some(key) = marker_key(dirfd.as_raw_fd(), &file_name) else {
+            continue;
+        };
+        let of_network = key.split(|b| *b == 0).next() == Some(network.as_bytes());
+        if of_network && !valid.contains(&key) && name(&key) == file_name {
+            clear_in(base, sub, &key)?;
+        }
+    }
+    Ok(())
+}
+
+/// The key a marker holds; None for anything that is not a regular file
+/// holding a plausible key.
+fn marker_key(dirfd: RawFd, file_name: &std::ffi::CStr) -> Option<Vec<u8>> {
+    let flags = libc::O_RDONLY | libc::O_NOFOLLOW | libc::O_NONBLOCK | libc::O_CLOEXEC;
+    // SAFETY: a NUL-terminated name relative to a directory descriptor we own.
+    let fd = unsafe { libc::openat(dirfd, file_name.as_ptr(), flags) };
+    if fd < 0 {
+        return None;
+    }
+    // SAFETY: a descriptor the kernel just gave us.
+    let file = std::fs::File::from(unsafe { OwnedFd::from_raw_fd(fd) });
+    if !file.metadata().ok()?.is_file() {
+        return None;
+    }
+    let mut key = Vec::new();
+    file.take(MAX_KEY + 1).read_to_end(&mut key).ok()?;
+    (!key.is_empty() && key.len() as u64 <= MAX_KEY).then_some(key)
+}
+
+/// A network name, a container ID and an ifname, generously.
+const MAX_KEY: u64 = 64 << 10;
 
 /// Opens `base/sub[0]/sub[1]/…` below `base` (the system's `/run`, trusted)
 /// component by component without following symlinks, creating the missing

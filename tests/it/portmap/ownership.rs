@@ -117,13 +117,24 @@ fn gc_valid_list(daemon: bool) {
             .run()
             .ok_silent();
     };
+    assert_eq!(
+        markers_of(&ids),
+        ids.iter().collect::<Vec<_>>(),
+        "ADD leaves a marker per attachment"
+    );
     gc(json!([{"containerID": ids[0], "ifname": "eth0"}]));
     let rules = ruleset_json();
     assert!(rules.contains(&ids[0]), "GC removed a valid attachment");
     assert!(!rules.contains(&ids[1]), "GC kept an invalid attachment");
     assert!(rules.contains(&ids[2]), "GC touched another network");
+    assert_eq!(
+        markers_of(&ids),
+        [&ids[0], &ids[2]],
+        "GC removes the markers it removes entries of"
+    );
     gc(json!([]));
     assert_no_trace("after GC with an empty list", &ids[..2]);
+    assert_eq!(markers_of(&ids), [&ids[2]]);
     let m = json!([{"hostPort": 1, "containerPort": 80}]);
     let conf = with_socket(portmap_conf(&other_net, m, None), &socket);
     pm_call(&env, "DEL", &ids[2], &conf).ok_silent();
@@ -172,7 +183,8 @@ fn config_keys() {
     let with = |k: &str, v: Value| merged(base.clone(), json!({ k: v }));
     let id = cid("k");
     let add = |conf: &Value| pm_call(&env, "ADD", &id, conf);
-    add(&with("conditionsV4", json!(["-s", "1.2.3.4"]))).expect_err(2, &["conditionsV4"]);
+    add(&with("conditionsV4", json!(["-s", "1.2.3.4"])))
+        .expect_err(2, &["conditionsV4", "1.2.3.4"]);
     add(&with("conditionsV6", json!(["-s", "::1"]))).expect_err(2, &["conditionsV6"]);
     add(&with("markMasqBit", json!(32))).expect_err(7, &["markMasqBit"]);
     add(&with("backend", json!("ebpf"))).expect_err(7, &["backend"]);
@@ -190,4 +202,23 @@ fn config_keys() {
     assert_eq!(add(&none).result()["ips"], prev["ips"]);
     none.as_object_mut().unwrap().remove("prevResult");
     pm_call(&env, "DEL", &id, &none).ok_silent();
+}
+
+/// The container IDs among `ids` that have a portmap marker file (its
+/// content is the attachment key: network, container ID and ifname).
+fn markers_of(ids: &[String]) -> Vec<&String> {
+    let contents: Vec<Vec<u8>> = std::fs::read_dir("/run/cnikit/portmap")
+        .map(|dir| {
+            dir.flatten()
+                .filter_map(|e| std::fs::read(e.path()).ok())
+                .collect()
+        })
+        .unwrap_or_default();
+    ids.iter()
+        .filter(|id| {
+            contents
+                .iter()
+                .any(|c| c.split(|b| *b == 0).nth(1) == Some(id.as_bytes()))
+        })
+        .collect()
 }

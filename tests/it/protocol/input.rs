@@ -259,7 +259,10 @@ fn an_empty_ipam_section_means_l2_only() {
     let att = env.attachment("bridge", "ctr-proto", &ns, &conf);
     let r = att.add();
     assert!(r["ips"].as_array().is_none_or(Vec::is_empty), "{r}");
-    assert!(r["interfaces"].as_array().is_some_and(|i| !i.is_empty()), "{r}");
+    assert!(
+        r["interfaces"].as_array().is_some_and(|i| !i.is_empty()),
+        "{r}"
+    );
     att.check(&r);
     att.del_twice();
 }
