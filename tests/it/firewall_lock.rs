@@ -13,12 +13,16 @@ use std::time::{Duration, Instant};
 
 const LOCK: &str = "/run/cnikit/nftables.lock";
 
-fn masq_bridge(env: &TestEnv) -> serde_json::Value {
-    json!({
+/// A test world with a netns, and a bridge network with ipMasq: every ADD
+/// makes a firewall transaction.
+fn with_masq_bridge(test: &str) -> (TestEnv, Netns, serde_json::Value) {
+    let (env, ns) = TestEnv::with_netns(test);
+    let conf = json!({
         "cniVersion": "1.0.0", "name": format!("lk-{}", short_hash()), "type": "bridge",
         "bridge": env.link_name("lkbr"), "isGateway": true, "ipMasq": true,
         "ipam": env.ipam(Ipam::Ipamd, env.subnets().v4_ranges()),
-    })
+    });
+    (env, ns, conf)
 }
 
 /// A bridge ADD with ipMasq (one firewall transaction), run through bash so
@@ -45,9 +49,7 @@ fn add_under_umask_000(env: &TestEnv, conf: &serde_json::Value, id: &str, ns: &N
 /// cannot even open it (so it cannot hold it).
 #[test]
 fn other_users_cannot_hold_the_lock() {
-    let env = TestEnv::new("firewall_lock_modes");
-    let conf = masq_bridge(&env);
-    let ns = env.netns();
+    let (env, ns, conf) = with_masq_bridge("firewall_lock_modes");
     let _ = std::fs::remove_file(LOCK);
     add_under_umask_000(&env, &conf, "lk-modes", &ns).result();
     let meta = std::fs::symlink_metadata(LOCK).expect("the ADD made the lock file");
@@ -75,9 +77,7 @@ fn other_users_cannot_hold_the_lock() {
 /// transaction by a bounded time; the ADD then applies its change anyway.
 #[test]
 fn a_holder_that_never_lets_go_does_not_freeze_firewall_changes() {
-    let env = TestEnv::new("firewall_lock_holder");
-    let conf = masq_bridge(&env);
-    let ns = env.netns();
+    let (env, ns, conf) = with_masq_bridge("firewall_lock_holder");
     env.plugin("bridge")
         .attach("ADD", "lk-warm", &ns, "eth0")
         .conf(&conf)

@@ -183,9 +183,8 @@ fn ipam_del_ignores_ranges_it_cannot_parse() {
 /// lease is taken.
 #[test]
 fn kernel_name_tricks_are_refused_before_any_kernel_call() {
-    let env = TestEnv::new("kernel_name_tricks");
+    let (env, ns) = TestEnv::with_netns("kernel_name_tricks");
     let net = network(&env);
-    let ns = env.netns();
     env.plugin("bridge")
         .attach("ADD", "ctr-pct", &ns, "eth%d")
         .conf(&net.bridge)
