@@ -3,7 +3,7 @@
 
 use super::env::validate_network_name;
 use super::error::{Code, Error};
-use super::result::CniResult;
+use super::result::{CniResult, Dns};
 use super::version::Version;
 use ipamd::attachment::Attachment;
 use serde::de::DeserializeOwned;
@@ -22,6 +22,8 @@ pub struct NetConf {
     pub ipam_type: Option<String>,
     /// `prevResult` converted to the current model, whatever layout it came in.
     pub prev_result: Option<CniResult>,
+    /// `dns`: what the interface plugins report when it sets anything.
+    pub dns: Dns,
 }
 
 /// One entry of `cni.dev/valid-attachments` (GC) as libcni spells it; the
@@ -80,6 +82,16 @@ impl NetConf {
                     .map_err(|e| e.context("prevResult")),
             )?,
         };
+        let dns = match raw.get("dns") {
+            None | Some(Value::Null) => Dns::default(),
+            Some(v) => tolerate(
+                lenient,
+                "dns",
+                serde_json::from_value(v.clone()).map_err(|e| {
+                    Error::invalid_config(format!("dns {v} is not a DNS object: {e}"))
+                }),
+            )?,
+        };
         Ok(NetConf {
             bytes,
             raw,
@@ -87,6 +99,7 @@ impl NetConf {
             name,
             ipam_type,
             prev_result,
+            dns,
         })
     }
 

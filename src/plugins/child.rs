@@ -4,7 +4,8 @@
 
 use super::common::{
     check_iface_state, config_ifname, configure_iface, delete_container_link, ensure_ifname_free,
-    find_container_link, ipam_if_configured, ipam_rollback_on_error, open_netns, OwnLink,
+    find_container_link, ipam_if_configured, ipam_rollback_on_error, open_netns,
+    with_configured_dns, OwnLink,
 };
 use crate::cni::delegate;
 use crate::cni::{CniResult, Code, Command, Error, Plugin, Request};
@@ -64,7 +65,7 @@ pub(super) trait ChildKind: Sync + Sized {
 impl<K: ChildKind> Plugin for K {
     // ---------------------------------------------------------------- ADD
     fn add(&self, req: &Request) -> Result<CniResult, Error> {
-        K::add_link(req, load(req)?)
+        K::add_link(req, load(req)?).map(|r| with_configured_dns(req, r))
     }
 
     // ---------------------------------------------------------------- CHECK
@@ -252,10 +253,10 @@ fn check_single_iface(req: &Request, kind: &str) -> Result<(Link, CniResult), Er
     ipam_if_configured(req, Command::Check)?;
     let mut found = find_container_link(req, &prev)?;
     if found.link.kind.as_deref() != Some(kind) {
-        return Err(Error::new(
-            Code::Kernel,
-            format!("CHECK: {} is not a {kind}", req.ifname()),
-        ));
+        return Err(Error::check_failed(format_args!(
+            "{} is not a {kind}",
+            req.ifname()
+        )));
     }
     check_iface_state(
         &mut found.nl,
@@ -278,13 +279,10 @@ fn check_child<M: PartialEq + Debug>(
     let (link, _) = check_single_iface(req, kind)?;
     let actual = mode_of(&link);
     if actual.as_ref().is_some_and(|m| *m != mode) {
-        return Err(Error::new(
-            Code::Kernel,
-            format!(
-                "CHECK: {} has {kind} mode {actual:?}, config says {mode:?}",
-                link.name
-            ),
-        ));
+        return Err(Error::check_failed(format_args!(
+            "{} has {kind} mode {actual:?}, config says {mode:?}",
+            link.name
+        )));
     }
     Ok(())
 }

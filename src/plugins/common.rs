@@ -18,6 +18,16 @@ pub fn random_veth_name() -> String {
     format!("veth{:08x}", u32::from_be_bytes(random_bytes()))
 }
 
+/// The configuration's `dns`, when it sets anything, is the result's (the
+/// reference interface plugins report it, and Podman writes it into the
+/// container's resolv.conf); otherwise whatever IPAM returned.
+pub fn with_configured_dns(req: &Request, mut result: CniResult) -> CniResult {
+    if !req.conf.dns.is_empty() {
+        result.dns = req.conf.dns.clone();
+    }
+    result
+}
+
 /// The container MAC requested by the runtime, in the order of precedence the
 /// reference uses: `runtimeConfig.mac` (capability), `args.cni.mac`, `CNI_ARGS MAC=`.
 pub fn requested_mac(req: &Request) -> Result<Option<String>, Error> {
@@ -139,14 +149,11 @@ pub fn check_iface_state(
         .filter(|ip| ip.interface.is_none_or(|i| i == iface_pos))
     {
         if !present.contains(&ip.address) {
-            return Err(Error::new(
-                Code::Kernel,
-                format!(
-                    "CHECK: {ifname} lacks address {} (has {})",
-                    ip.address,
-                    list(&present)
-                ),
-            ));
+            return Err(Error::check_failed(format_args!(
+                "{ifname} lacks address {} (has {})",
+                ip.address,
+                list(&present)
+            )));
         }
     }
     let routes = nl.routes()?;
@@ -161,14 +168,11 @@ pub fn check_iface_state(
             .iter()
             .any(|r| r.dst == want.dst.trunc() && r.gateway == gw);
         if !found {
-            return Err(Error::new(
-                Code::Kernel,
-                format!(
-                    "CHECK: route to {}{} is missing in the container",
-                    want.dst,
-                    gw.map(|g| format!(" via {g}")).unwrap_or_default()
-                ),
-            ));
+            return Err(Error::check_failed(format_args!(
+                "route to {}{} is missing in the container",
+                want.dst,
+                gw.map(|g| format!(" via {g}")).unwrap_or_default()
+            )));
         }
     }
     Ok(())
@@ -231,14 +235,11 @@ pub fn find_container_link(req: &Request, prev: &CniResult) -> Result<ContainerL
     let ns = open_netns(req.netns())?;
     let mut nl = Netlink::open_in(&ns)?;
     let link = nl.link_by_name(req.ifname())?.ok_or_else(|| {
-        Error::new(
-            Code::Kernel,
-            format!(
-                "CHECK: interface {} is missing in {}",
-                req.ifname(),
-                req.netns()
-            ),
-        )
+        Error::check_failed(format_args!(
+            "interface {} is missing in {}",
+            req.ifname(),
+            req.netns()
+        ))
     })?;
     Ok(ContainerLink { pos, nl, link })
 }

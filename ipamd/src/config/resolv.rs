@@ -21,6 +21,13 @@ pub struct Dns {
     pub options: Vec<String>,
 }
 
+impl Dns {
+    /// Sets nothing at all (`{}`).
+    pub fn is_empty(&self) -> bool {
+        self == &Dns::default()
+    }
+}
+
 /// Largest resolv.conf read; real ones are a few hundred bytes.
 pub(crate) const MAX_RESOLV_CONF: u64 = 64 << 10;
 

@@ -4,7 +4,7 @@
 use super::common::{
     check_iface_state, config_ifname, configure_iface, delete_container_link, ensure_ifname_free,
     find_container_link, ipam_if_configured, ipam_rollback_on_error, open_netns, random_veth_name,
-    requested_mac, OwnLink,
+    requested_mac, with_configured_dns, OwnLink,
 };
 use super::firewall_backend::FirewallBackend;
 use crate::cni::delegate;
@@ -215,11 +215,13 @@ impl Plugin for Bridge {
                 let fw = self.firewall(req, &conf);
                 firewall::add(&*fw, req, &conf, &host_name, &mut cont, pair.peer_index, r)
             });
-        attached.inspect_err(|_| {
-            if let Err(ce) = host.delete_link(pair.host_index) {
-                eprintln!("cleanup after failed ADD: {ce}");
-            }
-        })
+        attached
+            .inspect_err(|_| {
+                if let Err(ce) = host.delete_link(pair.host_index) {
+                    eprintln!("cleanup after failed ADD: {ce}");
+                }
+            })
+            .map(|r| with_configured_dns(req, r))
     }
 
     // ---------------------------------------------------------------- CHECK

@@ -267,6 +267,26 @@ fn an_empty_ipam_section_means_l2_only() {
     att.del_twice();
 }
 
+/// Proves: the configuration's `dns` is reported in the result when IPAM
+/// returns none (Podman writes it into the container's resolv.conf), in the
+/// layouts that have `dns`; an L2-only attachment reports it too.
+#[test]
+fn the_configured_dns_is_reported() {
+    let (env, ns) = TestEnv::with_netns("the_configured_dns_is_reported");
+    let dns = json!({"nameservers": ["10.9.9.9"], "domain": "pods.example", "search": ["example"]});
+    for (i, with_ipam) in [true, false].into_iter().enumerate() {
+        let mut conf = bridge_conf(&env, "1.0.0");
+        conf["dns"] = dns.clone();
+        if with_ipam {
+            conf["ipam"] = env.ipam(Ipam::Ipamd, env.subnets().v4_ranges());
+        }
+        let att = env.attachment("bridge", &format!("ctr-dns{i}"), &ns, &conf);
+        let r = att.add();
+        assert_eq!(r["dns"], dns, "{r}");
+        att.del();
+    }
+}
+
 /// Proves: a config without cniVersion is treated as 0.2.0: ADD prints the
 /// 0.2.0 layout (ip4/ip6, no interfaces/ips) and errors say 0.2.0.
 #[test]
