@@ -75,6 +75,11 @@ impl Error {
         Err(first)
     }
 
+    /// CHECK found the container other than the result says it is.
+    pub fn check_failed(what: impl fmt::Display) -> Self {
+        Error::new(Code::Kernel, format!("CHECK: {what}"))
+    }
+
     pub fn invalid_config(msg: impl Into<String>) -> Self {
         Error::new(Code::InvalidConfig, msg)
     }

@@ -41,10 +41,10 @@ impl Plugin for Loopback {
         let ns = open_netns(req.netns())?;
         let mut nl = Netlink::open_in(&ns)?;
         if !loopback_link(&mut nl, req.netns())?.up {
-            return Err(Error::new(
-                Code::Kernel,
-                format!("CHECK: {LO} in netns {} is down", req.netns()),
-            ));
+            return Err(Error::check_failed(format_args!(
+                "{LO} in netns {} is down",
+                req.netns()
+            )));
         }
         Ok(())
     }
