@@ -233,10 +233,7 @@ impl Plugin for Bridge {
         ipam_if_configured(req, Command::Check)?;
         let mut host = Netlink::open()?;
         let bridge = host.link_by_name(&conf.bridge)?.ok_or_else(|| {
-            Error::new(
-                Code::Kernel,
-                format!("CHECK: bridge {} does not exist", conf.bridge),
-            )
+            Error::check_failed(format_args!("bridge {} does not exist", conf.bridge))
         })?;
         expect_kind(&bridge, "bridge")?;
 
@@ -394,28 +391,22 @@ fn interfaces(
 
 fn expect_kind(link: &Link, kind: &str) -> Result<(), Error> {
     if link.kind.as_deref() != Some(kind) {
-        return Err(Error::new(
-            Code::Kernel,
-            format!(
-                "CHECK: {} is a {}, expected a {kind}",
-                link.name,
-                link.kind.as_deref().unwrap_or("device without kind")
-            ),
-        ));
+        return Err(Error::check_failed(format_args!(
+            "{} is a {}, expected a {kind}",
+            link.name,
+            link.kind.as_deref().unwrap_or("device without kind")
+        )));
     }
     Ok(())
 }
 
 fn expect_mac(link: &Link, want: &str) -> Result<(), Error> {
     if !want.is_empty() && link.mac.as_deref() != Some(&want.to_ascii_lowercase()) {
-        return Err(Error::new(
-            Code::Kernel,
-            format!(
-                "CHECK: {} has MAC {}, prevResult says {want}",
-                link.name,
-                link.mac.as_deref().unwrap_or("none")
-            ),
-        ));
+        return Err(Error::check_failed(format_args!(
+            "{} has MAC {}, prevResult says {want}",
+            link.name,
+            link.mac.as_deref().unwrap_or("none")
+        )));
     }
     Ok(())
 }
@@ -428,17 +419,14 @@ fn check_peer_on_bridge(host: &mut Netlink, cont_link: &Link, bridge: &Link) -> 
     };
     match peer {
         Some(p) if p.master == Some(bridge.index) => Ok(()),
-        Some(p) => Err(Error::new(
-            Code::Kernel,
-            format!(
-                "CHECK: host end {} is not a port of bridge {}",
-                p.name, bridge.name
-            ),
-        )),
-        None => Err(Error::new(
-            Code::Kernel,
-            format!("CHECK: the host end of {} is missing", cont_link.name),
-        )),
+        Some(p) => Err(Error::check_failed(format_args!(
+            "host end {} is not a port of bridge {}",
+            p.name, bridge.name
+        ))),
+        None => Err(Error::check_failed(format_args!(
+            "the host end of {} is missing",
+            cont_link.name
+        ))),
     }
 }
 
