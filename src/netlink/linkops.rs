@@ -150,6 +150,21 @@ impl Netlink {
             .map(drop)
     }
 
+    /// Whether the kernel has (or can load) the link kind of a child link,
+    /// e.g. "ipvlan", without creating anything: a create with no master is
+    /// refused with EOPNOTSUPP when the kind is unknown even after the kernel
+    /// tried to load its module, and with EINVAL by the kind itself otherwise
+    /// (child kinds need a master). Only for kinds that need one.
+    pub fn child_kind_supported(&mut self, kind: &str) -> Result<bool> {
+        let info = LinkAttribute::LinkInfo(vec![LinkInfo::Kind(InfoKind::Other(kind.into()))]);
+        match self.new_link(link_message(0, vec![info])) {
+            Err(f) if f.errno() == Some(libc::EOPNOTSUPP) => Ok(false),
+            Err(f) if f.errno() == Some(libc::EINVAL) => Ok(true),
+            Err(f) => Err(f.context(&format!("probe for {kind} support"))),
+            Ok(()) => Ok(true),
+        }
+    }
+
     /// Creates a veth pair in one request: the host end in this socket's netns,
     /// the peer directly inside `spec.peer_netns` (so it never appears on the
     /// host). The peer is left down: the kernel refuses IFF_UP for the peer

@@ -83,6 +83,15 @@ impl<K: ChildKind> Plugin for K {
     // ---------------------------------------------------------------- STATUS
     fn status(&self, req: &Request) -> Result<(), Error> {
         K::validate(req)?;
+        if !Netlink::open()?.child_kind_supported(K::KIND)? {
+            return Err(Error::new(
+                Code::NotAvailable,
+                format!(
+                    "this kernel has no {0} support (no {0} module to load), so ADD cannot create {0} links",
+                    K::KIND
+                ),
+            ));
+        }
         ipam_if_configured(req, Command::Status)
     }
 

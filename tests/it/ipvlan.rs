@@ -118,3 +118,26 @@ fn chained_from_prev_result_fails_cleanly() {
     att.try_add().expect_err(101, &["ipvlan", "CONFIG_IPVLAN"]);
     assert_only_lo(&att.ns, "failed ADD");
 }
+
+/// Proves: STATUS answers 50 ("not available"), naming ipvlan, on a kernel
+/// where ADD could not create an ipvlan link, while macvlan on the same
+/// kernel answers ready.
+#[test]
+fn status_is_not_available_without_kernel_support() {
+    let Some((env, master)) = env_without_ipvlan("status_is_not_available_without_kernel_support")
+    else {
+        return;
+    };
+    let ipam = env.ipam(Ipam::Ipamd, env.subnets().v4_ranges());
+    for (plugin, code) in [("ipvlan", Some(50)), ("macvlan", None)] {
+        let mut c = conf(&master, "l2", ipam.clone());
+        c["cniVersion"] = json!("1.1.0");
+        c["type"] = json!(plugin);
+        c["mode"] = json!(if plugin == "ipvlan" { "l2" } else { "bridge" });
+        let out = env.plugin(plugin).command("STATUS").conf(&c).run();
+        match code {
+            Some(code) => drop(out.expect_err(code, &["ipvlan"])),
+            None => drop(out.ok_silent()),
+        }
+    }
+}
