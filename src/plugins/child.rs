@@ -3,9 +3,9 @@
 //! them; every `ChildKind` is a [`Plugin`] made of the same steps.
 
 use super::common::{
-    check_iface_state, config_ifname, configure_iface, delete_container_link, ensure_ifname_free,
-    find_container_link, ipam_if_configured, ipam_rollback_on_error, open_netns,
-    with_configured_dns, OwnLink,
+    check_iface_state, config_ifname, configure_iface, configured_mtu, delete_container_link,
+    ensure_ifname_free, find_container_link, ipam_if_configured, ipam_rollback_on_error,
+    open_netns, with_configured_dns, OwnLink,
 };
 use crate::cni::delegate;
 use crate::cni::{CniResult, Code, Command, Error, Plugin, Request};
@@ -107,8 +107,7 @@ impl<K: ChildKind> Plugin for K {
 pub(super) fn load<K: ChildKind>(req: &Request) -> Result<Loaded<K>, Error> {
     let mut shared: ChildConf = req.conf.typed()?;
     let own = req.conf.typed()?;
-    // 0 means "not set" in the reference's Go structs.
-    shared.mtu = shared.mtu.filter(|&m| m != 0);
+    shared.mtu = configured_mtu(shared.mtu)?;
     let mode = configured_mode::<K>(shared.mode.as_deref())?;
     K::require(req)?;
     if let Some(m) = &shared.master {

@@ -18,6 +18,25 @@ pub fn random_veth_name() -> String {
     format!("veth{:08x}", u32::from_be_bytes(random_bytes()))
 }
 
+/// The smallest and largest MTU an Ethernet-like link takes (the kernel's
+/// ETH_MIN_MTU and ETH_MAX_MTU).
+const MTU_RANGE: std::ops::RangeInclusive<u32> = 68..=65535;
+
+/// The `mtu` key: 0 means "not set", as in the reference's Go structs; any
+/// other value outside what the kernel takes is refused here, before a link
+/// is made, instead of coming back from the kernel half-way through ADD.
+pub fn configured_mtu(mtu: Option<u32>) -> Result<Option<u32>, Error> {
+    match mtu {
+        None | Some(0) => Ok(None),
+        Some(m) if MTU_RANGE.contains(&m) => Ok(Some(m)),
+        Some(m) => Err(Error::invalid_config(format!(
+            "mtu {m} must be between {} and {}",
+            MTU_RANGE.start(),
+            MTU_RANGE.end()
+        ))),
+    }
+}
+
 /// The configuration's `dns`, when it sets anything, is the result's (the
 /// reference interface plugins report it, and Podman writes it into the
 /// container's resolv.conf); otherwise whatever IPAM returned.

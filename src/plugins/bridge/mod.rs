@@ -2,9 +2,9 @@
 //! Keys and behaviour follow the reference plugin; see README "bridge".
 
 use super::common::{
-    check_iface_state, config_ifname, configure_iface, delete_container_link, ensure_ifname_free,
-    find_container_link, ipam_if_configured, ipam_rollback_on_error, open_netns, random_veth_name,
-    requested_mac, with_configured_dns, OwnLink,
+    check_iface_state, config_ifname, configure_iface, configured_mtu, delete_container_link,
+    ensure_ifname_free, find_container_link, ipam_if_configured, ipam_rollback_on_error,
+    open_netns, random_veth_name, requested_mac, with_configured_dns, OwnLink,
 };
 use super::firewall_backend::FirewallBackend;
 use crate::cni::delegate;
@@ -91,7 +91,7 @@ impl Conf {
     fn load(req: &Request) -> Result<Conf, Error> {
         let mut c: Conf = req.conf.typed()?;
         // 0 means "not set" in the reference's Go structs; generated configs send it.
-        c.mtu = c.mtu.filter(|&m| m != 0);
+        c.mtu = configured_mtu(c.mtu)?;
         c.vlan = c.vlan.filter(|&v| v != 0);
         if c.disable_container_interface && req.conf.ipam_type.is_some() {
             return Err(Error::invalid_config(

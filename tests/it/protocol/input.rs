@@ -171,6 +171,14 @@ fn bad_field_values_are_code_7() {
         ),
         ("macvlan", json!({"mode": "weird"}), vec!["mode", "weird"]),
         ("macvlan", json!({"mtu": "big"}), vec!["mtu", "big"]),
+        // Out of the kernel's range: refused before any link is made.
+        ("bridge", json!({"mtu": 10}), vec!["mtu", "10", "68"]),
+        ("macvlan", json!({"mtu": 70000}), vec!["mtu", "70000", "65535"]),
+        (
+            "ipvlan",
+            json!({"mtu": 67, "ipam": {"type": "ipamd"}}),
+            vec!["mtu", "67"],
+        ),
         (
             "macvlan",
             json!({"mac": "not-a-mac"}),
