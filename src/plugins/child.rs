@@ -4,10 +4,9 @@
 
 use super::common::{
     check_iface_state, config_ifname, configure_iface, configured_mtu, delete_container_link,
-    ensure_ifname_free, find_container_link, ipam_if_configured, ipam_rollback_on_error,
+    ensure_ifname_free, find_container_link, ipam_add, ipam_if_configured, ipam_rollback_on_error,
     open_netns, with_configured_dns, OwnLink,
 };
-use crate::cni::delegate;
 use crate::cni::{CniResult, Code, Command, Error, Plugin, Request};
 use crate::netlink::{Link, NetNs, Netlink};
 use serde::de::DeserializeOwned;
@@ -206,7 +205,7 @@ fn address_from_ipam(
     cont: &mut Netlink,
     index: u32,
 ) -> Result<CniResult, Error> {
-    let ipam = delegate::ipam(req, Command::Add)?.unwrap_or_default();
+    let ipam = ipam_add(req)?;
     ipam_rollback_on_error(req, || {
         if ipam.ips.is_empty() {
             return Err(Error::new(

@@ -80,6 +80,13 @@ pub fn validate_mac(mac: &str, key: &str) -> Result<String, Error> {
     Ok(mac.to_ascii_lowercase())
 }
 
+/// IPAM ADD. When it fails, IPAM DEL follows (the spec asks it of a plugin
+/// whose delegate's ADD failed), so that an IPAM plugin that allocated part
+/// of what it was asked for can let go of it.
+pub fn ipam_add(req: &Request) -> Result<CniResult, Error> {
+    ipam_rollback_on_error(req, || delegate::ipam(req, Command::Add)).map(Option::unwrap_or_default)
+}
+
 /// Run `step`; if it fails, release what IPAM gave out for this attachment so
 /// a failed ADD leaves no reservation behind (nothing to do without IPAM).
 pub fn ipam_rollback_on_error<T>(

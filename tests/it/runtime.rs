@@ -390,21 +390,6 @@ fn gc_gone_and_forgotten_attachments() {
     assert_eq!(env.lease_count(&ipam, NET), 0);
 }
 
-/// A plugin that fails ADD with an error object and logs every call.
-fn failing_plugin(dir: &Path, log: &Path) {
-    let script = format!(
-        "#!/bin/sh\ncat > /dev/null\necho \"$CNI_COMMAND\" >> '{}'\n\
-         if [ \"$CNI_COMMAND\" = ADD ]; then\n\
-         echo '{{\"cniVersion\":\"1.0.0\",\"code\":11,\"msg\":\"rtfail refuses\",\"details\":\"on purpose\"}}'\n\
-         exit 1\nfi\nexit 0\n",
-        log.display()
-    );
-    let path = dir.join("rtfail");
-    std::fs::write(&path, script).expect("write plugin");
-    use std::os::unix::fs::PermissionsExt;
-    std::fs::set_permissions(&path, std::fs::Permissions::from_mode(0o755)).expect("chmod");
-}
-
 /// Proves: when the second plugin fails ADD, `cnikit net add` exits 1 with
 /// one error object naming that plugin (its code and details kept), and DEL
 /// ran for the whole list in reverse: no interface, no host veth, no lease,
@@ -415,7 +400,7 @@ fn add_failure_midway_rolls_back() {
     for kind in Ipam::BOTH {
         let fake = env.dir("fake-bin");
         let log = fake.join("log");
-        failing_plugin(&fake, &log);
+        failing_plugin(&fake, "rtfail", &log);
         let nets = env.subnets();
         let ipam = env.ipam(kind, nets.v4_ranges());
         let bridge = env.link_name("rtb");

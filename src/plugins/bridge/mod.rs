@@ -3,11 +3,10 @@
 
 use super::common::{
     check_iface_state, config_ifname, configure_iface, configured_mtu, delete_container_link,
-    ensure_ifname_free, find_container_link, ipam_if_configured, ipam_rollback_on_error,
+    ensure_ifname_free, find_container_link, ipam_add, ipam_if_configured, ipam_rollback_on_error,
     open_netns, random_veth_name, requested_mac, with_configured_dns, OwnLink,
 };
 use super::firewall_backend::FirewallBackend;
-use crate::cni::delegate;
 use crate::cni::{CniResult, Code, Command, Error, Interface, Plugin, Request};
 use crate::firewall::Firewall;
 use crate::netlink::{BridgePort, BridgeSpec, Link, NetNs, Netlink, VethSpec};
@@ -298,7 +297,7 @@ impl Bridge {
             }
             return Ok(CniResult::default());
         }
-        let mut result = delegate::ipam(req, Command::Add)?.unwrap_or_default();
+        let mut result = ipam_add(req)?;
         ipam_rollback_on_error(req, || {
             if result.ips.is_empty() {
                 return Err(Error::new(

@@ -173,7 +173,11 @@ fn bad_field_values_are_code_7() {
         ("macvlan", json!({"mtu": "big"}), vec!["mtu", "big"]),
         // Out of the kernel's range: refused before any link is made.
         ("bridge", json!({"mtu": 10}), vec!["mtu", "10", "68"]),
-        ("macvlan", json!({"mtu": 70000}), vec!["mtu", "70000", "65535"]),
+        (
+            "macvlan",
+            json!({"mtu": 70000}),
+            vec!["mtu", "70000", "65535"],
+        ),
         (
             "ipvlan",
             json!({"mtu": 67, "ipam": {"type": "ipamd"}}),
@@ -292,6 +296,35 @@ fn the_configured_dns_is_reported() {
         let r = att.add();
         assert_eq!(r["dns"], dns, "{r}");
         att.del();
+    }
+}
+
+/// Proves: when the IPAM plugin's ADD fails, bridge and macvlan call its DEL
+/// (so an IPAM that allocated part of the request can let go), report the
+/// IPAM's error, and leave no link behind.
+#[test]
+fn a_failed_ipam_add_is_followed_by_ipam_del() {
+    let (env, ns) = TestEnv::with_netns("a_failed_ipam_add_is_followed_by_ipam_del");
+    let fake = env.dir("fake-ipam");
+    let log = fake.join("log");
+    failing_plugin(&fake, "ipamfail", &log);
+    let (master, _) = env.veth_pair();
+    let path = std::env::join_paths([fake.as_path(), env.bin_dir()]).expect("CNI_PATH");
+    for plugin in ["bridge", "macvlan"] {
+        let mut conf = merged(
+            bridge_conf(&env, "1.0.0"),
+            json!({"type": plugin, "master": master}),
+        );
+        conf["ipam"] = json!({"type": "ipamfail"});
+        full_env(&env, plugin, "ADD", &ns)
+            .env("CNI_PATH", &path.to_string_lossy())
+            .conf(&conf)
+            .run()
+            .expect_err(11, &["ipamfail refuses"]);
+        let calls = std::fs::read_to_string(&log).expect("log");
+        assert_eq!(calls, "ADD\nDEL\n", "{plugin}");
+        std::fs::remove_file(&log).expect("reset log");
+        assert_only_lo(&ns, plugin);
     }
 }
 

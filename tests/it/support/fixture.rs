@@ -254,3 +254,19 @@ impl Drop for TestEnv {
         }
     }
 }
+
+/// A plugin `dir/name` that fails ADD with an error object (code 11, "NAME
+/// refuses") and appends every call's CNI_COMMAND to `log`.
+pub fn failing_plugin(dir: &Path, name: &str, log: &Path) {
+    let script = format!(
+        "#!/bin/sh\ncat > /dev/null\necho \"$CNI_COMMAND\" >> '{}'\n\
+         if [ \"$CNI_COMMAND\" = ADD ]; then\n\
+         echo '{{\"cniVersion\":\"1.0.0\",\"code\":11,\"msg\":\"{name} refuses\",\"details\":\"on purpose\"}}'\n\
+         exit 1\nfi\nexit 0\n",
+        log.display()
+    );
+    let path = dir.join(name);
+    std::fs::write(&path, script).expect("write plugin");
+    use std::os::unix::fs::PermissionsExt;
+    std::fs::set_permissions(&path, std::fs::Permissions::from_mode(0o755)).expect("chmod");
+}
