@@ -3,16 +3,19 @@
 //! Journal = 16-byte header (`IPAMDJ1\n` + generation, u64 LE) followed by frames
 //! `[len u32 LE][crc32(len ‖ payload) u32 LE][payload: JSON record]`. A frame is the commit
 //! point of a change: it is appended and fsync'd before the answer goes back, so a frame cut
-//! short by a crash (bad length or checksum) was never acknowledged and is dropped at load.
+//! short by a crash (bad length or checksum, nothing valid after it) was never acknowledged
+//! and is dropped at load. A bad frame *followed by a valid one* is not a crash mid-write
+//! (appends are sequential): it is damage to acknowledged records, and the store refuses to
+//! load rather than drop everything after it (see [`ReadOutcome::damage`]).
 //!
-//! Snapshot = JSON of the whole state with the generation it covers. Compaction writes a
-//! snapshot of generation G+1 (temp, fsync, rename, fsync dir), then replaces the journal by
-//! an empty one of generation G+1 the same way. A journal whose generation is older than the
-//! snapshot's was folded into it already (crash between the two renames) and is skipped,
-//! which is what makes replaying after any crash give the same state.
+//! Snapshot = the whole state with the generation it covers (see [`crate::snapshot`]).
+//! Compaction writes a snapshot of generation G+1 (temp, fsync, rename, fsync dir), then
+//! replaces the journal by an empty one of generation G+1 the same way. A journal whose
+//! generation is older than the snapshot's was folded into it already (crash between the
+//! two renames) and is skipped, which is what makes replaying after any crash give the
+//! same state.
 
-use std::collections::BTreeMap;
-use std::fs::{File, OpenOptions};
+use std::fs::File;
 use std::io::{Read, Seek, SeekFrom, Write};
 use std::net::IpAddr;
 use std::path::Path;
@@ -21,12 +24,15 @@ use std::sync::atomic::{AtomicU64, Ordering};
 use ipnet::IpNet;
 use serde::{Deserialize, Serialize};
 
+use crate::fault::{self, Call};
 use crate::Error;
+
+pub(crate) use crate::snapshot::{read as read_snapshot, Snapshot};
 
 pub(crate) const MAGIC: &[u8; 8] = b"IPAMDJ1\n";
 pub(crate) const HEADER_LEN: u64 = 16;
-/// Frames are small (one attachment); anything claiming more is garbage from a torn write.
-const MAX_FRAME: u32 = 1 << 20;
+/// Frames are small (one attachment); anything claiming more is garbage.
+pub(crate) const MAX_FRAME: u32 = 1 << 20;
 
 /// Number of fsync/fdatasync calls made by this process on store files (for /metrics).
 pub(crate) static FSYNCS: AtomicU64 = AtomicU64::new(0);
@@ -59,15 +65,6 @@ pub(crate) enum Record {
     Release { keys: Vec<(String, String)> },
 }
 
-#[derive(Debug, Clone, Default, PartialEq, Eq, Serialize, Deserialize)]
-pub(crate) struct Snapshot {
-    pub version: u32,
-    pub generation: u64,
-    pub holders: Vec<Holder>,
-    /// Last allocated address per range-set index (host-local's `last_reserved_ip.N`).
-    pub last: BTreeMap<u32, IpAddr>,
-}
-
 pub(crate) fn encode(rec: &Record) -> Result<Vec<u8>, Error> {
     let payload = serde_json::to_vec(rec)
         .map_err(|e| Error::internal(format!("cannot encode journal record: {e}")))?;
@@ -91,42 +88,117 @@ pub(crate) struct ReadOutcome {
     pub records: Vec<Record>,
     /// Offset just past the last complete record.
     pub end: u64,
-    /// Bytes after `end` that do not form a complete record (a torn tail).
+    /// Bytes after `end` that do not form a complete record (a torn tail, or damage).
     pub torn_bytes: u64,
+    /// Set when the bad bytes at `end` are followed by a valid frame: damage, not a torn
+    /// tail. Nothing after `end` is in `records` then.
+    pub damage: Option<Damage>,
+}
+
+/// A bad frame followed by a valid one.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub(crate) struct Damage {
+    /// File offset of the bad frame.
+    pub at: u64,
+    /// File offset of the first valid frame after it.
+    pub next_valid: u64,
+}
+
+/// What the bytes at one offset hold.
+#[derive(Debug)]
+pub(crate) enum Frame {
+    /// A whole frame with a good checksum and a record we understand; `len` includes the
+    /// 8-byte frame header.
+    Valid { rec: Record, len: usize },
+    /// A good checksum over something that is not a record of this version (e.g. written by
+    /// a newer one).
+    Unreadable { len: usize, why: String },
+    /// No frame here: too short, a length out of bounds, or a checksum mismatch.
+    Invalid(&'static str),
+}
+
+/// Classify the bytes at `buf[pos..]`.
+pub(crate) fn frame_at(buf: &[u8], pos: usize) -> Frame {
+    let rest = &buf[pos.min(buf.len())..];
+    if rest.len() < 8 {
+        return Frame::Invalid("incomplete frame header");
+    }
+    let len = u32::from_le_bytes([rest[0], rest[1], rest[2], rest[3]]);
+    let crc = u32::from_le_bytes([rest[4], rest[5], rest[6], rest[7]]);
+    if len > MAX_FRAME {
+        return Frame::Invalid("length out of bounds");
+    }
+    if rest.len() - 8 < len as usize {
+        return Frame::Invalid("length past the end of the file");
+    }
+    let payload = &rest[8..8 + len as usize];
+    let mut h = crc32fast::Hasher::new();
+    h.update(&len.to_le_bytes());
+    h.update(payload);
+    if h.finalize() != crc {
+        return Frame::Invalid("checksum mismatch");
+    }
+    let len = 8 + len as usize;
+    match serde_json::from_slice(payload) {
+        Ok(rec) => Frame::Valid { rec, len },
+        Err(e) => Frame::Unreadable {
+            len,
+            why: e.to_string(),
+        },
+    }
+}
+
+/// The offset of the first frame at or after `from` with a good checksum: proof that the
+/// bytes before it are not the torn tail of the last write.
+pub(crate) fn next_valid(buf: &[u8], from: usize) -> Option<usize> {
+    (from..buf.len().saturating_sub(8)).find(|&q| {
+        let len = u32::from_le_bytes([buf[q], buf[q + 1], buf[q + 2], buf[q + 3]]) as usize;
+        // Cheap test before the checksum: every payload written is a JSON object, with
+        // nothing around it.
+        let end = q + 8 + len;
+        len >= 2
+            && len <= MAX_FRAME as usize
+            && end <= buf.len()
+            && buf[q + 8] == b'{'
+            && buf[end - 1] == b'}'
+            && !matches!(frame_at(buf, q), Frame::Invalid(_))
+    })
 }
 
 /// Decode frames from `buf`, which starts at file offset `base`.
 pub(crate) fn decode(buf: &[u8], base: u64) -> Result<ReadOutcome, Error> {
     let mut records = Vec::new();
     let mut pos = 0usize;
-    while buf.len() - pos >= 8 {
-        let len = u32::from_le_bytes([buf[pos], buf[pos + 1], buf[pos + 2], buf[pos + 3]]);
-        let crc = u32::from_le_bytes([buf[pos + 4], buf[pos + 5], buf[pos + 6], buf[pos + 7]]);
-        if len > MAX_FRAME || buf.len() - pos - 8 < len as usize {
-            break;
+    let mut damage = None;
+    while pos < buf.len() {
+        match frame_at(buf, pos) {
+            Frame::Valid { rec, len } => {
+                records.push(rec);
+                pos += len;
+            }
+            // A frame with a valid checksum that does not parse is not a torn write: refuse
+            // to guess (e.g. a journal written by a newer version) rather than drop
+            // acknowledged data.
+            Frame::Unreadable { why, .. } => {
+                return Err(Error::internal(format!(
+                    "journal record at offset {} is unreadable: {why}",
+                    base + pos as u64
+                )))
+            }
+            Frame::Invalid(_) => {
+                damage = next_valid(buf, pos + 1).map(|q| Damage {
+                    at: base + pos as u64,
+                    next_valid: base + q as u64,
+                });
+                break;
+            }
         }
-        let payload = &buf[pos + 8..pos + 8 + len as usize];
-        let mut h = crc32fast::Hasher::new();
-        h.update(&len.to_le_bytes());
-        h.update(payload);
-        if h.finalize() != crc {
-            break;
-        }
-        // A frame with a valid checksum that does not parse is not a torn write: refuse to
-        // guess (e.g. a journal written by a newer version) rather than drop acknowledged data.
-        let rec: Record = serde_json::from_slice(payload).map_err(|e| {
-            Error::internal(format!(
-                "journal record at offset {} is unreadable: {e}",
-                base + pos as u64
-            ))
-        })?;
-        records.push(rec);
-        pos += 8 + len as usize;
     }
     Ok(ReadOutcome {
         records,
         end: base + pos as u64,
         torn_bytes: (buf.len() - pos) as u64,
+        damage,
     })
 }
 
@@ -149,17 +221,37 @@ pub(crate) fn read_header(mut f: &File, path: &Path) -> Result<u64, Error> {
 }
 
 /// Read and decode everything from `offset` to the end of the file.
-pub(crate) fn read_from(mut f: &File, path: &Path, offset: u64) -> Result<ReadOutcome, Error> {
+pub(crate) fn read_from(f: &File, path: &Path, offset: u64) -> Result<ReadOutcome, Error> {
+    decode(&read_range(f, path, offset, None)?, offset)
+}
+
+/// The bytes from `offset` to `end` (or to the end of the file).
+pub(crate) fn read_range(
+    mut f: &File,
+    path: &Path,
+    offset: u64,
+    end: Option<u64>,
+) -> Result<Vec<u8>, Error> {
     let mut buf = Vec::new();
     f.seek(SeekFrom::Start(offset))
-        .and_then(|_| f.read_to_end(&mut buf))
+        .and_then(|_| match end {
+            Some(e) => f.take(e.saturating_sub(offset)).read_to_end(&mut buf),
+            None => f.read_to_end(&mut buf),
+        })
         .map_err(|e| Error::io(format!("reading {}", path.display()), &e))?;
-    decode(&buf, offset)
+    Ok(buf)
+}
+
+/// Append `bytes` at the end of the journal (opened for appending).
+pub(crate) fn append(mut f: &File, path: &Path, bytes: &[u8]) -> std::io::Result<()> {
+    fault::check(path, Call::Write)?;
+    f.write_all(bytes)
 }
 
 pub(crate) fn fsync_file(f: &File, path: &Path) -> Result<(), Error> {
     FSYNCS.fetch_add(1, Ordering::Relaxed);
-    f.sync_data()
+    fault::check(path, Call::Fsync)
+        .and_then(|()| f.sync_data())
         .map_err(|e| Error::io(format!("fsync {}", path.display()), &e))
 }
 
@@ -167,7 +259,8 @@ pub(crate) fn fsync_file(f: &File, path: &Path) -> Result<(), Error> {
 pub(crate) fn fsync_dir(dir: &Path) -> Result<(), Error> {
     let d = crate::files::open_dir(dir)?;
     FSYNCS.fetch_add(1, Ordering::Relaxed);
-    d.sync_all()
+    fault::check(dir, Call::Fsync)
+        .and_then(|()| d.sync_all())
         .map_err(|e| Error::io(format!("fsync {}", dir.display()), &e))
 }
 
@@ -183,10 +276,12 @@ pub(crate) fn write_atomic(dir: &Path, name: &str, bytes: &[u8]) -> Result<(), E
         Err(e) => return Err(Error::io(format!("removing {}", tmp.display()), &e)),
     }
     let mut f = crate::files::create_new(&tmp)?;
-    f.write_all(bytes)
+    fault::check(&tmp, Call::Write)
+        .and_then(|()| f.write_all(bytes))
         .map_err(|e| Error::io(format!("writing {}", tmp.display()), &e))?;
     FSYNCS.fetch_add(1, Ordering::Relaxed);
-    f.sync_all()
+    fault::check(&tmp, Call::Fsync)
+        .and_then(|()| f.sync_all())
         .map_err(|e| Error::io(format!("fsync {}", tmp.display()), &e))?;
     std::fs::rename(&tmp, &dst).map_err(|e| {
         Error::io(
@@ -202,27 +297,6 @@ pub(crate) fn header(generation: u64) -> Vec<u8> {
     h.extend_from_slice(MAGIC);
     h.extend_from_slice(&generation.to_le_bytes());
     h
-}
-
-/// The snapshot, if any, and its size in bytes.
-pub(crate) fn read_snapshot(path: &Path) -> Result<(Option<Snapshot>, u64), Error> {
-    if std::fs::symlink_metadata(path).is_err_and(|e| e.kind() == std::io::ErrorKind::NotFound) {
-        return Ok((None, 0));
-    }
-    let mut bytes = Vec::new();
-    crate::files::open_nofollow(OpenOptions::new().read(true), path)?
-        .read_to_end(&mut bytes)
-        .map_err(|e| Error::io(format!("reading {}", path.display()), &e))?;
-    let snap: Snapshot = serde_json::from_slice(&bytes)
-        .map_err(|e| Error::internal(format!("snapshot {} is unreadable: {e}", path.display())))?;
-    if snap.version != 1 {
-        return Err(Error::internal(format!(
-            "snapshot {} has unsupported version {}",
-            path.display(),
-            snap.version
-        )));
-    }
-    Ok((Some(snap), bytes.len() as u64))
 }
 
 #[cfg(test)]
@@ -278,5 +352,42 @@ mod tests {
         let out = decode(&buf, 0).unwrap();
         assert!(out.records.is_empty());
         assert_eq!(out.torn_bytes, n as u64);
+    }
+
+    #[test]
+    fn bad_frame_followed_by_a_valid_one_is_damage_not_a_torn_tail() {
+        let recs: Vec<Record> = (0..3)
+            .map(|i| alloc(&format!("c{i}"), &format!("10.0.0.{}/24", i + 2)))
+            .collect();
+        let mut buf = Vec::new();
+        let mut starts = Vec::new();
+        for r in &recs {
+            starts.push(buf.len());
+            buf.extend(encode(r).unwrap());
+        }
+        let base = HEADER_LEN;
+        // Every single-bit flip anywhere in the middle frame.
+        for i in starts[1]..starts[2] {
+            for bit in 0..8 {
+                let mut b = buf.clone();
+                b[i] ^= 1 << bit;
+                let out = decode(&b, base).unwrap();
+                assert_eq!(out.records, recs[..1].to_vec(), "byte {i} bit {bit}");
+                let d = out.damage.expect("damage, not a torn tail");
+                assert_eq!(d.at, base + starts[1] as u64);
+                assert_eq!(d.next_valid, base + starts[2] as u64);
+            }
+        }
+        // A huge length in the middle frame.
+        let mut b = buf.clone();
+        b[starts[1]..starts[1] + 4].copy_from_slice(&u32::MAX.to_le_bytes());
+        let d = decode(&b, base).unwrap().damage.unwrap();
+        assert_eq!(d.next_valid, base + starts[2] as u64);
+        // The same damage in the last frame has nothing valid after it: a torn tail.
+        let mut b = buf.clone();
+        b[starts[2] + 10] ^= 0x01;
+        let out = decode(&b, base).unwrap();
+        assert!(out.damage.is_none());
+        assert_eq!(out.torn_bytes, (buf.len() - starts[2]) as u64);
     }
 }

@@ -11,8 +11,10 @@
 //! - [`daemon`]: `cnikit ipamd daemon`.
 //! - [`service`]: typed services the daemon hosts besides the lease API, each with its own
 //!   request, response, error and permission check (cnikit's firewall is one).
+//! - [`fsck`]: `cnikit ipamd fsck`: find damage in the store's files and salvage what is valid.
 //! - internal: `addr` (address arithmetic), `files` (modes, no links, root-owned dirs), `pool` (range arithmetic), `journal`
-//!   (checksummed records + snapshots), `store` (one network's state under a flock), `server` (HTTP over the unix socket).
+//!   (checksummed records), `snapshot` (checksummed state), `store` (one network's state under a flock), `server` (HTTP over
+//!   the unix socket), `fault` (injected I/O failures for tests).
 
 mod addr;
 pub mod api;
@@ -21,13 +23,16 @@ pub mod client;
 pub mod config;
 pub mod daemon;
 mod error;
+mod fault;
 mod files;
+pub mod fsck;
 mod journal;
 pub mod log;
 mod peer;
 mod pool;
 mod server;
 pub mod service;
+mod snapshot;
 mod store;
 mod systemd;
 

@@ -119,7 +119,8 @@ fn writer(
         let (ops, replies): (Vec<Op>, Vec<_>) = jobs.into_iter().unzip();
         // Only the batch itself holds the store; the fsync runs without it.
         let batch = lock(&shared.store).execute_batch(&ops);
-        let results = batch.finish();
+        // The store is taken again only if the fsync fails, to roll the batch back.
+        let results = batch.finish(|| lock(&shared.store));
         for (reply, result) in replies.into_iter().zip(results) {
             // The requester may have gone away (client hung up); nothing to do then.
             let _ = reply.send(result);

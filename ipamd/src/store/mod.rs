@@ -3,16 +3,22 @@
 //! Every operation (or batch of operations, in the daemon) takes an exclusive flock on
 //! `lock`, brings the in-memory state up to date with the files (another process may have
 //! appended or compacted since we last looked), decides, appends its records, and lets go of
-//! the lock. The fsync is done after the lock is released (see [`Ticket`]), so other writers
-//! are not held up by it; nothing is acknowledged before it.
+//! the lock. The fsync is done after the lock is released (see `commit.rs`), so other writers
+//! are not held up by it; nothing is acknowledged before it. What the store believes when
+//! that fsync fails is in `commit.rs`; how damaged files are refused, in `integrity.rs`.
 
+mod commit;
+#[cfg(test)]
+mod commit_tests;
+mod integrity;
+#[cfg(test)]
+mod integrity_tests;
 mod ops;
 mod state;
 #[cfg(test)]
 mod tests;
 
 use std::fs::{File, OpenOptions};
-use std::io::Write;
 use std::os::unix::fs::MetadataExt;
 use std::path::{Path, PathBuf};
 use std::sync::Arc;
@@ -24,6 +30,8 @@ use crate::journal::{self, Record, HEADER_LEN};
 use crate::log::Level;
 use crate::{log_at, Error, ErrorKind};
 
+pub(crate) use commit::{read_marker, remove_marker, Batch};
+pub(crate) use integrity::{fsck_command, fsck_hint};
 pub(crate) use ops::usage;
 pub(crate) use ops::{answer_empty, unexpected, Op, Reply};
 pub(crate) use state::State;
@@ -83,6 +91,9 @@ struct Loaded {
     len: u64,
     /// Size of the snapshot the journal continues.
     snapshot_len: u64,
+    /// Where the records of the current batch start (all before are this handle's fsync'd
+    /// records or other writers').
+    batch_start: u64,
     file: Arc<File>,
 }
 
@@ -93,21 +104,9 @@ pub(crate) struct Store {
     opts: StoreOptions,
     state: State,
     loaded: Option<Loaded>,
-}
-
-/// Proof of appended records that must be made durable before their answers go out.
-#[must_use = "a change is not durable until its ticket is waited on"]
-pub(crate) struct Ticket {
-    file: Arc<File>,
-    path: PathBuf,
-}
-
-impl Ticket {
-    /// fsync the journal. One call covers every record appended before it, whoever wrote
-    /// them: that is what lets the daemon acknowledge a whole batch with one fsync.
-    pub(crate) fn wait(self) -> Result<(), Error> {
-        journal::fsync_file(&self.file, &self.path)
-    }
+    /// Set after a failed fsync or a failed undo of a partial write: nothing is read or
+    /// answered until the files are rewritten (see `commit.rs`).
+    recovery: Option<commit::Recovery>,
 }
 
 impl Store {
@@ -154,6 +153,7 @@ impl Store {
             opts,
             state: State::default(),
             loaded: None,
+            recovery: None,
         })
     }
 
@@ -172,7 +172,15 @@ impl Store {
         f: impl FnOnce(&mut Store) -> Result<T, Error>,
     ) -> Result<T, Error> {
         self.acquire()?;
-        let res = self.refresh().and_then(|()| f(self));
+        let res = self
+            .recover_pending()
+            .and_then(|()| self.refresh())
+            .and_then(|()| {
+                if let Some(l) = self.loaded.as_mut() {
+                    l.batch_start = l.len;
+                }
+                f(self)
+            });
         if let Err(e) = self.lock_file.unlock() {
             // Closing the file would release it too; this only happens on a broken fd.
             log_at!(Level::Error, "cannot unlock {}: {e}", self.dir.display());
@@ -251,6 +259,12 @@ impl Store {
 
     /// Load snapshot + journal from scratch.
     fn full_load(&mut self) -> Result<(), Error> {
+        self.load(None)
+    }
+
+    /// Load snapshot + journal from scratch, leaving out the frames of `skip` (a batch
+    /// whose fsync failed) if the journal is still the file it was appended to.
+    fn load(&mut self, skip: Option<&commit::Span>) -> Result<(), Error> {
         let snap_path = self.dir.join("snapshot");
         let (snap, snapshot_len) = journal::read_snapshot(&snap_path)?;
         let snap_gen = snap.as_ref().map_or(0, |s| s.generation);
@@ -272,15 +286,28 @@ impl Store {
                 path.display()
             )));
         }
-        let out = journal::read_from(&file, &path, HEADER_LEN)?;
+        let meta = file
+            .metadata()
+            .map_err(|e| Error::io(format!("stat {}", path.display()), &e))?;
+        let out = match skip {
+            Some(span) if span.is_in(meta.dev(), meta.ino(), generation) => {
+                commit::read_skipping(&file, &path, span)?
+            }
+            Some(_) => {
+                log_at!(
+                    Level::Warn,
+                    "{}: replaced since the write that failed (compacted by another writer): the records of that write stay, unacknowledged, until DEL or GC frees them",
+                    path.display()
+                );
+                journal::read_from(&file, &path, HEADER_LEN)?
+            }
+            None => journal::read_from(&file, &path, HEADER_LEN)?,
+        };
         self.drop_torn_tail(&out)?;
         let mut state = snap.map(State::from_snapshot).unwrap_or_default();
         for rec in out.records {
             state.apply(rec);
         }
-        let meta = file
-            .metadata()
-            .map_err(|e| Error::io(format!("stat {}", path.display()), &e))?;
         self.state = state;
         self.loaded = Some(Loaded {
             dev: meta.dev(),
@@ -288,14 +315,19 @@ impl Store {
             generation,
             len: out.end,
             snapshot_len,
+            batch_start: out.end,
             file: Arc::new(file),
         });
         Ok(())
     }
 
     /// A torn tail is a record whose writer died mid-write, so it was never acknowledged;
-    /// cut it off so that the next record is not appended after garbage.
+    /// cut it off so that the next record is not appended after garbage. Bad bytes with a
+    /// valid frame after them are damage instead: refused, and left as they are.
     fn drop_torn_tail(&self, out: &journal::ReadOutcome) -> Result<(), Error> {
+        if let Some(damage) = &out.damage {
+            return Err(self.damaged_journal(damage));
+        }
         if out.torn_bytes == 0 {
             return Ok(());
         }
@@ -314,33 +346,37 @@ impl Store {
     }
 
     /// Append a record (the commit point of a change) and apply it. Must hold the lock;
-    /// the change is durable only once a [`Ticket`] taken afterwards has been waited on.
+    /// the change is durable only once a ticket taken afterwards has been waited on.
     pub(crate) fn append(&mut self, rec: Record) -> Result<(), Error> {
+        if let Some(r) = &self.recovery {
+            return Err(r.refusal(&self.network));
+        }
         let bytes = journal::encode(&rec)?;
         let path = self.journal_path();
         let Some(l) = self.loaded.as_mut() else {
             return Err(Error::internal("append before load"));
         };
-        if let Err(e) = (&*l.file).write_all(&bytes) {
+        if let Err(e) = journal::append(&l.file, &path, &bytes) {
+            let e = Error::io(format!("appending to {}", path.display()), &e);
             // Leave no partial record behind for the next writer to append after.
-            let _ = l.file.set_len(l.len);
-            return Err(Error::io(format!("appending to {}", path.display()), &e));
+            let undo = l.file.set_len(l.len);
+            let span = l.span(l.len, u64::MAX);
+            return Err(match undo {
+                Ok(()) => e,
+                Err(undo) => self.failed_undo(e, &undo, span),
+            });
         }
-        l.len += bytes.len() as u64;
+        let frame = l.span(l.len, l.len + bytes.len() as u64);
+        l.len = frame.end;
         let over = l.len > self.opts.compact_threshold.max(l.snapshot_len);
         self.state.apply(rec);
         if over {
-            self.compact()?;
+            if let Err(e) = self.compact() {
+                // Its fsyncs may be what failed: the same doubt as after a failed fsync.
+                return Err(self.failed_compaction(e, frame));
+            }
         }
         Ok(())
-    }
-
-    /// A ticket for everything in the journal so far.
-    pub(crate) fn ticket(&self) -> Option<Ticket> {
-        self.loaded.as_ref().map(|l| Ticket {
-            file: Arc::clone(&l.file),
-            path: self.journal_path(),
-        })
     }
 
     /// Rewrite the state as a snapshot of the next generation and start an empty journal.
@@ -349,8 +385,7 @@ impl Store {
         let Some(generation) = self.loaded.as_ref().map(|l| l.generation + 1) else {
             return Err(Error::internal("compact before load"));
         };
-        let snap = serde_json::to_vec(&self.state.to_snapshot(generation))
-            .map_err(|e| Error::internal(format!("cannot encode snapshot: {e}")))?;
+        let snap = crate::snapshot::encode(&self.state.to_snapshot(generation))?;
         journal::write_atomic(&self.dir, "snapshot", &snap)?;
         journal::write_atomic(&self.dir, "journal", &journal::header(generation))?;
         let path = self.journal_path();
@@ -364,6 +399,8 @@ impl Store {
             generation,
             len: HEADER_LEN,
             snapshot_len: snap.len() as u64,
+            // What came before is in the snapshot, durable already.
+            batch_start: HEADER_LEN,
             file: Arc::new(file),
         });
         log_at!(

@@ -9,7 +9,7 @@ use std::time::{SystemTime, UNIX_EPOCH};
 use ipnet::IpNet;
 
 use super::state::Key;
-use super::{Store, Ticket};
+use super::{Batch, Store};
 use crate::api::{AllocateRequest, Allocation, LeaseInfo};
 use crate::attachment::Attachment;
 use crate::config::{canonicalize_range_sets, RangeSet};
@@ -38,38 +38,6 @@ pub(crate) enum Reply {
     Leases(Vec<LeaseInfo>),
 }
 
-/// Results of a batch run under one lock; answers are valid only after [`Batch::finish`].
-pub(crate) struct Batch {
-    results: Vec<Result<Reply, Error>>,
-    /// Whether each answer rests on journal records that must be durable first.
-    durable: Vec<bool>,
-    ticket: Option<Ticket>,
-}
-
-impl Batch {
-    /// fsync once for the whole batch, then hand out the answers. If the fsync fails, every
-    /// answer that needed it becomes that error.
-    pub(crate) fn finish(self) -> Vec<Result<Reply, Error>> {
-        let Batch {
-            mut results,
-            durable,
-            ticket,
-        } = self;
-        let synced = match ticket {
-            Some(t) => t.wait(),
-            None => Ok(()),
-        };
-        if let Err(e) = synced {
-            for (r, d) in results.iter_mut().zip(&durable) {
-                if *d && r.is_ok() {
-                    *r = Err(e.clone());
-                }
-            }
-        }
-        results
-    }
-}
-
 impl Store {
     /// Run `ops` in order under one lock. Each op succeeds or fails on its own.
     pub(crate) fn execute_batch(&mut self, ops: &[Op]) -> Batch {
@@ -88,29 +56,17 @@ impl Store {
         });
         match res {
             Ok(results) => {
-                let ticket = if durable.iter().any(|d| *d) {
-                    self.ticket()
-                } else {
-                    None
-                };
-                Batch {
-                    results,
-                    durable,
-                    ticket,
-                }
+                let ticket = durable.iter().any(|d| *d).then(|| self.ticket()).flatten();
+                Batch::new(results, ticket)
             }
-            Err(e) => Batch {
-                results: ops.iter().map(|_| Err(e.clone())).collect(),
-                durable,
-                ticket: None,
-            },
+            Err(e) => Batch::new(ops.iter().map(|_| Err(e.clone())).collect(), None),
         }
     }
 
     /// Run one op and wait for it to be durable.
     pub(crate) fn execute(&mut self, op: Op) -> Result<Reply, Error> {
         self.execute_batch(std::slice::from_ref(&op))
-            .finish()
+            .finish(|| self)
             .pop()
             .unwrap_or_else(|| Err(Error::internal("empty batch result")))
     }

@@ -33,7 +33,7 @@ impl State {
 
     pub fn to_snapshot(&self, generation: u64) -> Snapshot {
         Snapshot {
-            version: 1,
+            version: crate::snapshot::VERSION,
             generation,
             holders: self.holders.values().cloned().collect(),
             last: self.last.clone(),

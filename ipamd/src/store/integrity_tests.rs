@@ -1,0 +1,301 @@
+//! Damaged files: refused with the place of the damage, left as they are, and salvaged by
+//! fsck; other networks unaffected.
+
+use std::net::IpAddr;
+use std::os::unix::fs::PermissionsExt;
+use std::path::Path;
+use std::time::Duration;
+
+use super::*;
+use crate::config::RangeSet;
+use crate::fsck::{self, FsckOptions};
+use crate::testutil::{req, sets, temp_dir};
+
+pub(super) fn opts() -> StoreOptions {
+    StoreOptions {
+        boot_id: "boot-a".into(),
+        compact_threshold: 1 << 20,
+        lock_timeout: Duration::from_secs(10),
+        reclaim_when_full: false,
+    }
+}
+
+pub(super) fn open(dir: &Path, network: &str) -> Store {
+    Store::open(dir, network, opts()).unwrap()
+}
+
+pub(super) fn alloc(s: &mut Store, cid: &str, rs: &[RangeSet]) -> Result<IpAddr, Error> {
+    let net = s.network.clone();
+    s.allocate(&req(&net, cid, rs)).map(|a| a[0].address.addr())
+}
+
+/// (container ID, address) of every lease, sorted.
+pub(super) fn held(s: &mut Store) -> Vec<(String, IpAddr)> {
+    let mut v: Vec<_> = s
+        .leases()
+        .unwrap()
+        .into_iter()
+        .map(|l| (l.container_id, l.address))
+        .collect();
+    v.sort();
+    v
+}
+
+/// The journal's bytes and the offset of each record.
+fn record_starts(journal: &Path) -> (Vec<u8>, Vec<usize>) {
+    let bytes = std::fs::read(journal).unwrap();
+    let out = journal::decode(&bytes[HEADER_LEN as usize..], HEADER_LEN).unwrap();
+    let mut starts = Vec::new();
+    let mut off = HEADER_LEN as usize;
+    for r in &out.records {
+        starts.push(off);
+        off += journal::encode(r).unwrap().len();
+    }
+    assert_eq!(off, bytes.len());
+    (bytes, starts)
+}
+
+#[derive(Debug, Clone, Copy)]
+enum Harm {
+    FlipBit,
+    HugeLength,
+}
+
+/// The case: c1..c5 allocated, then record 2 (c2's) damaged. Returns the damaged
+/// journal bytes, the record offsets and the addresses of c1..c5.
+fn damaged_five(dir: &Path, harm: Harm, rs: &[RangeSet]) -> (Vec<u8>, Vec<usize>, Vec<IpAddr>) {
+    let mut s = open(dir, "net1");
+    let addrs: Vec<IpAddr> = (1..=5)
+        .map(|i| alloc(&mut s, &format!("c{i}"), rs).unwrap())
+        .collect();
+    let path = dir.join("net1/journal");
+    let (mut bytes, starts) = record_starts(&path);
+    match harm {
+        Harm::FlipBit => bytes[(starts[1] + starts[2]) / 2] ^= 0x04,
+        Harm::HugeLength => {
+            bytes[starts[1]..starts[1] + 4].copy_from_slice(&u32::MAX.to_le_bytes())
+        }
+    }
+    std::fs::write(&path, &bytes).unwrap();
+    (bytes, starts, addrs)
+}
+
+#[test]
+fn damage_before_valid_records_is_refused_and_the_journal_left_as_is() {
+    for harm in [Harm::FlipBit, Harm::HugeLength] {
+        let d = temp_dir("damage");
+        let rs = sets("10.22.0.0/24");
+        let (bytes, starts, _) = damaged_five(d.path(), harm, &rs);
+        let path = d.path().join("net1/journal");
+
+        let e = alloc(&mut open(d.path(), "net1"), "c6", &rs).unwrap_err();
+        assert_eq!(e.kind(), ErrorKind::Io, "{harm:?}: {e}");
+        let msg = e.to_string();
+        for needle in [
+            path.display().to_string(),
+            format!("byte offset {}", starts[1]),
+            format!("valid record follows at offset {}", starts[2]),
+            format!(
+                "cnikit ipamd fsck --data-dir {} --network net1",
+                d.path().display()
+            ),
+        ] {
+            assert!(msg.contains(&needle), "{harm:?}: no {needle:?} in {msg}");
+        }
+        // The in-process entry point, and reads, refuse the same way.
+        let op = Op::Allocate(req("net1", "c7", &rs));
+        let e = run_once(d.path(), "net1", opts(), op).unwrap_err();
+        assert_eq!(e.kind(), ErrorKind::Io);
+        assert_eq!(
+            open(d.path(), "net1").leases().unwrap_err().kind(),
+            ErrorKind::Io
+        );
+        assert_eq!(
+            std::fs::read(&path).unwrap(),
+            bytes,
+            "{harm:?}: journal changed"
+        );
+    }
+}
+
+#[test]
+fn damage_found_by_a_handle_that_read_the_records_before_is_refused_too() {
+    let d = temp_dir("damage-incr");
+    let rs = sets("10.22.0.0/24");
+    let mut s = open(d.path(), "net1");
+    alloc(&mut s, "c1", &rs).unwrap();
+    let mut other = open(d.path(), "net1");
+    alloc(&mut other, "c2", &rs).unwrap();
+    alloc(&mut other, "c3", &rs).unwrap();
+    // `s` has read up to c1; the two records it has not read yet get damaged.
+    let path = d.path().join("net1/journal");
+    let (mut bytes, starts) = record_starts(&path);
+    bytes[starts[1] + 12] ^= 0x01;
+    std::fs::write(&path, &bytes).unwrap();
+    let e = alloc(&mut s, "c4", &rs).unwrap_err();
+    assert_eq!(e.kind(), ErrorKind::Io, "{e}");
+    assert!(
+        e.to_string().contains(&format!("offset {}", starts[1])),
+        "{e}"
+    );
+    assert_eq!(std::fs::read(&path).unwrap(), bytes);
+}
+
+#[test]
+fn fsck_reports_the_damage_and_repair_keeps_every_valid_record() {
+    for harm in [Harm::FlipBit, Harm::HugeLength] {
+        let d = temp_dir("fsck");
+        let rs = sets("10.22.0.0/24");
+        let (bytes, starts, addrs) = damaged_five(d.path(), harm, &rs);
+        let path = d.path().join("net1/journal");
+        let mut fo = FsckOptions {
+            data_dir: d.path().to_path_buf(),
+            network: Some("net1".into()),
+            repair: false,
+        };
+
+        let r = fsck::run(&fo).unwrap().remove(0);
+        assert!(r.is_damaged() && r.needs_attention(), "{harm:?}: {r:?}");
+        assert_eq!(r.journal.status, "damaged");
+        let ranges: Vec<(u64, u64)> = r
+            .journal
+            .damaged
+            .iter()
+            .map(|x| (x.offset, x.length))
+            .collect();
+        assert_eq!(
+            ranges,
+            vec![(starts[1] as u64, (starts[2] - starts[1]) as u64)]
+        );
+        assert_eq!(
+            (r.journal.records_ok, r.journal.records_after_damage),
+            (4, 3)
+        );
+        assert_eq!(r.leases, 4);
+        assert!(r.repaired.is_none());
+        let text = r.render(d.path());
+        assert!(
+            text.contains("DAMAGED") && text.contains("--repair"),
+            "{text}"
+        );
+        assert_eq!(
+            std::fs::read(&path).unwrap(),
+            bytes,
+            "fsck without --repair wrote"
+        );
+
+        fo.network = None;
+        fo.repair = true;
+        let r = fsck::run(&fo).unwrap().remove(0);
+        assert!(!r.needs_attention(), "{r:?}");
+        let rep = r.repaired.as_ref().unwrap();
+        assert_eq!(rep.kept.len(), 1, "no snapshot to keep");
+        assert_eq!(std::fs::read(&rep.kept[0]).unwrap(), bytes);
+        let mode = std::fs::metadata(&rep.kept[0])
+            .unwrap()
+            .permissions()
+            .mode();
+        assert_eq!(mode & 0o7777, 0o600);
+        assert!(r.render(d.path()).contains("cannot be recovered"));
+
+        let mut s = open(d.path(), "net1");
+        let kept = vec![
+            ("c1".to_string(), addrs[0]),
+            ("c3".to_string(), addrs[2]),
+            ("c4".to_string(), addrs[3]),
+            ("c5".to_string(), addrs[4]),
+        ];
+        assert_eq!(held(&mut s), kept, "{harm:?}");
+        for i in 0..20 {
+            let a = alloc(&mut s, &format!("n{i}"), &rs).unwrap();
+            assert!(kept.iter().all(|(_, k)| *k != a), "{a} handed out twice");
+        }
+        let again = fsck::run(&fo).unwrap().remove(0);
+        assert!(!again.is_damaged() && again.repaired.is_none(), "{again:?}");
+        assert_eq!(again.leases, 24);
+    }
+}
+
+#[test]
+fn damaged_snapshot_is_refused_and_version_1_still_loads() {
+    let d = temp_dir("snap");
+    let rs = sets("10.22.0.0/24");
+    let mut s = open(d.path(), "net1");
+    for c in ["c1", "c2"] {
+        alloc(&mut s, c, &rs).unwrap();
+    }
+    s.locked(|st| st.compact()).unwrap();
+    alloc(&mut s, "c3", &rs).unwrap();
+    let path = d.path().join("net1/snapshot");
+    let good = std::fs::read(&path).unwrap();
+    assert!(good.starts_with(b"ipamd-snapshot v2 crc32="));
+
+    // A plain JSON version 1 snapshot (as written before checksums) loads.
+    let mut v1 = crate::snapshot::decode(&good).unwrap();
+    v1.version = 1;
+    std::fs::write(&path, serde_json::to_vec(&v1).unwrap()).unwrap();
+    let names = |s: &mut Store| held(s).into_iter().map(|(c, _)| c).collect::<Vec<_>>();
+    assert_eq!(names(&mut open(d.path(), "net1")), ["c1", "c2", "c3"]);
+
+    // One flipped bit (c1 -> c0) still parses as JSON: only the checksum tells.
+    let at = good.windows(4).position(|w| w == b"\"c1\"").unwrap() + 2;
+    let mut bad = good.clone();
+    bad[at] ^= 0x01;
+    std::fs::write(&path, &bad).unwrap();
+    let e = open(d.path(), "net1").leases().unwrap_err();
+    assert_eq!(e.kind(), ErrorKind::Io);
+    assert!(e.to_string().contains(&path.display().to_string()), "{e}");
+    assert!(e.to_string().contains("checksum mismatch"), "{e}");
+    assert_eq!(std::fs::read(&path).unwrap(), bad);
+
+    let fo = FsckOptions {
+        data_dir: d.path().to_path_buf(),
+        network: Some("net1".into()),
+        repair: true,
+    };
+    let r = fsck::run(&fo).unwrap().remove(0);
+    assert_eq!(r.snapshot.status, "bad");
+    assert!(r.damage[0].contains("may not be what was written"), "{r:?}");
+    let kept = &r.repaired.as_ref().unwrap().kept;
+    assert!(kept.iter().any(|p| std::fs::read(p).unwrap() == bad));
+    assert_eq!(names(&mut open(d.path(), "net1")), ["c0", "c2", "c3"]);
+}
+
+#[test]
+fn a_damaged_network_does_not_stop_the_others() {
+    let d = temp_dir("isolated");
+    let rs = sets("10.22.0.0/24");
+    let (bytes, starts, _) = damaged_five(d.path(), Harm::FlipBit, &rs);
+    alloc(&mut open(d.path(), "net2"), "x1", &rs).unwrap();
+
+    // In-process, as the plugin does without a daemon.
+    let ok = run_once(
+        d.path(),
+        "net2",
+        opts(),
+        Op::Allocate(req("net2", "x2", &rs)),
+    );
+    assert!(ok.is_ok(), "{ok:?}");
+
+    // The daemon starts (its start-up reclaim skips the damaged network) and serves net2.
+    let sock = d.path().join("ipamd.sock");
+    let daemon_opts = crate::daemon::DaemonOptions {
+        socket: sock.clone(),
+        data_dir: d.path().to_path_buf(),
+        log_level: "error".into(),
+        ..Default::default()
+    };
+    let h = crate::daemon::start_with(daemon_opts, opts()).unwrap();
+    let c = crate::client::Client::new(&sock, d.path());
+    c.allocate(&req("net2", "x3", &rs)).unwrap();
+    let e = c.allocate(&req("net1", "c6", &rs)).unwrap_err();
+    assert_eq!(e.kind(), ErrorKind::Io, "{e}");
+    assert!(
+        e.to_string()
+            .contains(&format!("byte offset {}", starts[1])),
+        "{e}"
+    );
+    assert_eq!(c.leases(Some("net2")).unwrap().len(), 3);
+    h.stop().unwrap();
+    assert_eq!(std::fs::read(d.path().join("net1/journal")).unwrap(), bytes);
+}
