@@ -33,9 +33,7 @@ impl Del {
         sets: &[&'static SetDef],
     ) -> Result<()> {
         let owner = self.att.tag();
-        transact(sockets, |nft, tx| {
-            release(nft, tx, table, sets, &|o| o == owner)
-        })
+        release_where(sockets, table, sets, &|o| o == owner)
     }
 }
 
@@ -46,7 +44,16 @@ impl Gc {
         table: Table,
         sets: &[&'static SetDef],
     ) -> Result<()> {
-        let doomed = not_valid(&self.network, &self.valid);
-        transact(sockets, |nft, tx| release(nft, tx, table, sets, &doomed))
+        release_where(sockets, table, sets, &not_valid(&self.network, &self.valid))
     }
+}
+
+/// Removes, in one transaction, the entries of `sets` whose owner tag `doomed` picks.
+fn release_where(
+    sockets: &Sockets,
+    table: Table,
+    sets: &[&'static SetDef],
+    doomed: &dyn Fn(&str) -> bool,
+) -> Result<()> {
+    transact(sockets, |nft, tx| release(nft, tx, table, sets, doomed))
 }

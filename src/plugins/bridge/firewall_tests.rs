@@ -63,16 +63,7 @@ fn add_masquerades_every_address_except_to_its_subnet() {
 #[test]
 fn add_without_firewall_keys_or_addresses_asks_for_nothing() {
     let fw = Arc::new(Recording::default());
-    let (req, c) = request(Command::Add, json!({}));
-    apply_add(
-        &*fw,
-        &req,
-        &c,
-        "veth1",
-        Some(MAC),
-        &result(&["10.1.0.2/24"]),
-    )
-    .expect("add");
+    add_with_mac(&fw, json!({})).expect("add");
     let (req, c) = request(Command::Add, json!({"ipMasq": true}));
     apply_add(&*fw, &req, &c, "veth1", None, &result(&[])).expect("add");
     assert_eq!(fw.taken(), vec![]);
@@ -81,17 +72,7 @@ fn add_without_firewall_keys_or_addresses_asks_for_nothing() {
 #[test]
 fn add_guards_the_host_port_with_the_container_mac() {
     let fw = Arc::new(Recording::default());
-    let extra = json!({"ipMasq": true, "macspoofchk": true});
-    let (req, c) = request(Command::Add, extra);
-    apply_add(
-        &*fw,
-        &req,
-        &c,
-        "veth1",
-        Some(MAC),
-        &result(&["10.1.0.2/24"]),
-    )
-    .expect("add");
+    add_with_mac(&fw, json!({"ipMasq": true, "macspoofchk": true})).expect("add");
     let second = macspoof::Op::add(&att(), "veth1", MAC).unwrap();
     assert_masq_add_then(&fw, second.into());
 }
@@ -104,6 +85,12 @@ fn a_failed_macspoofchk_takes_back_the_masquerade() {
     // No MAC could be read from the container's link: the check cannot be set up.
     assert!(apply_add(&*fw, &req, &c, "veth1", None, &result(&["10.1.0.2/24"])).is_err());
     assert_masq_add_then(&fw, masq::Op::Del(Del { att: att() }).into());
+}
+
+/// ADD with the `extra` keys, for a pod with one IPv4 address and a MAC.
+fn add_with_mac(fw: &Recording, extra: Value) -> Result<(), crate::cni::Error> {
+    let (req, c) = request(Command::Add, extra);
+    apply_add(fw, &req, &c, "veth1", Some(MAC), &result(&["10.1.0.2/24"]))
 }
 
 /// Exactly two requests were made: a masquerade ADD, then `second`.
@@ -120,17 +107,7 @@ fn assert_masq_add_then(fw: &Recording, second: firewall::Request) {
 #[test]
 fn a_refused_masquerade_fails_add_before_anything_else() {
     let fw = failing();
-    let extra = json!({"ipMasq": true, "macspoofchk": true});
-    let (req, c) = request(Command::Add, extra);
-    let err = apply_add(
-        &*fw,
-        &req,
-        &c,
-        "veth1",
-        Some(MAC),
-        &result(&["10.1.0.2/24"]),
-    )
-    .unwrap_err();
+    let err = add_with_mac(&fw, json!({"ipMasq": true, "macspoofchk": true})).unwrap_err();
     assert!(err.msg.contains("netlink said no"), "{}", err.msg);
     assert_eq!(fw.taken().len(), 1);
 }
