@@ -1,5 +1,5 @@
-//! Admin commands (clap): install, version, ipamd daemon/leases. Never on the
-//! plugin path.
+//! Admin commands (clap): install, version, ipamd daemon/leases/fsck. Never on
+//! the plugin path.
 
 use crate::cni::Version;
 use crate::plugins;
@@ -72,6 +72,20 @@ enum IpamdCmd {
         socket: PathBuf,
         #[arg(long, default_value = "/var/lib/cni/ipamd")]
         data_dir: PathBuf,
+    },
+    /// Check the lease store's files for damage; with --repair, keep the
+    /// damaged files aside and rebuild the store from every valid record.
+    /// Exits non-zero when damage was found and not repaired.
+    Fsck {
+        #[arg(long, default_value = "/var/lib/cni/ipamd")]
+        data_dir: PathBuf,
+        /// Only this network (default: all of them).
+        #[arg(long)]
+        network: Option<String>,
+        #[arg(long)]
+        repair: bool,
+        #[arg(long)]
+        json: bool,
     },
 }
 
@@ -151,7 +165,49 @@ fn ipamd(command: IpamdCmd) -> Result<(), String> {
                 .map_err(|e| e.to_string())?;
             print_leases(&leases, json)
         }
+        IpamdCmd::Fsck {
+            data_dir,
+            network,
+            repair,
+            json,
+        } => fsck(data_dir, network, repair, json),
     }
+}
+
+fn fsck(
+    data_dir: PathBuf,
+    network: Option<String>,
+    repair: bool,
+    json: bool,
+) -> Result<(), String> {
+    let reports = ipamd::fsck::run(&ipamd::fsck::FsckOptions {
+        data_dir: data_dir.clone(),
+        network,
+        repair,
+    })
+    .map_err(|e| e.to_string())?;
+    if json {
+        let text = serde_json::to_string_pretty(&reports).map_err(|e| e.to_string())?;
+        println!("{text}");
+    } else if reports.is_empty() {
+        println!("no lease store under {}", data_dir.display());
+    } else {
+        for r in &reports {
+            print!("{}", r.render(&data_dir));
+        }
+    }
+    let bad: Vec<&str> = reports
+        .iter()
+        .filter(|r| r.needs_attention())
+        .map(|r| r.network.as_str())
+        .collect();
+    if bad.is_empty() {
+        return Ok(());
+    }
+    Err(format!(
+        "damage found and not repaired (or not checked) in network(s) {}",
+        bad.join(", ")
+    ))
 }
 
 fn print_leases(leases: &[ipamd::api::LeaseInfo], json: bool) -> Result<(), String> {

@@ -18,6 +18,8 @@ use crate::snapshot::{self, Fault};
 use crate::store::{self, State, Store, StoreOptions};
 use crate::{files, Error};
 
+mod render;
+
 #[derive(Debug, Clone)]
 pub struct FsckOptions {
     pub data_dir: PathBuf,
@@ -74,6 +76,10 @@ pub struct Range {
     pub offset: u64,
     pub length: u64,
     pub reason: String,
+    /// What a damaged record still reads as, if anything: a hint for the operator about
+    /// the lease that is lost, never trusted or kept.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub looks_like: Option<String>,
 }
 
 #[derive(Debug, Clone, Serialize)]
@@ -92,95 +98,6 @@ impl Report {
     /// Damage found and not repaired, or not checked at all.
     pub fn needs_attention(&self) -> bool {
         self.error.is_some() || (self.is_damaged() && self.repaired.is_none())
-    }
-
-    /// The report as text for a person; `data_dir` is what fsck was run on.
-    pub fn render(&self, data_dir: &Path) -> String {
-        use std::fmt::Write as _;
-        let n = &self.network;
-        let mut o = String::new();
-        if let Some(e) = &self.error {
-            let _ = writeln!(o, "network {n}: NOT CHECKED: {e}");
-            return o;
-        }
-        let head = match (self.is_damaged(), &self.repaired) {
-            (false, _) => "ok",
-            (true, None) => "DAMAGED",
-            (true, Some(_)) => "DAMAGED, repaired",
-        };
-        let _ = writeln!(o, "network {n}: {head}");
-        let s = &self.snapshot;
-        let _ = match (s.status, &s.problem) {
-            ("ok", _) => writeln!(
-                o,
-                "  snapshot: ok, generation {} (version {}), {} lease(s)",
-                s.generation.unwrap_or(0),
-                s.version.unwrap_or(0),
-                s.leases
-            ),
-            (_, Some(p)) => writeln!(o, "  snapshot: BAD: {p}"),
-            _ => writeln!(o, "  snapshot: none"),
-        };
-        let j = &self.journal;
-        let g = j.generation.unwrap_or(0);
-        let _ = match j.status {
-            "absent" => writeln!(o, "  journal: none"),
-            "stale" => writeln!(
-                o,
-                "  journal: generation {g}, older than the snapshot (its records are in the snapshot already)"
-            ),
-            _ => writeln!(
-                o,
-                "  journal: generation {g}, {} bytes, {} valid record(s), {} of them after damage",
-                j.bytes, j.records_ok, j.records_after_damage
-            ),
-        };
-        for d in &self.damage {
-            let _ = writeln!(o, "  damage: {d}");
-        }
-        if let Some(t) = &j.torn_tail {
-            let _ = writeln!(
-                o,
-                "  torn tail: {} byte(s) at offset {} ({}): a write cut short by a crash, never acknowledged; dropped at the next load",
-                t.length, t.offset, t.reason
-            );
-        }
-        if let Some(u) = &j.unacknowledged {
-            let _ = writeln!(
-                o,
-                "  left out: {} byte(s) at offset {}: {}",
-                u.length, u.offset, u.reason
-            );
-        }
-        let _ = writeln!(
-            o,
-            "  leases: {} (the snapshot and every valid record)",
-            self.leases
-        );
-        if let Some(r) = &self.repaired {
-            let kept: Vec<String> = r.kept.iter().map(|p| p.display().to_string()).collect();
-            let _ = writeln!(
-                o,
-                "  repaired: kept {}; wrote a snapshot of those {} lease(s) and an empty journal, generation {}",
-                kept.join(" and "),
-                self.leases,
-                r.generation
-            );
-        }
-        if self.is_damaged() {
-            let _ = writeln!(
-                o,
-                "  WARNING: records inside the damaged parts cannot be recovered. An allocation recorded only there is lost, and its address could be handed out again while a container still uses it: compare `cnikit ipamd leases --network {n}` with the runtime's pods (e.g. `crictl pods`, `crictl inspectp`) and recreate the pods whose address is not listed."
-            );
-            if self.repaired.is_none() {
-                let _ = writeln!(
-                    o,
-                    "  The files are unchanged; until they are repaired the network refuses requests (CNI error 5). Run `{} --repair` to keep the valid records.",
-                    crate::store::fsck_command(&data_dir.join(n))
-                );
-            }
-        }
-        o
     }
 
     fn failed(network: &str, e: &Error) -> Report {
@@ -331,10 +248,14 @@ fn examine(dir: &Path, network: &str) -> Result<(Report, State, Read), Error> {
             if !jr.damaged.is_empty() {
                 jr.status = "damaged";
                 for r in &jr.damaged {
-                    damage.push(format!(
+                    let mut line = format!(
                         "journal: {} byte(s) at offset {}: {}",
                         r.length, r.offset, r.reason
-                    ));
+                    );
+                    if let Some(x) = &r.looks_like {
+                        line.push_str(&format!("; it still reads as {x}, which is not trusted and so not kept: check that container"));
+                    }
+                    damage.push(line);
                 }
             } else {
                 jr.status = "ok";
@@ -375,6 +296,7 @@ fn scan(buf: &[u8], skip: Option<(u64, u64)>, jr: &mut JournalReport) -> Vec<Rec
                 offset: start,
                 length: end - start,
                 reason: "a batch whose fsync failed (never acknowledged)".into(),
+                looks_like: None,
             });
             pos = end as usize;
             continue;
@@ -395,6 +317,7 @@ fn scan(buf: &[u8], skip: Option<(u64, u64)>, jr: &mut JournalReport) -> Vec<Rec
                     reason: format!(
                         "checksum ok, but not a record this version understands ({why})"
                     ),
+                    looks_like: None,
                 });
                 pos += len;
             }
@@ -404,6 +327,7 @@ fn scan(buf: &[u8], skip: Option<(u64, u64)>, jr: &mut JournalReport) -> Vec<Rec
                         offset: pos as u64,
                         length: (q - pos) as u64,
                         reason: reason.into(),
+                        looks_like: guess(buf.get(pos + 8..q).unwrap_or_default()),
                     });
                     pos = q;
                 }
@@ -412,6 +336,7 @@ fn scan(buf: &[u8], skip: Option<(u64, u64)>, jr: &mut JournalReport) -> Vec<Rec
                         offset: pos as u64,
                         length: (buf.len() - pos) as u64,
                         reason: reason.into(),
+                        looks_like: None,
                     });
                     break;
                 }
@@ -419,6 +344,27 @@ fn scan(buf: &[u8], skip: Option<(u64, u64)>, jr: &mut JournalReport) -> Vec<Rec
         }
     }
     records
+}
+
+/// What the payload of a damaged frame (`bytes`, up to the next valid frame) still parses
+/// to, in words.
+fn guess(bytes: &[u8]) -> Option<String> {
+    let end = bytes.iter().rposition(|b| *b == b'}')?;
+    match serde_json::from_slice::<Record>(&bytes[..=end]).ok()? {
+        Record::Alloc(h) => {
+            let addrs: Vec<String> = h.leases.iter().map(|l| l.addr.addr().to_string()).collect();
+            Some(format!(
+                "the allocation of {} to {}/{}",
+                addrs.join(", "),
+                h.cid,
+                h.ifname
+            ))
+        }
+        Record::Release { keys } => {
+            let keys: Vec<String> = keys.iter().map(|(c, i)| format!("{c}/{i}")).collect();
+            Some(format!("the release of {}", keys.join(", ")))
+        }
+    }
 }
 
 fn file_id(path: &Path) -> Option<(u64, u64)> {

@@ -49,14 +49,14 @@ impl Store {
 
 /// What to run about damage in the network whose directory is `dir`.
 pub(crate) fn fsck_hint(dir: &Path) -> String {
-    let cmd = fsck_command(dir);
+    let cmd = command("fsck", dir);
     format!(
         "run `{cmd}` to see the damage, and `{cmd} --repair` to keep the valid records (the damaged files are kept beside them)"
     )
 }
 
-/// `cnikit ipamd fsck` for the network whose directory is `dir`.
-pub(crate) fn fsck_command(dir: &Path) -> String {
+/// `cnikit ipamd <sub>` for the network whose directory is `dir`.
+pub(crate) fn command(sub: &str, dir: &Path) -> String {
     let network = dir
         .file_name()
         .map(|n| n.to_string_lossy().into_owned())
@@ -67,5 +67,5 @@ pub(crate) fn fsck_command(dir: &Path) -> String {
     } else {
         format!(" --data-dir {}", data_dir.display())
     };
-    format!("cnikit ipamd fsck{flag} --network {network}")
+    format!("cnikit ipamd {sub}{flag} --network {network}")
 }

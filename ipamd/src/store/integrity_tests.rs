@@ -178,6 +178,12 @@ fn fsck_reports_the_damage_and_repair_keeps_every_valid_record() {
             text.contains("DAMAGED") && text.contains("--repair"),
             "{text}"
         );
+        if let Harm::HugeLength = harm {
+            // The record's JSON is intact: the report says which lease is lost.
+            let lost = format!("the allocation of {} to c2/eth0", addrs[1]);
+            assert_eq!(r.journal.damaged[0].looks_like.as_deref(), Some(&*lost));
+            assert!(text.contains(&lost), "{text}");
+        }
         assert_eq!(
             std::fs::read(&path).unwrap(),
             bytes,

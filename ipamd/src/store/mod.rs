@@ -31,7 +31,7 @@ use crate::log::Level;
 use crate::{log_at, Error, ErrorKind};
 
 pub(crate) use commit::{read_marker, remove_marker, Batch};
-pub(crate) use integrity::{fsck_command, fsck_hint};
+pub(crate) use integrity::{command, fsck_hint};
 pub(crate) use ops::usage;
 pub(crate) use ops::{answer_empty, unexpected, Op, Reply};
 pub(crate) use state::State;
