@@ -11,6 +11,7 @@ mod allocation;
 mod concurrency;
 mod config;
 mod daemon;
+mod integrity;
 
 use crate::support::*;
 use serde_json::{json, Value};
