@@ -211,8 +211,9 @@ pub(crate) fn read_header(mut f: &File, path: &Path) -> Result<u64, Error> {
         .map_err(|e| Error::io(format!("reading journal header of {}", path.display()), &e))?;
     if &h[..8] != MAGIC {
         return Err(Error::internal(format!(
-            "{} is not an ipamd journal (bad header)",
-            path.display()
+            "{} is not an ipamd journal (bad header); {}",
+            path.display(),
+            crate::store::fsck_hint(path.parent().unwrap_or(Path::new(".")))
         )));
     }
     let mut g = [0u8; 8];

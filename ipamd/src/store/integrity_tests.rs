@@ -305,3 +305,41 @@ fn a_damaged_network_does_not_stop_the_others() {
     h.stop().unwrap();
     assert_eq!(std::fs::read(d.path().join("net1/journal")).unwrap(), bytes);
 }
+
+#[test]
+fn fsck_repairs_a_bad_header_and_reports_a_missing_snapshot() {
+    let d = temp_dir("fsck-hdr");
+    let rs = sets("10.22.0.0/24");
+    let mut s = open(d.path(), "net1");
+    for c in ["c1", "c2"] {
+        alloc(&mut s, c, &rs).unwrap();
+    }
+    let path = d.path().join("net1/journal");
+    let mut bytes = std::fs::read(&path).unwrap();
+    bytes[0] ^= 0xff;
+    std::fs::write(&path, &bytes).unwrap();
+    let e = open(d.path(), "net1").leases().unwrap_err();
+    assert!(e.to_string().contains("cnikit ipamd fsck"), "{e}");
+    let mut fo = FsckOptions {
+        data_dir: d.path().to_path_buf(),
+        network: None,
+        repair: true,
+    };
+    let r = fsck::run(&fo).unwrap().remove(0);
+    assert!(r.damage[0].contains("bad header"), "{r:?}");
+    assert_eq!((r.journal.records_ok, r.leases), (2, 2));
+    assert_eq!(held(&mut open(d.path(), "net1")).len(), 2);
+
+    // The repair wrote a snapshot of generation 1; without it the journal (generation 1)
+    // has nothing to continue: the leases in that snapshot are lost, and fsck says so.
+    alloc(&mut open(d.path(), "net1"), "c3", &rs).unwrap();
+    std::fs::remove_file(d.path().join("net1/snapshot")).unwrap();
+    fo.repair = false;
+    let r = fsck::run(&fo).unwrap().remove(0);
+    assert!(r.needs_attention());
+    assert!(
+        r.damage[0].contains("newer than the snapshot (absent)"),
+        "{r:?}"
+    );
+    assert_eq!(r.leases, 1);
+}

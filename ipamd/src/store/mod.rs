@@ -282,8 +282,9 @@ impl Store {
             generation = snap_gen;
         } else if generation > snap_gen {
             return Err(Error::internal(format!(
-                "{} is generation {generation} but the snapshot is generation {snap_gen}: the snapshot is missing or stale, refusing to guess the leases",
-                path.display()
+                "{} is generation {generation} but the snapshot is generation {snap_gen}: the snapshot is missing or stale, refusing to guess the leases; {}",
+                path.display(),
+                fsck_hint(&self.dir)
             )));
         }
         let meta = file
