@@ -29,6 +29,7 @@
 mod addr;
 mod bridge;
 mod error;
+mod fault;
 mod frame;
 mod link;
 mod linkops;

@@ -114,6 +114,7 @@ impl<F: Family> Socket<F> {
 
     /// Sends one datagram: a request or a batch of them.
     pub(crate) fn send(&mut self, datagram: &[u8]) -> Result<(), Failure> {
+        super::fault::before_send().map_err(|e| self.io(e))?;
         if self.unread {
             self.discard_unread();
         }

@@ -24,6 +24,8 @@ macro_rules! without_and_with_daemon {
 
 mod bridge;
 mod cli;
+#[cfg(feature = "fault-injection")]
+mod fault;
 mod firewall;
 mod firewall_lock;
 mod harness;

@@ -1,0 +1,206 @@
+//! Fault injection (built only with the cargo feature `fault-injection`,
+//! which `tests/run` enables): the Nth kernel send of a plugin's ADD (a
+//! netlink request or an nftables batch, `CNIKIT_FAULT_NETLINK=N`) fails,
+//! for every N until the ADD has no Nth send left. Each failed ADD must come
+//! back as an error object and leave nothing behind (links, leases, nft
+//! elements, portmap markers), and the DEL the runtime then sends must
+//! succeed and still leave nothing.
+
+use crate::support::*;
+use serde_json::{json, Value};
+
+/// More sends than any ADD here makes: reaching it means the walk never ends.
+const MAX_SENDS: u32 = 400;
+
+/// What each step of the walk looks at.
+struct Walk<'e> {
+    env: &'e TestEnv,
+    ns: Netns,
+    ipam: Value,
+    network: &'static str,
+    /// The links the attachment's host side may leave (bridge ports).
+    host_ports: Option<String>,
+}
+
+impl Walk<'_> {
+    /// Nothing of container `id` is left: only lo in the netns, no lease, no
+    /// nft element, no portmap marker, no port on the bridge.
+    fn assert_clean(&self, id: &str, what: &str) {
+        assert_only_lo(&self.ns, what);
+        assert_eq!(
+            self.env.lease_count(&self.ipam, self.network),
+            0,
+            "{what}: a lease is left"
+        );
+        assert_no_trace(what, &[id.to_string()]);
+        assert!(
+            markers_of(id).is_empty(),
+            "{what}: a portmap marker is left"
+        );
+        if let Some(bridge) = &self.host_ports {
+            // No bridge yet (the ADD failed before making it) is no port either.
+            let (_, ports, _) = sh("ip", &["link", "show", "master", bridge]);
+            assert!(
+                ports.trim().is_empty(),
+                "{what}: ports left on {bridge}: {ports}"
+            );
+        }
+    }
+
+    /// ADD of `plugin` with `conf` failing at every send in turn; `before`
+    /// runs (without faults) ahead of each ADD, `after_del` follows each DEL.
+    /// Returns how many sends the ADD makes.
+    fn every_send(&self, id: &str, steps: &Steps) -> u32 {
+        for n in 1..MAX_SENDS {
+            let what = format!("{} ADD failing at send {n}", steps.plugin);
+            (steps.before)();
+            let out = self
+                .env
+                .plugin(steps.plugin)
+                .attach("ADD", id, &self.ns, "eth0")
+                .env("CNIKIT_FAULT_NETLINK", &n.to_string())
+                .conf(&steps.conf)
+                .run();
+            let failed = !out.success();
+            if failed {
+                let e = out.err();
+                let text = format!("{} {}", e.msg, e.details);
+                assert!(text.contains("injected failure"), "{what}: {e:?}");
+            }
+            for del in &steps.dels {
+                self.env
+                    .plugin(del.0)
+                    .attach("DEL", id, &self.ns, "eth0")
+                    .conf(&del.1)
+                    .run()
+                    .ok_silent();
+            }
+            self.assert_clean(id, &what);
+            if !failed {
+                return n - 1;
+            }
+        }
+        panic!("{} ADD still failing after {MAX_SENDS} sends", steps.plugin);
+    }
+}
+
+/// One walk: the plugin whose ADD fails, and the DELs (in order) a runtime
+/// sends for the chain afterwards.
+struct Steps<'a> {
+    plugin: &'static str,
+    conf: Value,
+    before: &'a dyn Fn(),
+    dels: Vec<(&'static str, Value)>,
+}
+
+/// The portmap markers that name container `id` (their content is the
+/// attachment key: network, container ID, ifname).
+fn markers_of(id: &str) -> Vec<Vec<u8>> {
+    let contents: Vec<Vec<u8>> = std::fs::read_dir("/run/cnikit/portmap")
+        .map(|dir| {
+            dir.flatten()
+                .filter_map(|e| std::fs::read(e.path()).ok())
+                .collect()
+        })
+        .unwrap_or_default();
+    contents
+        .into_iter()
+        .filter(|c| c.split(|b| *b == 0).nth(1) == Some(id.as_bytes()))
+        .collect()
+}
+
+/// bridge with ipMasq and macspoofchk over in-process ipamd, then portmap
+/// chained after it: every send of each ADD fails once.
+#[test]
+fn every_failed_send_of_a_bridge_portmap_add_leaves_nothing() {
+    let env = TestEnv::new("fault_bridge_portmap");
+    let bridge = env.link_name("fbr");
+    let ipam = env.ipam(Ipam::Ipamd, env.subnets().v4_ranges());
+    let bridge_conf = json!({
+        "cniVersion": "1.0.0", "name": "faultnet", "type": "bridge", "bridge": bridge,
+        "isGateway": true, "ipMasq": true, "macspoofchk": true, "ipam": ipam,
+    });
+    let walk = Walk {
+        env: &env,
+        ns: env.netns(),
+        ipam,
+        network: "faultnet",
+        host_ports: Some(bridge.clone()),
+    };
+    let id = cid("fault-br");
+    let sends = walk.every_send(
+        &id,
+        &Steps {
+            plugin: "bridge",
+            conf: bridge_conf.clone(),
+            before: &|| {},
+            dels: vec![("bridge", bridge_conf.clone())],
+        },
+    );
+    eprintln!("bridge ADD: {sends} sends, each failed once");
+    assert!(sends > 5, "bridge ADD made only {sends} sends");
+
+    // portmap after a bridge ADD that works; the runtime then DELs both.
+    let add_bridge = || {
+        env.plugin("bridge")
+            .attach("ADD", &id, &walk.ns, "eth0")
+            .conf(&bridge_conf)
+            .run()
+            .result()
+    };
+    let del_bridge = || {
+        env.plugin("bridge")
+            .attach("DEL", &id, &walk.ns, "eth0")
+            .conf(&bridge_conf)
+            .run()
+            .ok_silent();
+    };
+    let prev = add_bridge();
+    del_bridge();
+    let mappings = json!([{"hostPort": host_port(), "containerPort": 80, "protocol": "tcp"}]);
+    let pm = json!({
+        "cniVersion": "1.0.0", "name": "faultnet", "type": "portmap",
+        "runtimeConfig": {"portMappings": mappings}, "prevResult": prev,
+    });
+    let pm_sends = walk.every_send(
+        &id,
+        &Steps {
+            plugin: "portmap",
+            conf: pm.clone(),
+            before: &|| drop(add_bridge()),
+            dels: vec![("portmap", pm.clone()), ("bridge", bridge_conf.clone())],
+        },
+    );
+    eprintln!("portmap ADD: {pm_sends} sends, each failed once");
+    assert!(pm_sends > 0, "portmap ADD made no sends");
+}
+
+/// macvlan over in-process ipamd: every send of its ADD fails once.
+#[test]
+fn every_failed_send_of_a_macvlan_add_leaves_nothing() {
+    let env = TestEnv::new("fault_macvlan");
+    let (master, _) = env.veth_pair();
+    let ipam = env.ipam(Ipam::Ipamd, env.subnets().v4_ranges());
+    let conf = json!({
+        "cniVersion": "1.0.0", "name": "faultmv", "type": "macvlan", "master": master,
+        "ipam": ipam,
+    });
+    let walk = Walk {
+        env: &env,
+        ns: env.netns(),
+        ipam,
+        network: "faultmv",
+        host_ports: None,
+    };
+    let sends = walk.every_send(
+        &cid("fault-mv"),
+        &Steps {
+            plugin: "macvlan",
+            conf: conf.clone(),
+            before: &|| {},
+            dels: vec![("macvlan", conf)],
+        },
+    );
+    eprintln!("macvlan ADD: {sends} sends, each failed once");
+    assert!(sends > 3, "macvlan ADD made only {sends} sends");
+}
