@@ -1,6 +1,10 @@
 //! Injected I/O failures, for tests only: every write and fsync of the store's files asks
-//! [`check`] first, so a test can make chosen ones under its own directory fail with EIO
-//! (what a dying disk returns). Outside `cfg(test)` `check` is an empty inline function.
+//! [`check`] first, so a test can make chosen ones fail with EIO (what a dying disk
+//! returns). Two ways, both absent from a normal build, where `check` is an empty inline
+//! function:
+//! - unit tests (`cfg(test)`) plan failures under their own temp dir ([`inject`]);
+//! - the plugin tests (cargo feature `fault-injection`, which the test command enables)
+//!   set `CNIKIT_FAULT_STORE=N` for an ADD: the Nth write or fsync of that process fails.
 
 /// The kind of call a failure is injected into.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -9,14 +13,42 @@ pub(crate) enum Call {
     Fsync,
 }
 
-#[cfg(not(test))]
+#[cfg(not(any(test, feature = "fault-injection")))]
 #[inline(always)]
 pub(crate) fn check(_path: &std::path::Path, _call: Call) -> std::io::Result<()> {
     Ok(())
 }
 
+#[cfg(any(test, feature = "fault-injection"))]
+pub(crate) fn check(path: &std::path::Path, call: Call) -> std::io::Result<()> {
+    #[cfg(test)]
+    imp::check(path, call)?;
+    #[cfg(feature = "fault-injection")]
+    by_env::check(path, call)?;
+    Ok(())
+}
+
 #[cfg(test)]
-pub(crate) use imp::{check, fired, inject};
+pub(crate) use imp::{fired, inject};
+
+#[cfg(feature = "fault-injection")]
+mod by_env {
+    use std::sync::atomic::{AtomicU32, Ordering};
+
+    pub(super) fn check(path: &std::path::Path, call: super::Call) -> std::io::Result<()> {
+        static CALLS: AtomicU32 = AtomicU32::new(0);
+        let n = CALLS.fetch_add(1, Ordering::Relaxed) + 1;
+        let at = std::env::var("CNIKIT_FAULT_STORE").ok();
+        let adding = std::env::var("CNI_COMMAND").is_ok_and(|c| c == "ADD");
+        if adding && at.and_then(|v| v.parse::<u32>().ok()) == Some(n) {
+            return Err(std::io::Error::other(format!(
+                "injected failure of store {call:?} {n} on {} (CNIKIT_FAULT_STORE)",
+                path.display()
+            )));
+        }
+        Ok(())
+    }
+}
 
 #[cfg(test)]
 mod imp {
@@ -65,7 +97,7 @@ mod imp {
             .map_or(0, |x| x.fired)
     }
 
-    pub(crate) fn check(path: &Path, call: Call) -> std::io::Result<()> {
+    pub(super) fn check(path: &Path, call: Call) -> std::io::Result<()> {
         let mut p = plans();
         let Some(plan) = p
             .iter_mut()

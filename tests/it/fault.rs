@@ -1,7 +1,8 @@
 //! Fault injection (built only with the cargo feature `fault-injection`,
 //! which `tests/run` enables): the Nth kernel send of a plugin's ADD (a
-//! netlink request or an nftables batch, `CNIKIT_FAULT_NETLINK=N`) fails,
-//! for every N until the ADD has no Nth send left. Each failed ADD must come
+//! netlink request or an nftables batch, `CNIKIT_FAULT_NETLINK=N`), or the
+//! Nth write or fsync of its lease store (`CNIKIT_FAULT_STORE=N`), fails,
+//! for every N until the ADD has no Nth one left. Each failed ADD must come
 //! back as an error object and leave nothing behind (links, leases, nft
 //! elements, portmap markers), and the DEL the runtime then sends must
 //! succeed and still leave nothing.
@@ -9,8 +10,11 @@
 use crate::support::*;
 use serde_json::{json, Value};
 
-/// More sends than any ADD here makes: reaching it means the walk never ends.
+/// More failure points than any ADD here has: reaching it means the walk never ends.
 const MAX_SENDS: u32 = 400;
+
+/// The two kinds of failure point.
+const FAULTS: [&str; 2] = ["CNIKIT_FAULT_NETLINK", "CNIKIT_FAULT_STORE"];
 
 /// What each step of the walk looks at.
 struct Walk<'e> {
@@ -47,18 +51,19 @@ impl Walk<'_> {
         }
     }
 
-    /// ADD of `plugin` with `conf` failing at every send in turn; `before`
-    /// runs (without faults) ahead of each ADD, `after_del` follows each DEL.
-    /// Returns how many sends the ADD makes.
-    fn every_send(&self, id: &str, steps: &Steps) -> u32 {
+    /// ADD of `steps.plugin` failing at each point of kind `fault` (an env
+    /// variable of [`FAULTS`]) in turn; `steps.before` runs (without faults)
+    /// ahead of each ADD, `steps.dels` after it. Returns how many points of
+    /// that kind the ADD has.
+    fn every(&self, fault: &str, id: &str, steps: &Steps) -> u32 {
         for n in 1..MAX_SENDS {
-            let what = format!("{} ADD failing at send {n}", steps.plugin);
+            let what = format!("{} ADD failing at {fault}={n}", steps.plugin);
             (steps.before)();
             let out = self
                 .env
                 .plugin(steps.plugin)
                 .attach("ADD", id, &self.ns, "eth0")
-                .env("CNIKIT_FAULT_NETLINK", &n.to_string())
+                .env(fault, &n.to_string())
                 .conf(&steps.conf)
                 .run();
             let failed = !out.success();
@@ -80,7 +85,10 @@ impl Walk<'_> {
                 return n - 1;
             }
         }
-        panic!("{} ADD still failing after {MAX_SENDS} sends", steps.plugin);
+        panic!(
+            "{} ADD still failing after {fault}={MAX_SENDS}",
+            steps.plugin
+        );
     }
 }
 
@@ -112,7 +120,7 @@ fn markers_of(id: &str) -> Vec<Vec<u8>> {
 /// bridge with ipMasq and macspoofchk over in-process ipamd, then portmap
 /// chained after it: every send of each ADD fails once.
 #[test]
-fn every_failed_send_of_a_bridge_portmap_add_leaves_nothing() {
+fn every_failure_point_of_a_bridge_portmap_add_leaves_nothing() {
     let env = TestEnv::new("fault_bridge_portmap");
     let bridge = env.link_name("fbr");
     let ipam = env.ipam(Ipam::Ipamd, env.subnets().v4_ranges());
@@ -128,17 +136,15 @@ fn every_failed_send_of_a_bridge_portmap_add_leaves_nothing() {
         host_ports: Some(bridge.clone()),
     };
     let id = cid("fault-br");
-    let sends = walk.every_send(
-        &id,
-        &Steps {
-            plugin: "bridge",
-            conf: bridge_conf.clone(),
-            before: &|| {},
-            dels: vec![("bridge", bridge_conf.clone())],
-        },
-    );
-    eprintln!("bridge ADD: {sends} sends, each failed once");
-    assert!(sends > 5, "bridge ADD made only {sends} sends");
+    let bridge_steps = Steps {
+        plugin: "bridge",
+        conf: bridge_conf.clone(),
+        before: &|| {},
+        dels: vec![("bridge", bridge_conf.clone())],
+    };
+    let points = FAULTS.map(|fault| walk.every(fault, &id, &bridge_steps));
+    eprintln!("bridge ADD: {points:?} failure points ({FAULTS:?}), each failed once");
+    assert!(points[0] > 5 && points[1] > 0, "{points:?}");
 
     // portmap after a bridge ADD that works; the runtime then DELs both.
     let add_bridge = || {
@@ -162,22 +168,20 @@ fn every_failed_send_of_a_bridge_portmap_add_leaves_nothing() {
         "cniVersion": "1.0.0", "name": "faultnet", "type": "portmap",
         "runtimeConfig": {"portMappings": mappings}, "prevResult": prev,
     });
-    let pm_sends = walk.every_send(
-        &id,
-        &Steps {
-            plugin: "portmap",
-            conf: pm.clone(),
-            before: &|| drop(add_bridge()),
-            dels: vec![("portmap", pm.clone()), ("bridge", bridge_conf.clone())],
-        },
-    );
-    eprintln!("portmap ADD: {pm_sends} sends, each failed once");
-    assert!(pm_sends > 0, "portmap ADD made no sends");
+    let portmap_steps = Steps {
+        plugin: "portmap",
+        conf: pm.clone(),
+        before: &|| drop(add_bridge()),
+        dels: vec![("portmap", pm.clone()), ("bridge", bridge_conf.clone())],
+    };
+    let points = FAULTS.map(|fault| walk.every(fault, &id, &portmap_steps));
+    eprintln!("portmap ADD: {points:?} failure points ({FAULTS:?}), each failed once");
+    assert!(points[0] > 0, "{points:?}");
 }
 
 /// macvlan over in-process ipamd: every send of its ADD fails once.
 #[test]
-fn every_failed_send_of_a_macvlan_add_leaves_nothing() {
+fn every_failure_point_of_a_macvlan_add_leaves_nothing() {
     let env = TestEnv::new("fault_macvlan");
     let (master, _) = env.veth_pair();
     let ipam = env.ipam(Ipam::Ipamd, env.subnets().v4_ranges());
@@ -192,15 +196,14 @@ fn every_failed_send_of_a_macvlan_add_leaves_nothing() {
         network: "faultmv",
         host_ports: None,
     };
-    let sends = walk.every_send(
-        &cid("fault-mv"),
-        &Steps {
-            plugin: "macvlan",
-            conf: conf.clone(),
-            before: &|| {},
-            dels: vec![("macvlan", conf)],
-        },
-    );
-    eprintln!("macvlan ADD: {sends} sends, each failed once");
-    assert!(sends > 3, "macvlan ADD made only {sends} sends");
+    let steps = Steps {
+        plugin: "macvlan",
+        conf: conf.clone(),
+        before: &|| {},
+        dels: vec![("macvlan", conf.clone())],
+    };
+    let id = cid("fault-mv");
+    let points = FAULTS.map(|fault| walk.every(fault, &id, &steps));
+    eprintln!("macvlan ADD: {points:?} failure points ({FAULTS:?}), each failed once");
+    assert!(points[0] > 3 && points[1] > 0, "{points:?}");
 }
