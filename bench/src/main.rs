@@ -2,14 +2,17 @@
 //! detach pods (create netns → ADD the list → DEL → delete netns) through the
 //! same runtime code as `cnikit net`, for cnikit, the reference plugins and
 //! the kernel floor, interleaved. Runs inside its own network and mount
-//! namespaces; see README "Benchmark".
+//! namespaces; see README "Benchmark". `cnikit-bench soak` is the long run
+//! with daemon restarts and leak checks (soak/).
 
 mod churn;
+mod daemon;
 mod plot;
 mod podns;
 mod report;
 mod sandbox;
 mod setup;
+mod soak;
 
 use clap::Parser;
 use indicatif::{ProgressBar, ProgressStyle};
@@ -22,6 +25,9 @@ use std::path::{Path, PathBuf};
     about = "Pod churn benchmark: cnikit vs the reference CNI plugins"
 )]
 struct Args {
+    #[command(subcommand)]
+    #[serde(skip)]
+    mode: Option<Mode>,
     /// Worker counts, each run in turn.
     #[arg(long, value_delimiter = ',', default_value = "1,8,32")]
     workers: Vec<usize>,
@@ -59,9 +65,21 @@ struct Args {
     quiet: bool,
 }
 
+#[derive(clap::Subcommand, Debug)]
+enum Mode {
+    /// ADD/DEL cycles of the full chain with the daemon, restarted every N
+    /// cycles (SIGTERM, SIGKILL in turn); samples RSS, fds and the store
+    /// files, then checks that nothing leaked. Exits 1 unless clean.
+    Soak(soak::SoakArgs),
+}
+
 fn main() {
     let args = Args::parse();
-    if let Err(e) = run(&args) {
+    let outcome = match &args.mode {
+        Some(Mode::Soak(soak)) => run_soak(soak),
+        None => run(&args),
+    };
+    if let Err(e) = outcome {
         eprintln!("cnikit-bench: {e}");
         std::process::exit(1);
     }
@@ -70,8 +88,24 @@ fn main() {
     }
 }
 
+fn run_soak(args: &soak::SoakArgs) -> Result<(), String> {
+    let plugins = locate_plugins(args.cnikit.as_deref(), None)?;
+    let out = prepare_out_dir(&args.out)?;
+    sandbox::enter()?;
+    sandbox::loopback_up()?;
+    if soak::run(args, &plugins, &out)? {
+        Ok(())
+    } else {
+        Err("soak not clean (failures or leaks; see above)".into())
+    }
+}
+
 fn run(args: &Args) -> Result<(), String> {
-    let plugins = locate_plugins(args)?;
+    let reference = args.impls.contains(&Impl::Reference);
+    let plugins = locate_plugins(
+        args.cnikit.as_deref(),
+        reference.then_some(args.reference_dir.as_path()),
+    )?;
     let out = prepare_out_dir(&args.out)?;
     sandbox::enter()?;
     sandbox::loopback_up()?;
@@ -82,12 +116,12 @@ fn run(args: &Args) -> Result<(), String> {
             setups.insert((v, imp), Setup::new(v, imp, &plugins));
         }
     }
-    let pb = progress(plan.total_pods(), args.quiet);
+    let pb = progress(plan.total_pods(), args.quiet, "pods");
     pb.set_message("warming up");
     churn::warm_up(&mut setups);
     let runs = churn::run_all(&plan, &setups, &pb);
     pb.finish_and_clear();
-    setup::stop_daemon();
+    daemon::stop();
     write_outputs(&out, &runs, args)
 }
 
@@ -103,9 +137,10 @@ fn plan(args: &Args) -> churn::Plan {
     }
 }
 
-fn locate_plugins(args: &Args) -> Result<Plugins, String> {
-    let cnikit = match &args.cnikit {
-        Some(p) => p.clone(),
+/// The cnikit binary, and the reference plugins when they are compared.
+fn locate_plugins(cnikit: Option<&Path>, reference_dir: Option<&Path>) -> Result<Plugins, String> {
+    let cnikit = match cnikit {
+        Some(p) => p.to_path_buf(),
         None => std::env::current_exe()
             .map_err(|e| e.to_string())?
             .with_file_name("cnikit"),
@@ -116,15 +151,17 @@ fn locate_plugins(args: &Args) -> Result<Plugins, String> {
             cnikit.display()
         )
     })?;
-    if args.impls.contains(&Impl::Reference) && !args.reference_dir.join("bridge").is_file() {
-        return Err(format!(
-            "no reference plugins in {} (apt-get install containernetworking-plugins)",
-            args.reference_dir.display()
-        ));
+    if let Some(dir) = reference_dir {
+        if !dir.join("bridge").is_file() {
+            return Err(format!(
+                "no reference plugins in {} (apt-get install containernetworking-plugins)",
+                dir.display()
+            ));
+        }
     }
     Ok(Plugins {
         cnikit_bin,
-        reference_dir: args.reference_dir.clone(),
+        reference_dir: reference_dir.map_or_else(PathBuf::new, Path::to_path_buf),
     })
 }
 
@@ -139,14 +176,14 @@ fn prepare_out_dir(out: &Path) -> Result<PathBuf, String> {
     Ok(abs)
 }
 
-fn progress(total: u64, quiet: bool) -> ProgressBar {
+fn progress(total: u64, quiet: bool, unit: &str) -> ProgressBar {
     if quiet {
         return ProgressBar::hidden();
     }
     let pb = ProgressBar::new(total);
-    let style = ProgressStyle::with_template(
-        "{spinner} [{elapsed_precise}] {bar:40.cyan/blue} {pos}/{len} pods  {msg}",
-    );
+    let style = ProgressStyle::with_template(&format!(
+        "{{spinner}} [{{elapsed_precise}}] {{bar:40.cyan/blue}} {{pos}}/{{len}} {unit}  {{msg}}"
+    ));
     if let Ok(style) = style {
         pb.set_style(style);
     }

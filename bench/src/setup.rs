@@ -2,6 +2,7 @@
 //! runtime code (src/runtime, as `cnikit net` runs it) over two plugin sets,
 //! and the kernel floor that does the attach work in-process.
 
+use crate::daemon;
 use crate::sandbox::STATE;
 use cnikit::netlink::{BridgePort, BridgeSpec, NetNs, Netlink, Route, VethSpec};
 use cnikit::runtime::{Attachment, ConfList, Runtime};
@@ -91,7 +92,7 @@ impl Setup {
         match imp {
             Impl::Floor => Floor::new().map(Setup::Floor),
             Impl::CnikitDaemon => {
-                start_daemon(&plugins.cnikit_bin)?;
+                daemon::start(&plugins.cnikit_bin, None)?;
                 Chain::new(variant, imp, plugins).map(|c| Setup::Chain(Box::new(c)))
             }
             Impl::Cnikit | Impl::Reference => {
@@ -138,8 +139,8 @@ pub fn conflist(variant: Variant, imp: Impl) -> Value {
     let ipam = match imp {
         Impl::Reference => json!({"type": "host-local", "dataDir": format!("{STATE}/host-local"),
             "ranges": [[{"subnet": format!("10.{net}.0.0/16")}]]}),
-        Impl::CnikitDaemon => json!({"type": "ipamd", "dataDir": DAEMON_DATA_DIR,
-            "socket": DAEMON_SOCKET,
+        Impl::CnikitDaemon => json!({"type": "ipamd", "dataDir": daemon::DATA_DIR,
+            "socket": daemon::SOCKET,
             "ranges": [[{"subnet": format!("10.{net}.0.0/16")}]]}),
         _ => json!({"type": "ipamd", "dataDir": format!("{STATE}/ipamd"),
             // Nothing listens there: the embedded store, no daemon.
@@ -306,61 +307,4 @@ fn floor_address(n: u64) -> Result<IpNet, String> {
     let host = (n % 65000) as u32 + 2;
     let addr = Ipv4Addr::from(u32::from(Ipv4Addr::new(10, 84, 0, 0)) + host);
     IpNet::new(IpAddr::V4(addr), 16).map_err(|e| e.to_string())
-}
-
-// ------------------------------------------------------------ the daemon
-
-/// `cnikit ipamd daemon` of the cnikit-daemon set: on the default socket, the
-/// one the plugins' firewall operations go to without `daemonSocket`.
-const DAEMON_SOCKET: &str = "/run/cnikit/ipamd.sock";
-const DAEMON_DATA_DIR: &str = "/run/cnikit-bench/ipamd-daemon";
-
-static DAEMON: std::sync::Mutex<Option<std::process::Child>> = std::sync::Mutex::new(None);
-
-/// Start the daemon (once) inside the sandbox and wait until it accepts.
-fn start_daemon(cnikit: &Path) -> Result<(), String> {
-    use std::os::unix::process::CommandExt;
-    let mut slot = DAEMON.lock().unwrap_or_else(|e| e.into_inner());
-    if slot.is_some() {
-        return Ok(());
-    }
-    let mut cmd = std::process::Command::new(cnikit);
-    cmd.args(["ipamd", "daemon", "--log-level", "warn", "--socket"])
-        .arg(DAEMON_SOCKET)
-        .arg("--data-dir")
-        .arg(DAEMON_DATA_DIR)
-        .stdin(std::process::Stdio::null())
-        .stdout(std::process::Stdio::null());
-    // SAFETY: prctl in the child before exec; async-signal-safe.
-    unsafe {
-        cmd.pre_exec(|| {
-            // Dies with the benchmark, even on SIGKILL.
-            libc::prctl(libc::PR_SET_PDEATHSIG, libc::SIGKILL);
-            Ok(())
-        });
-    }
-    let child = cmd
-        .spawn()
-        .map_err(|e| format!("starting cnikit ipamd daemon: {e}"))?;
-    *slot = Some(child);
-    let deadline = std::time::Instant::now() + std::time::Duration::from_secs(10);
-    while std::os::unix::net::UnixStream::connect(DAEMON_SOCKET).is_err() {
-        if std::time::Instant::now() > deadline {
-            return Err(format!(
-                "cnikit ipamd daemon never listened on {DAEMON_SOCKET}"
-            ));
-        }
-        std::thread::sleep(std::time::Duration::from_millis(20));
-    }
-    Ok(())
-}
-
-/// Stop the daemon, if one was started.
-pub fn stop_daemon() {
-    let mut slot = DAEMON.lock().unwrap_or_else(|e| e.into_inner());
-    if let Some(mut child) = slot.take() {
-        // SAFETY: kill(2) on our own child's pid.
-        unsafe { libc::kill(child.id() as libc::pid_t, libc::SIGTERM) };
-        let _ = child.wait();
-    }
 }
