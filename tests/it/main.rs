@@ -27,6 +27,7 @@ mod cli;
 #[cfg(feature = "fault-injection")]
 mod fault;
 mod firewall;
+mod firewall_churn;
 mod firewall_lock;
 mod harness;
 mod ipamd;
