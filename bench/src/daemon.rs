@@ -101,8 +101,9 @@ pub struct Restarted {
     pub status: String,
 }
 
-/// Stop the daemon with `signal` and start a new one like it.
-pub fn restart(signal: libc::c_int) -> Result<Restarted, String> {
+/// Stop the daemon with `signal` and, `pause` after it was reaped, start a
+/// new one like it.
+pub fn restart(signal: libc::c_int, pause: Duration) -> Result<Restarted, String> {
     let mut slot = slot();
     let Some(mut old) = slot.take() else {
         return Err("no daemon to restart".into());
@@ -110,6 +111,7 @@ pub fn restart(signal: libc::c_int) -> Result<Restarted, String> {
     let t0 = Instant::now();
     let status = kill_and_wait(&mut old.child, signal)?;
     let exit = t0.elapsed();
+    std::thread::sleep(pause);
     let new = spawn(&old.cnikit, old.log.as_deref())?;
     let new_pid = new.child.id();
     *slot = Some(new);

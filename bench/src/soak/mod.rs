@@ -34,6 +34,11 @@ pub struct SoakArgs {
     /// SIGTERM and SIGKILL take turns, SIGTERM first.
     #[arg(long, default_value_t = 1000)]
     pub restart_every: u64,
+    /// Keep the daemon down this long at each restart, so that plugin calls
+    /// run in-process for a while (and some still do when the new daemon
+    /// starts serving); 0: restart at once.
+    #[arg(long, default_value_t = 0)]
+    pub down_ms: u64,
     /// Retries of a failed DEL, as a runtime re-issues it (each failed
     /// attempt is still counted as a failure).
     #[arg(long, default_value_t = 3)]
@@ -261,7 +266,8 @@ fn monitor(
         if args.restart_every > 0 && done >= next_restart && next_restart < args.cycles {
             let last = take();
             let kill = restarts.len() % 2 == 1;
-            restarts.push(restart(sh, &last, kill));
+            let pause = Duration::from_millis(args.down_ms);
+            restarts.push(restart(sh, &last, kill, pause));
             samples.push(last);
             next_restart += args.restart_every;
         }
@@ -280,7 +286,7 @@ fn monitor(
     (samples, restarts)
 }
 
-fn restart(sh: &Shared, last: &Sample, kill: bool) -> Restart {
+fn restart(sh: &Shared, last: &Sample, kill: bool, pause: Duration) -> Restart {
     let (signal, name) = if kill {
         (libc::SIGKILL, "SIGKILL")
     } else {
@@ -300,7 +306,7 @@ fn restart(sh: &Shared, last: &Sample, kill: bool) -> Restart {
         ipam_served: last.ipam_served,
         fw_served: last.fw_served,
     };
-    match daemon::restart(signal) {
+    match daemon::restart(signal, pause) {
         Ok(x) => {
             r.new_pid = Some(x.new_pid);
             r.exit_ms = x.exit.as_secs_f64() * 1000.0;

@@ -146,7 +146,7 @@ impl Ctx<'_> {
                     });
             }
         }
-        if restart_legend || series.len() > 1 {
+        if (restart_legend && !self.restarts.is_empty()) || series.len() > 1 {
             chart
                 .configure_series_labels()
                 .position(SeriesLabelPosition::UpperRight)

@@ -162,14 +162,25 @@ impl Report<'_> {
             .count();
         let _ = writeln!(
             t,
-            "soak: {} of {} cycles, {} workers, daemon restarted every {} cycles \
-             ({} restarts: {} SIGTERM, {kills} SIGKILL){}",
+            "soak: {} of {} cycles, {} workers, {}{}",
             f.cycles_done,
             a.cycles,
             a.workers,
-            a.restart_every,
-            self.restarts.len(),
-            self.restarts.len() - kills,
+            if a.restart_every == 0 {
+                "daemon never restarted".to_string()
+            } else {
+                format!(
+                    "daemon restarted every {} cycles ({} restarts: {} SIGTERM, {kills} SIGKILL{})",
+                    a.restart_every,
+                    self.restarts.len(),
+                    self.restarts.len() - kills,
+                    if a.down_ms > 0 {
+                        format!(", kept down {} ms each", a.down_ms)
+                    } else {
+                        String::new()
+                    }
+                )
+            },
             if self.interrupted {
                 " — INTERRUPTED"
             } else {
