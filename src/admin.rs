@@ -1,5 +1,7 @@
-//! Admin commands (clap): install, version, ipamd daemon/leases/fsck. Never on
+//! Admin commands (clap): install, version, ipamd daemon/leases/fsck/pool. Never on
 //! the plugin path.
+
+mod pool;
 
 use crate::cni::Version;
 use crate::plugins;
@@ -61,6 +63,14 @@ enum IpamdCmd {
         /// Also accept clients of this group id (root is always accepted).
         #[arg(long)]
         allowed_gid: Option<u32>,
+        /// Cluster pools in etcd (--etcd-endpoints, --node, …).
+        #[command(flatten)]
+        cluster: pool::DaemonClusterArgs,
+    },
+    /// Cluster-wide address pools in etcd: create, show, delete, release-node.
+    Pool {
+        #[command(subcommand)]
+        command: pool::PoolCmd,
     },
     /// List leases, from the daemon or, if none runs, from the store files.
     Leases {
@@ -141,6 +151,7 @@ fn ipamd(command: IpamdCmd) -> Result<(), String> {
             reclaim_previous_boot,
             log_level,
             allowed_gid,
+            cluster,
         } => ipamd::daemon::run(ipamd::daemon::DaemonOptions {
             socket,
             data_dir,
@@ -151,8 +162,10 @@ fn ipamd(command: IpamdCmd) -> Result<(), String> {
             // netfilter socket never closes (see firewall/service.rs).
             services: ipamd::service::Services::new()
                 .with(crate::firewall::service::Firewall::default()),
+            cluster: cluster.options()?,
         })
         .map_err(|e| e.to_string()),
+        IpamdCmd::Pool { command } => pool::run(command),
         IpamdCmd::Leases {
             network,
             json,

@@ -194,6 +194,7 @@ fn start_daemon(sock: &Path, data: &Path) -> Result<DaemonHandle, String> {
         log_level: "error".into(),
         allowed_gid: (uid != 0).then_some(gid),
         services: ipamd::service::Services::new(),
+        cluster: None,
     })
     .map_err(|e| format!("starting the daemon: {e}"))
 }
@@ -203,6 +204,7 @@ fn request(network: &str, cid: &str, sets: &[RangeSet]) -> AllocateRequest {
         key: key(network, cid),
         range_sets: sets.to_vec(),
         requested: Vec::new(),
+        pools: Vec::new(),
     }
 }
 

@@ -24,6 +24,10 @@ pub struct AllocateRequest {
     /// at most one per range set, each inside one of the range sets.
     #[serde(default)]
     pub requested: Vec<IpAddr>,
+    /// Cluster pools (`ipam.pool`/`ipam.pools`) instead of range sets: one address from
+    /// each, out of this node's blocks; only the daemon serves these.
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub pools: Vec<String>,
 }
 
 /// One allocated address.
@@ -118,6 +122,9 @@ pub struct GcResponse {
 pub struct StatusRequest {
     pub network: String,
     pub range_sets: Vec<RangeSet>,
+    /// Cluster pools, as in [`AllocateRequest::pools`].
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub pools: Vec<String>,
 }
 
 #[derive(Debug, Clone, Serialize, Deserialize)]

@@ -29,6 +29,8 @@ pub struct DaemonOptions {
     pub allowed_gid: Option<u32>,
     /// Typed services besides the lease API, under `POST /v1/ext/<name>.<op>`.
     pub services: Services,
+    /// Join the cluster pools in etcd (`--etcd-endpoints`, `--node`).
+    pub cluster: Option<crate::cluster::ClusterOptions>,
 }
 
 impl Default for DaemonOptions {
@@ -40,6 +42,7 @@ impl Default for DaemonOptions {
             log_level: "info".into(),
             allowed_gid: None,
             services: Services::new(),
+            cluster: None,
         }
     }
 }
@@ -165,6 +168,7 @@ struct Prepared {
     bound_path: Option<PathBuf>,
     registry: Arc<Registry>,
     services: Services,
+    cluster: Option<crate::cluster::ClusterOptions>,
     _instance_lock: File,
 }
 
@@ -235,6 +239,7 @@ fn prepare(opts: DaemonOptions, store_opts: StoreOptions) -> Result<Prepared, Er
         bound_path,
         registry,
         services: opts.services,
+        cluster: opts.cluster,
         _instance_lock: instance_lock,
     })
 }
@@ -249,6 +254,9 @@ impl Prepared {
         let res = rt.block_on(async {
             let listener = tokio::net::UnixListener::from_std(self.listener)
                 .map_err(|e| Error::io("registering the listener", &e))?;
+            if let Some(c) = self.cluster {
+                server::start_cluster(&self.registry, c).await?;
+            }
             systemd::notify("READY=1");
             log_at!(Level::Info, "ready");
             server::serve(

@@ -11,6 +11,7 @@
 //! - [`daemon`]: `cnikit ipamd daemon`.
 //! - [`service`]: typed services the daemon hosts besides the lease API, each with its own
 //!   request, response, error and permission check (cnikit's firewall is one).
+//! - [`cluster`]: cluster-wide pools in etcd: `pool` commands and the daemon's blocks.
 //! - [`fsck`]: `cnikit ipamd fsck`: find damage in the store's files and salvage what is valid.
 //! - internal: `addr` (address arithmetic), `files` (modes, no links, root-owned dirs), `pool` (range arithmetic), `journal`
 //!   (checksummed records), `snapshot` (checksummed state), `store` (one network's state under a flock), `server` (HTTP over
@@ -20,6 +21,7 @@ mod addr;
 pub mod api;
 pub mod attachment;
 pub mod client;
+pub mod cluster;
 pub mod config;
 pub mod daemon;
 mod error;

@@ -50,6 +50,7 @@ pub(crate) fn req(net: &str, cid: &str, range_sets: &[RangeSet]) -> AllocateRequ
         key: key(net, cid),
         range_sets: range_sets.to_vec(),
         requested: vec![],
+        pools: vec![],
     }
 }
 

@@ -83,6 +83,8 @@ pub const KEYS: &[&str] = &[
     "options",
     "pciID",
     "plugins",
+    "pool",
+    "pools",
     "portIsolation",
     "portMappings",
     "preserveDefaultVlan",

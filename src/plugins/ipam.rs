@@ -29,6 +29,8 @@ impl Call {
         if let Some(ranges) = req.conf.runtime_config("ipRanges") {
             if ranges.as_array().is_some_and(|a| !a.is_empty()) {
                 conf.range_sets = IpamConfig::ranges_from_json(ranges)?;
+                // The runtime's ranges replace the configured ones, pools included.
+                conf.pools.clear();
             }
         }
         if req.conf.name.is_empty() {
@@ -56,6 +58,7 @@ impl Call {
         };
         let conf = IpamConfig {
             range_sets: Vec::new(),
+            pools: Vec::new(),
             routes: Vec::new(),
             data_dir: path("dataDir", ipamd::config::DEFAULT_DATA_DIR),
             socket: path("socket", ipamd::config::DEFAULT_SOCKET),
@@ -83,6 +86,7 @@ impl Plugin for Ipamd {
             key: req.attachment(),
             range_sets: call.conf.range_sets.clone(),
             requested: requested_ips(req)?,
+            pools: call.conf.pools.clone(),
         })?;
         Ok(CniResult {
             interfaces: Vec::new(),
@@ -156,9 +160,12 @@ impl Plugin for Ipamd {
     fn status(&self, req: &Request) -> Result<(), Error> {
         let call = Call::new(req)?;
         let sets: &[RangeSet] = &call.conf.range_sets;
-        call.client
-            .status(&call.network, sets)
-            .map_err(|e| Error::new(Code::NotAvailable, e.to_string()))
+        let status = if call.conf.pools.is_empty() {
+            call.client.status(&call.network, sets)
+        } else {
+            call.client.status_pools(&call.network, &call.conf.pools)
+        };
+        status.map_err(|e| Error::new(Code::NotAvailable, e.to_string()))
     }
 
     // ---------------------------------------------------------------- GC
@@ -234,6 +241,8 @@ mod tests {
             &[
                 "subnet",
                 "ranges",
+                "pool",
+                "pools",
                 "routes",
                 "dataDir",
                 "socket",

@@ -51,10 +51,45 @@ impl Client {
             "/v1/allocate",
             Some(req),
             |r: AllocateResponse| r.allocations,
-            || match self.local(&req.key.network, Op::Allocate(req.clone()))? {
-                Reply::Allocations(a) => Ok(a),
-                other => Err(unexpected(&other)),
+            || {
+                if !req.pools.is_empty() {
+                    return Err(self.pools_need_daemon(&req.pools));
+                }
+                match self.local(&req.key.network, Op::Allocate(req.clone()))? {
+                    Reply::Allocations(a) => Ok(a),
+                    other => Err(unexpected(&other)),
+                }
             },
+        )
+    }
+
+    /// A cluster pool's blocks are known only to the daemon (it holds them in etcd): without
+    /// it, allocating could hand out an address of another node's block.
+    fn pools_need_daemon(&self, pools: &[String]) -> Error {
+        Error::new(
+            ErrorKind::Unavailable,
+            format!(
+                "cluster pool(s) {} need the ipamd daemon, and none answers at {}: start `cnikit ipamd daemon --etcd-endpoints … --node …` (or its systemd unit), then retry",
+                pools.join(", "),
+                self.daemon.socket().display()
+            ),
+        )
+    }
+
+    /// STATUS of cluster pools: Ok while the daemon can serve an ADD from each of them.
+    pub fn status_pools(&self, network: &str, pools: &[String]) -> Result<(), Error> {
+        crate::attachment::check_network(network)?;
+        let req = StatusRequest {
+            network: network.to_string(),
+            range_sets: Vec::new(),
+            pools: pools.to_vec(),
+        };
+        self.call(
+            "POST",
+            "/v1/status",
+            Some(&req),
+            |_: serde_json::Value| (),
+            || Err(self.pools_need_daemon(pools)),
         )
     }
 
@@ -103,6 +138,7 @@ impl Client {
         let req = StatusRequest {
             network: network.to_string(),
             range_sets: range_sets.to_vec(),
+            pools: Vec::new(),
         };
         self.call(
             "POST",

@@ -68,6 +68,9 @@ pub struct IpamConfig {
     /// May be empty: the runtime can supply the ranges through `runtimeConfig.ipRanges`.
     /// The store refuses an allocation without any range set.
     pub range_sets: Vec<RangeSet>,
+    /// Cluster pools (`pool`, or `pools` for one address from each) instead of ranges:
+    /// their addresses come from this node's blocks, held by the daemon in etcd.
+    pub pools: Vec<String>,
     pub routes: Vec<RouteSpec>,
     pub data_dir: PathBuf,
     pub socket: PathBuf,
@@ -102,6 +105,12 @@ impl IpamConfig {
             sets.extend(parse_range_sets(ranges, "ipam.ranges")?);
         }
         let range_sets = validate::validate_sets(sets)?;
+        let pools = parse_pools(obj)?;
+        if !pools.is_empty() && !range_sets.is_empty() {
+            return Err(Error::invalid(
+                "ipam.pool/ipam.pools and ipam.subnet/ipam.ranges are exclusive: a cluster pool replaces the ranges",
+            ));
+        }
 
         let routes = match obj.get("routes").filter(|v| !v.is_null()) {
             Some(v) => parse_routes(v)?,
@@ -110,6 +119,7 @@ impl IpamConfig {
 
         Ok(IpamConfig {
             range_sets,
+            pools,
             routes,
             data_dir: opt_path(ipam, "dataDir")?.unwrap_or_else(|| DEFAULT_DATA_DIR.into()),
             socket: opt_path(ipam, "socket")?.unwrap_or_else(|| DEFAULT_SOCKET.into()),
@@ -122,6 +132,36 @@ impl IpamConfig {
     pub fn ranges_from_json(v: &Value) -> Result<Vec<RangeSet>, Error> {
         let sets = parse_range_sets(v, "runtimeConfig.ipRanges")?;
         validate::validate_sets(sets)
+    }
+}
+
+/// `pool` (one name) or `pools` (a list, one address from each), never both.
+fn parse_pools(obj: &serde_json::Map<String, Value>) -> Result<Vec<String>, Error> {
+    let name = |v: &Value, path: &str| -> Result<String, Error> {
+        let s = v
+            .as_str()
+            .ok_or_else(|| Error::invalid(format!("{path} must be a pool name, got {v}")))?;
+        crate::attachment::check_network(s)
+            .map_err(|e| Error::invalid(format!("{path} {s:?}: {}", e.message())))?;
+        Ok(s.to_string())
+    };
+    let one = obj.get("pool").filter(|v| !v.is_null());
+    let many = obj.get("pools").filter(|v| !v.is_null());
+    match (one, many) {
+        (Some(_), Some(_)) => Err(Error::invalid(
+            "ipam.pool and ipam.pools are exclusive: use pools for more than one",
+        )),
+        (Some(v), None) => Ok(vec![name(v, "ipam.pool")?]),
+        (None, Some(v)) => {
+            let list = parse_list(v, "ipam.pools", "a list of pool names", |p, path| {
+                name(p, &path)
+            })?;
+            if list.is_empty() {
+                return Err(Error::invalid("ipam.pools is empty"));
+            }
+            Ok(list)
+        }
+        (None, None) => Ok(Vec::new()),
     }
 }
 

@@ -359,3 +359,17 @@ fn resolv_conf_only_from_bounded_regular_files() {
         );
     }
 }
+
+#[test]
+fn cluster_pools_replace_ranges() {
+    let c = IpamConfig::from_json(&json!({"type": "ipamd", "pool": "v4pool"})).unwrap();
+    assert_eq!(c.pools, vec!["v4pool".to_string()]);
+    assert!(c.range_sets.is_empty());
+    let c = IpamConfig::from_json(&json!({"pools": ["v4pool", "v6pool"]})).unwrap();
+    assert_eq!(c.pools.len(), 2);
+    assert!(err(json!({"pool": "p", "subnet": "10.0.0.0/24"})).contains("exclusive"));
+    assert!(err(json!({"pool": "p", "pools": ["q"]})).contains("exclusive"));
+    assert!(err(json!({"pools": []})).contains("ipam.pools is empty"));
+    assert!(err(json!({"pool": "a/b"})).starts_with("ipam.pool \"a/b\""));
+    assert!(err(json!({"pools": [1]})).starts_with("ipam.pools[0] must be a pool name"));
+}

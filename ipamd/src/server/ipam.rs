@@ -148,6 +148,9 @@ async fn leases(r: Arc<Registry>, network: Option<String>) -> Result<LeasesRespo
 
 async fn allocate(r: Arc<Registry>, b: AllocateRequest) -> Result<AllocateResponse, Error> {
     b.key.validate()?;
+    if !b.pools.is_empty() {
+        return super::pools::allocate(r, b).await;
+    }
     let network = b.key.network.clone();
     match r.call(&network, Op::Allocate(b)).await? {
         Reply::Allocations(allocations) => Ok(AllocateResponse { allocations }),
@@ -186,6 +189,11 @@ async fn gc(r: Arc<Registry>, g: GcRequest) -> Result<GcResponse, Error> {
 
 async fn status(r: Arc<Registry>, s: StatusRequest) -> Result<serde_json::Value, Error> {
     crate::attachment::check_network(&s.network)?;
+    if !s.pools.is_empty() {
+        return super::pools::status(r, s)
+            .await
+            .map(|()| serde_json::json!({}));
+    }
     r.call(&s.network, Op::Status(s.range_sets))
         .await
         .map(|_| serde_json::json!({}))

@@ -4,6 +4,7 @@ mod conns;
 mod http;
 mod ipam;
 mod metrics;
+mod pools;
 mod registry;
 mod routes;
 
@@ -25,6 +26,7 @@ use crate::service::Services;
 
 use conns::Conns;
 
+pub(crate) use pools::start as start_cluster;
 pub(crate) use registry::Registry;
 #[cfg(test)]
 pub(crate) use registry::MAX_OPEN_STORES;

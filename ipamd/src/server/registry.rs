@@ -75,6 +75,8 @@ pub(crate) struct Registry {
     open: Arc<Mutex<Open>>,
     pub(crate) metrics: Metrics,
     pub(crate) allowed_gid: Option<u32>,
+    /// This node's cluster-pool state, when the daemon runs with --etcd-endpoints.
+    pub(crate) cluster: std::sync::OnceLock<Arc<crate::cluster::Node>>,
 }
 
 /// The outcome of one attempt to hand an op to a writer.
@@ -215,6 +217,7 @@ impl Registry {
             open: Arc::new(Mutex::new(Open::default())),
             metrics: Metrics::default(),
             allowed_gid,
+            cluster: std::sync::OnceLock::new(),
         }
     }
 

@@ -37,7 +37,8 @@ pub(crate) async fn handle(
     match (req.method().clone(), path.as_str()) {
         (Method::GET, "/healthz") => text(StatusCode::OK, "text/plain", "ok\n".into()),
         (Method::GET, "/metrics") => {
-            let body = reg.metrics.render(&reg.usage());
+            let mut body = reg.metrics.render(&reg.usage());
+            body.push_str(&super::pools::render(&reg));
             text(StatusCode::OK, "text/plain; version=0.0.4", body)
         }
         (

@@ -20,6 +20,7 @@ pub(super) fn daemon_opts(dir: &Path) -> DaemonOptions {
         log_level: "error".into(),
         allowed_gid: None,
         services: crate::service::Services::new(),
+        cluster: None,
     }
 }
 

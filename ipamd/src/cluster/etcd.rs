@@ -1,0 +1,319 @@
+//! The etcd client as the cluster code uses it: every call bounded by the configured
+//! timeout (etcd-client's own per-request timeout, and a tokio timeout around it in case
+//! connecting itself hangs), every failure an [`Error`] of kind `Unavailable` naming the
+//! operation, the key and the endpoints, and every call counted for /metrics.
+
+use std::sync::atomic::{AtomicU64, Ordering};
+use std::sync::Arc;
+use std::time::{Duration, Instant};
+
+use etcd_client::{
+    Certificate, Client, Compare, CompareOp, ConnectOptions, DeleteOptions, GetOptions, Identity,
+    KeyValue, PutOptions, TlsOptions, Txn, TxnOp,
+};
+
+use super::EtcdOptions;
+use crate::{Error, ErrorKind};
+
+/// Counters of etcd calls, shared with /metrics.
+#[derive(Debug, Default)]
+pub(crate) struct EtcdStats {
+    pub calls: AtomicU64,
+    pub errors: AtomicU64,
+    /// Sum of call latencies, microseconds.
+    pub latency_us: AtomicU64,
+    /// Calls that took at most 5, 10, 25, 50, 100, 250, 1000 ms (cumulative histogram).
+    pub buckets: [AtomicU64; 7],
+}
+
+pub(crate) const BUCKETS_MS: [u64; 7] = [5, 10, 25, 50, 100, 250, 1000];
+
+impl EtcdStats {
+    fn record(&self, took: Duration, ok: bool) {
+        self.calls.fetch_add(1, Ordering::Relaxed);
+        if !ok {
+            self.errors.fetch_add(1, Ordering::Relaxed);
+        }
+        let us = u64::try_from(took.as_micros()).unwrap_or(u64::MAX);
+        self.latency_us.fetch_add(us, Ordering::Relaxed);
+        for (b, limit) in self.buckets.iter().zip(BUCKETS_MS) {
+            if us <= limit * 1000 {
+                b.fetch_add(1, Ordering::Relaxed);
+            }
+        }
+    }
+}
+
+/// A connected (lazily: connecting never waits for a server) etcd client.
+#[derive(Clone)]
+pub(crate) struct Etcd {
+    client: Client,
+    timeout: Duration,
+    endpoints: String,
+    pub(crate) stats: Arc<EtcdStats>,
+}
+
+/// A condition of [`Etcd::create`].
+#[derive(Debug, Clone)]
+pub(crate) enum Guard {
+    /// The key exists and was created at this revision (not deleted and re-created since).
+    CreateRevision(String, i64),
+    /// The key exists and is attached to this lease (a node's live session).
+    Lease(String, i64),
+}
+
+/// One key read from etcd.
+#[derive(Debug, Clone)]
+pub(crate) struct Kv {
+    pub key: String,
+    pub value: Vec<u8>,
+    pub mod_revision: i64,
+    pub create_revision: i64,
+    pub lease: i64,
+}
+
+impl From<&KeyValue> for Kv {
+    fn from(kv: &KeyValue) -> Kv {
+        Kv {
+            key: String::from_utf8_lossy(kv.key()).into_owned(),
+            value: kv.value().to_vec(),
+            mod_revision: kv.mod_revision(),
+            create_revision: kv.create_revision(),
+            lease: kv.lease(),
+        }
+    }
+}
+
+impl Etcd {
+    /// Set up the client. Must run inside a tokio runtime. Fails only on bad options
+    /// (unreadable TLS files, malformed endpoints), never because etcd is down.
+    pub(crate) async fn connect(opts: &EtcdOptions) -> Result<Etcd, Error> {
+        if opts.endpoints.is_empty() {
+            return Err(Error::invalid("--etcd-endpoints is empty"));
+        }
+        let endpoints = opts.endpoints.join(",");
+        let mut co = ConnectOptions::new()
+            .with_connect_timeout(opts.timeout)
+            .with_timeout(opts.timeout)
+            // A dead member is noticed by the keep-alive and its calls go to the others.
+            .with_keep_alive(Duration::from_secs(5), opts.timeout)
+            // Without a leader a member cannot serve a linearizable call: fail fast (then
+            // the caller reports 11) instead of waiting out the timeout.
+            .with_require_leader(true);
+        if opts.ca_file.is_some() || opts.cert_file.is_some() {
+            co = co.with_tls(tls_options(opts)?);
+        }
+        let connect = Client::connect(opts.endpoints.clone(), Some(co));
+        let client = match tokio::time::timeout(opts.timeout, connect).await {
+            Ok(Ok(c)) => c,
+            Ok(Err(e)) => {
+                return Err(Error::invalid(format!(
+                    "etcd endpoints {endpoints}: {e} (expected URLs like http://10.0.0.1:2379)"
+                )))
+            }
+            Err(_) => {
+                return Err(unavailable(
+                    &endpoints,
+                    "connect",
+                    "",
+                    &format!("no answer within {:?}", opts.timeout),
+                ))
+            }
+        };
+        Ok(Etcd {
+            client,
+            timeout: opts.timeout,
+            endpoints,
+            stats: Arc::default(),
+        })
+    }
+
+    pub(crate) fn endpoints(&self) -> &str {
+        &self.endpoints
+    }
+
+    /// Run one call under the timeout, recording it.
+    async fn call<T>(
+        &self,
+        op: &str,
+        key: &str,
+        fut: impl std::future::Future<Output = Result<T, etcd_client::Error>>,
+    ) -> Result<T, Error> {
+        let started = Instant::now();
+        let res = match tokio::time::timeout(self.timeout, fut).await {
+            Ok(Ok(v)) => Ok(v),
+            Ok(Err(e)) => Err(unavailable(&self.endpoints, op, key, &e.to_string())),
+            Err(_) => Err(unavailable(
+                &self.endpoints,
+                op,
+                key,
+                &format!("no answer within {:?}", self.timeout),
+            )),
+        };
+        self.stats.record(started.elapsed(), res.is_ok());
+        res
+    }
+
+    /// The key's value, or None.
+    pub(crate) async fn get(&self, key: &str) -> Result<Option<Kv>, Error> {
+        let mut c = self.client.kv_client();
+        let resp = self.call("get", key, c.get(key, None)).await?;
+        Ok(resp.kvs().first().map(Kv::from))
+    }
+
+    /// Every key under `prefix`.
+    pub(crate) async fn list(&self, prefix: &str) -> Result<Vec<Kv>, Error> {
+        let mut c = self.client.kv_client();
+        let opts = GetOptions::new().with_prefix();
+        let resp = self.call("list", prefix, c.get(prefix, Some(opts))).await?;
+        Ok(resp.kvs().iter().map(Kv::from).collect())
+    }
+
+    /// Put `key` = `value`, attached to `lease` when not 0.
+    pub(crate) async fn put(&self, key: &str, value: Vec<u8>, lease: i64) -> Result<(), Error> {
+        let mut c = self.client.kv_client();
+        let opts = (lease != 0).then(|| PutOptions::new().with_lease(lease));
+        self.call("put", key, c.put(key, value, opts)).await?;
+        Ok(())
+    }
+
+    /// Create `key` only if it does not exist and every guard holds. Returns the revision
+    /// of the new key, or None when some condition failed.
+    pub(crate) async fn create(
+        &self,
+        key: &str,
+        value: Vec<u8>,
+        guards: &[Guard],
+    ) -> Result<Option<i64>, Error> {
+        let mut when = vec![Compare::create_revision(key, CompareOp::Equal, 0)];
+        for g in guards {
+            when.push(match g {
+                Guard::CreateRevision(k, rev) => {
+                    Compare::create_revision(k.as_str(), CompareOp::Equal, *rev)
+                }
+                Guard::Lease(k, lease) => Compare::lease(k.as_str(), CompareOp::Equal, *lease),
+            });
+        }
+        let txn = Txn::new()
+            .when(when)
+            .and_then(vec![TxnOp::put(key, value, None)]);
+        let mut c = self.client.kv_client();
+        let resp = self.call("create", key, c.txn(txn)).await?;
+        if !resp.succeeded() {
+            return Ok(None);
+        }
+        Ok(Some(resp.header().map(|h| h.revision()).unwrap_or(0)))
+    }
+
+    /// Replace `key` only if it was last changed at `mod_revision`. Returns the new mod
+    /// revision, or None when the key changed meanwhile (or is gone).
+    pub(crate) async fn replace(
+        &self,
+        key: &str,
+        mod_revision: i64,
+        value: Vec<u8>,
+    ) -> Result<Option<i64>, Error> {
+        let txn = Txn::new()
+            .when(vec![Compare::mod_revision(
+                key,
+                CompareOp::Equal,
+                mod_revision,
+            )])
+            .and_then(vec![TxnOp::put(key, value, None)]);
+        let mut c = self.client.kv_client();
+        let resp = self.call("replace", key, c.txn(txn)).await?;
+        if !resp.succeeded() {
+            return Ok(None);
+        }
+        let rev = resp.header().map(|h| h.revision()).unwrap_or(0);
+        Ok(Some(rev))
+    }
+
+    /// Delete `key` only if it was last changed at `mod_revision`; whether it was.
+    pub(crate) async fn delete_if(&self, key: &str, mod_revision: i64) -> Result<bool, Error> {
+        let txn = Txn::new()
+            .when(vec![Compare::mod_revision(
+                key,
+                CompareOp::Equal,
+                mod_revision,
+            )])
+            .and_then(vec![TxnOp::delete(key, None)]);
+        let mut c = self.client.kv_client();
+        let resp = self.call("delete", key, c.txn(txn)).await?;
+        Ok(resp.succeeded())
+    }
+
+    /// Delete `key` and everything under `key/` in one transaction, if `key` was last
+    /// changed at `mod_revision`.
+    pub(crate) async fn delete_tree_if(&self, key: &str, mod_revision: i64) -> Result<bool, Error> {
+        let txn = Txn::new()
+            .when(vec![Compare::mod_revision(
+                key,
+                CompareOp::Equal,
+                mod_revision,
+            )])
+            .and_then(vec![
+                TxnOp::delete(format!("{key}/"), Some(DeleteOptions::new().with_prefix())),
+                TxnOp::delete(key, None),
+            ]);
+        let mut c = self.client.kv_client();
+        let resp = self.call("delete", key, c.txn(txn)).await?;
+        Ok(resp.succeeded())
+    }
+
+    /// A new lease of `ttl` seconds; its ID.
+    pub(crate) async fn grant(&self, ttl: i64) -> Result<i64, Error> {
+        let mut c = self.client.lease_client();
+        let resp = self.call("lease grant", "", c.grant(ttl, None)).await?;
+        Ok(resp.id())
+    }
+
+    /// Renew `lease` once; false when etcd no longer knows it (expired).
+    pub(crate) async fn keep_alive(&self, lease: i64) -> Result<bool, Error> {
+        let mut c = self.client.lease_client();
+        let once = async move {
+            let (mut keeper, mut stream) = c.keep_alive(lease).await?;
+            keeper.keep_alive().await?;
+            let resp = stream.message().await?;
+            Ok(resp.map(|r| r.ttl() > 0).unwrap_or(false))
+        };
+        self.call("lease keep-alive", "", once).await
+    }
+}
+
+fn tls_options(opts: &EtcdOptions) -> Result<TlsOptions, Error> {
+    let read = |p: &std::path::Path, what: &str| {
+        std::fs::read(p).map_err(|e| Error::invalid(format!("{what} {}: {e}", p.display())))
+    };
+    let mut tls = TlsOptions::new();
+    if let Some(ca) = &opts.ca_file {
+        tls = tls.ca_certificate(Certificate::from_pem(read(ca, "--etcd-ca-file")?));
+    }
+    match (&opts.cert_file, &opts.key_file) {
+        (Some(cert), Some(key)) => {
+            tls = tls.identity(Identity::from_pem(
+                read(cert, "--etcd-cert-file")?,
+                read(key, "--etcd-key-file")?,
+            ));
+        }
+        (None, None) => {}
+        _ => {
+            return Err(Error::invalid(
+                "--etcd-cert-file and --etcd-key-file go together",
+            ))
+        }
+    }
+    Ok(tls)
+}
+
+fn unavailable(endpoints: &str, op: &str, key: &str, why: &str) -> Error {
+    let what = if key.is_empty() {
+        op.to_string()
+    } else {
+        format!("{op} {key}")
+    };
+    Error::new(
+        ErrorKind::Unavailable,
+        format!("etcd ({endpoints}) {what}: {why}; check that a quorum of etcd members is up and reachable"),
+    )
+}

@@ -1,0 +1,270 @@
+//! The daemon's background work for the pools, each a loop on the daemon's runtime that
+//! stops when the daemon's store is gone:
+//! - the session: grant a lease, put `/cnikit/nodes/<node>` on it, keep it alive every
+//!   third of the TTL, and grant a new one when etcd says it expired (after a partition);
+//!   on the first session, take back the blocks etcd records as this node's (a restart);
+//! - usage: every [`SYNC_EVERY`], count each owned block's leases in the local store and
+//!   write changed counts to the block records (compare-and-swap on their revision), and
+//!   give back blocks that stayed empty for --block-release-after.
+
+use std::sync::atomic::Ordering;
+use std::sync::{Arc, Weak};
+use std::time::{Duration, Instant};
+
+use super::admin::read_blocks;
+use super::node::{count_in, Binding, Node, Owned};
+use super::{block_key, node_key, BlockRecord, LocalStore, PREFIX};
+use crate::log::Level;
+use crate::{log_at, Error};
+
+/// How often usage counts are pushed (the issue allows 10 s for `inUse` to catch up).
+pub(crate) const SYNC_EVERY: Duration = Duration::from_secs(2);
+/// Retry pause after a failed session call.
+const SESSION_RETRY: Duration = Duration::from_millis(500);
+
+/// Start the loops; they hold the store only weakly.
+pub(crate) fn spawn<S: LocalStore>(node: Arc<Node>, store: Weak<S>) {
+    tokio::spawn(session_loop(Arc::clone(&node), store.clone()));
+    tokio::spawn(usage_loop(node, store));
+}
+
+async fn session_loop<S: LocalStore>(node: Arc<Node>, store: Weak<S>) {
+    let ttl = node.opts.session_ttl.as_secs().max(2);
+    let every = Duration::from_secs(ttl) / 3;
+    let mut adopted = false;
+    while store.strong_count() > 0 {
+        let ok = match renew(&node, ttl).await {
+            Ok(()) if !adopted => match adopt_all(&node).await {
+                Ok(n) => {
+                    adopted = true;
+                    log_at!(
+                        Level::Info,
+                        "node {}: joined etcd ({}), serving {n} block(s) it held before",
+                        node.name(),
+                        node.etcd.endpoints()
+                    );
+                    true
+                }
+                Err(e) => {
+                    log_at!(Level::Warn, "node {}: {e}", node.name());
+                    false
+                }
+            },
+            Ok(()) => true,
+            Err(e) => {
+                log_at!(Level::Warn, "node {}: session: {e}", node.name());
+                false
+            }
+        };
+        tokio::time::sleep(if ok { every } else { SESSION_RETRY }).await;
+    }
+}
+
+/// Keep the session alive, or start a new one.
+async fn renew(node: &Node, ttl: u64) -> Result<(), Error> {
+    let lease = node.session.load(Ordering::SeqCst);
+    if lease != 0 && node.etcd.keep_alive(lease).await? {
+        return Ok(());
+    }
+    if lease != 0 {
+        log_at!(
+            Level::Warn,
+            "node {}: etcd session {lease:x} expired (etcd was out of reach for more than its TTL); starting a new one",
+            node.name()
+        );
+        node.session.store(0, Ordering::SeqCst);
+    }
+    let lease = node
+        .etcd
+        .grant(i64::try_from(ttl).unwrap_or(i64::MAX))
+        .await?;
+    let value = serde_json::json!({
+        "node": node.name(),
+        "pid": std::process::id(),
+        "since": std::time::SystemTime::now()
+            .duration_since(std::time::UNIX_EPOCH)
+            .map(|d| d.as_secs())
+            .unwrap_or(0),
+    });
+    node.etcd
+        .put(
+            &node_key(node.name()),
+            value.to_string().into_bytes(),
+            lease,
+        )
+        .await?;
+    node.session.store(lease, Ordering::SeqCst);
+    Ok(())
+}
+
+/// Serve again every block etcd records as this node's, in every pool.
+async fn adopt_all(node: &Node) -> Result<usize, Error> {
+    let prefix = format!("{PREFIX}/pools/");
+    let mut pools = Vec::new();
+    for kv in node.etcd.list(&prefix).await? {
+        if let Some(name) = kv.key.strip_prefix(&prefix) {
+            if !name.contains('/') {
+                pools.push(name.to_string());
+            }
+        }
+    }
+    let mut n = 0;
+    for pool in pools {
+        let claimed = read_blocks(&node.etcd, &pool).await?;
+        let mut networks: Vec<&str> = claimed
+            .iter()
+            .filter(|c| c.record.node == node.name())
+            .map(|c| c.record.network.as_str())
+            .collect();
+        networks.sort_unstable();
+        networks.dedup();
+        for network in networks {
+            n += node.adopt(&node.binding(&pool, network), &claimed).await;
+        }
+    }
+    Ok(n)
+}
+
+async fn usage_loop<S: LocalStore>(node: Arc<Node>, store: Weak<S>) {
+    loop {
+        tokio::time::sleep(SYNC_EVERY).await;
+        let Some(store) = store.upgrade() else { return };
+        retry_limbo(&node).await;
+        for b in node.bindings() {
+            if let Err(e) = sync_binding(&node, &*store, &b).await {
+                log_at!(
+                    Level::Debug,
+                    "pool {} network {}: usage not pushed: {e}",
+                    b.pool,
+                    b.network
+                );
+            }
+        }
+    }
+}
+
+async fn sync_binding<S: LocalStore>(node: &Node, store: &S, b: &Binding) -> Result<(), Error> {
+    let addrs = store.addresses(&b.network).await?;
+    let snapshot: Vec<Owned> = b.blocks.read().await.clone();
+    let release_after = node.opts.block_release_after;
+    for o in snapshot {
+        let n = count_in(&o.cidr, &addrs);
+        if n == 0 {
+            let since = o.empty_since.unwrap_or_else(Instant::now);
+            set(b, &o.cidr, |x| x.empty_since = Some(since)).await;
+            if since.elapsed() >= release_after {
+                release(node, store, b, &o).await?;
+                continue;
+            }
+        } else {
+            set(b, &o.cidr, |x| x.empty_since = None).await;
+        }
+        if o.pushed == Some(n) {
+            continue;
+        }
+        let record = BlockRecord {
+            node: node.name().to_string(),
+            network: b.network.clone(),
+            in_use: n,
+        };
+        let key = block_key(&b.pool, &o.cidr);
+        let value = super::admin::encode(&record)?;
+        match node.etcd.replace(&key, o.mod_revision, value).await? {
+            Some(rev) => {
+                set(b, &o.cidr, |x| {
+                    x.mod_revision = rev;
+                    x.pushed = Some(n);
+                })
+                .await;
+            }
+            None => recheck(node, b, &o).await?,
+        }
+    }
+    Ok(())
+}
+
+/// The block record changed under us: take its new revision if it is still ours, or stop
+/// using the block if it is not (only `release-node --force` does that to a live node).
+async fn recheck(node: &Node, b: &Binding, o: &Owned) -> Result<(), Error> {
+    let key = block_key(&b.pool, &o.cidr);
+    let current = node.etcd.get(&key).await?;
+    let ours = current.as_ref().and_then(|kv| {
+        let r: BlockRecord = serde_json::from_slice(&kv.value).ok()?;
+        (r.node == node.name() && r.network == b.network).then_some(kv.mod_revision)
+    });
+    match ours {
+        Some(rev) => set(b, &o.cidr, |x| x.mod_revision = rev).await,
+        None => {
+            b.blocks.write().await.retain(|x| x.cidr != o.cidr);
+            node.counters.lost.fetch_add(1, Ordering::Relaxed);
+            log_at!(
+                Level::Error,
+                "pool {}: block {} is no longer this node's in etcd (release-node --force?); no new address comes from it, but its leases here stay until their pods are deleted",
+                b.pool,
+                o.cidr
+            );
+        }
+    }
+    Ok(())
+}
+
+async fn set(b: &Binding, cidr: &ipnet::IpNet, f: impl FnOnce(&mut Owned)) {
+    if let Some(x) = b.blocks.write().await.iter_mut().find(|x| x.cidr == *cidr) {
+        f(x);
+    }
+}
+
+/// Give an empty block back: out of service first (under the write lock, so no allocation
+/// is choosing in it), checked empty again, then deleted in etcd if unchanged. A delete
+/// whose outcome is unknown leaves the block in limbo: never used again, retried.
+async fn release<S: LocalStore>(
+    node: &Node,
+    store: &S,
+    b: &Binding,
+    o: &Owned,
+) -> Result<(), Error> {
+    {
+        let mut blocks = b.blocks.write().await;
+        let addrs = store.addresses(&b.network).await?;
+        if count_in(&o.cidr, &addrs) > 0 {
+            return Ok(());
+        }
+        let Some(pos) = blocks.iter().position(|x| x.cidr == o.cidr) else {
+            return Ok(());
+        };
+        let taken = blocks.remove(pos);
+        node.limbo_push(&b.pool, taken);
+    }
+    retry_limbo(node).await;
+    Ok(())
+}
+
+impl Node {
+    fn limbo_push(&self, pool: &str, o: Owned) {
+        self.limbo
+            .lock()
+            .unwrap_or_else(|e| e.into_inner())
+            .push((pool.to_string(), o));
+    }
+}
+
+/// Try to delete every block in limbo; keep the ones without a definite answer.
+async fn retry_limbo(node: &Node) {
+    let pending: Vec<(String, Owned)> =
+        std::mem::take(&mut *node.limbo.lock().unwrap_or_else(|e| e.into_inner()));
+    for (pool, o) in pending {
+        match node
+            .etcd
+            .delete_if(&block_key(&pool, &o.cidr), o.mod_revision)
+            .await
+        {
+            Ok(deleted) => {
+                if deleted {
+                    node.counters.releases.fetch_add(1, Ordering::Relaxed);
+                    log_at!(Level::Info, "pool {pool}: released empty block {}", o.cidr);
+                }
+            }
+            Err(_) => node.limbo_push(&pool, o),
+        }
+    }
+}
