@@ -1,0 +1,88 @@
+#!/bin/bash
+# Runs inside the booted Debian node (tests/systemd/run.sh): install the package and prove
+# the units under systemd. Prints "ok - …" / "FAIL - …" and ends with
+# "SYSTEMD-RESULT N passed, M failed"; exits non-zero on a failure.
+set -uo pipefail
+export PATH=/usr/sbin:/usr/bin:/sbin:/bin
+ok=0
+fail=0
+pass() { ok=$((ok + 1)); echo "ok - $*"; }
+bad() { fail=$((fail + 1)); echo "FAIL - $*"; }
+# t WHAT CMD...: passes if CMD succeeds; shows its output when it does not
+t() {
+  local what=$1; shift
+  if "$@" >/tmp/t.out 2>&1; then pass "$what"; else bad "$what"; sed 's/^/    /' /tmp/t.out | head -30; fi
+}
+teq() { if [ "$2" = "$3" ]; then pass "$1"; else bad "$1"; echo "    expected '$2', got '$3'"; fi; }
+prop() { systemctl show -p "$2" --value "$1"; }
+metric() { curl -s --unix-socket /run/cnikit/ipamd.sock http://x/metrics | grep -E "^$1" || true; }
+leases() { cnikit ipamd leases --network pods --json; }
+
+# ------------------------------------------------------------------ install
+t "dpkg -i next to containernetworking-plugins and podman" dpkg -i /root/cnikit.deb
+t "links in /opt/cni/bin" test "$(readlink /opt/cni/bin/bridge)" = cnikit
+t "links in /usr/lib/cni (Debian's runtimes look there)" test "$(readlink -f /usr/lib/cni/portmap)" = /opt/cni/bin/cnikit
+t "Debian's other plugins stay (host-device)" test -x /usr/lib/cni/host-device
+teq "ipamd.socket enabled" enabled "$(systemctl is-enabled ipamd.socket)"
+teq "ipamd.socket listening" active "$(systemctl is-active ipamd.socket)"
+teq "the daemon is not started before it is used" inactive "$(systemctl is-active ipamd.service)"
+t "the socket file is 0600 root" test "$(stat -c %a:%U /run/cnikit/ipamd.sock)" = 600:root
+
+# ------------------------------------------------------------------ first use
+mkdir -p /etc/cni/net.d
+cat >/etc/cni/net.d/10-pods.conflist <<'EOF'
+{"cniVersion": "1.0.0", "name": "pods", "plugins": [
+  {"type": "bridge", "bridge": "cni0", "isGateway": true, "ipMasq": true, "macspoofchk": true,
+   "ipam": {"type": "ipamd", "ranges": [[{"subnet": "10.88.0.0/24"}]], "routes": [{"dst": "0.0.0.0/0"}]}},
+  {"type": "portmap", "capabilities": {"portMappings": true}}]}
+EOF
+# pod<N> maps tcp 8080+N and udp 5350+N.
+maps() {
+  local n=${1#pod}
+  echo "{\"portMappings\":[{\"hostPort\":$((8080 + n)),\"containerPort\":80,\"protocol\":\"tcp\"},{\"hostPort\":$((5350 + n)),\"containerPort\":53,\"protocol\":\"udp\"}]}"
+}
+add() { ip netns add "$1" && cnikit net add pods "$1" --container-id "$1" --cap-args "$(maps "$1")"; }
+del() { cnikit net del pods "$1" --container-id "$1" && ip netns del "$1"; }
+t "first ADD (bridge ipMasq+macspoofchk, ipamd, portmap tcp+udp)" add pod1
+teq "socket activation: the first call started the daemon" active "$(systemctl is-active ipamd.service)"
+teq "Type=notify: the daemon said READY" running "$(prop ipamd.service SubState)"
+t "the daemon holds the lease" grep -q '"pod1"' <(leases)
+# ipamd_ext_requests_total{op="firewall.<op>",outcome="ok"} N for each firewall op served.
+firewall_ok() { metric 'ipamd_ext_requests_total\{op="firewall\.[a-z-]+",outcome="ok"\}' | awk '{s+=$2} END {print s+0}'; }
+firewall_not_ok() { metric 'ipamd_ext_requests_total\{op="firewall\.' | grep -v 'outcome="ok"' | awk '{s+=$2} END {print s+0}'; }
+t "the daemon applied the firewall changes (the hardening allows nftables)" test "$(firewall_ok)" -ge 3
+teq "every firewall request to the daemon was served" 0 "$(firewall_not_ok)"
+t "masquerade and port mappings are in nftables" bash -c 'nft -j list ruleset | grep -q pod1'
+t "no error in the daemon's journal" bash -c '! journalctl -u ipamd.service -p err --no-pager -q | grep .'
+
+# ------------------------------------------------------------------ crash
+addr1=$(leases | grep -o '10\.88\.0\.[0-9]*' | head -1)
+t "SIGKILL the daemon" systemctl kill -s KILL ipamd.service
+for _ in $(seq 50); do [ "$(prop ipamd.service NRestarts)" -ge 1 ] 2>/dev/null && break; sleep 0.2; done
+t "systemd restarts it (Restart=on-failure)" test "$(prop ipamd.service NRestarts)" -ge 1
+t "second ADD after the crash" add pod2
+teq "the daemon serves again" active "$(systemctl is-active ipamd.service)"
+t "the acknowledged lease survived ($addr1)" grep -q "$addr1" <(leases)
+addr2=$(leases | grep -o '10\.88\.0\.[0-9]*' | sort -u | grep -v "^$addr1\$" | head -1)
+t "the new pod got another address ($addr2)" test -n "$addr2"
+
+# ------------------------------------------------------------------ stopped
+t "systemctl stop ipamd.socket ipamd.service" systemctl stop ipamd.socket ipamd.service
+t "the socket file is gone" test ! -e /run/cnikit/ipamd.sock
+t "ADD in-process with the daemon stopped" add pod3
+t "DEL in-process with the daemon stopped" del pod3
+t "systemctl start ipamd.socket" systemctl start ipamd.socket
+t "DEL through the daemon again" del pod1
+t "DEL of the pod added before the crash" del pod2
+teq "no lease left" 0 "$(leases | grep -c '"address"')"
+t "no nft element of the pods left" bash -c '! nft -j list ruleset | grep -q "pod[123]"'
+
+# ------------------------------------------------------------------ remove
+t "dpkg -r cnikit" dpkg -r cnikit
+t "our links are gone" test ! -e /opt/cni/bin/bridge
+t "the unit files are gone" bash -c '! test -e /usr/lib/systemd/system/ipamd.socket && ! test -e /usr/lib/systemd/system/ipamd.service'
+t "Debian's plugins are back in /usr/lib/cni (diversions removed)" \
+  bash -c 'test -f /usr/lib/cni/bridge && ! test -L /usr/lib/cni/bridge && ! dpkg-divert --list | grep -q cnikit'
+
+echo "SYSTEMD-RESULT $ok passed, $fail failed"
+[ "$fail" = 0 ]

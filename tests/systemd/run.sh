@@ -1,0 +1,68 @@
+#!/usr/bin/env bash
+# The Debian package under a real systemd: boots a Debian 12 userland (mmdebstrap,
+# cached) with systemd as PID 1 in systemd-nspawn, in a network namespace of its own
+# (--private-network: nothing touches the machine's network), installs the package there
+# next to Debian's containernetworking-plugins and podman, and checks:
+#  - dpkg -i succeeds; the links are in /opt/cni/bin and /usr/lib/cni; ipamd.socket is
+#    enabled and listening, the daemon not yet started;
+#  - socket activation: the first plugin call starts the daemon (Type=notify: active only
+#    once it said READY), which serves the lease;
+#  - SIGKILL of the daemon: systemd restarts it and no acknowledged lease is lost;
+#  - the unit's hardening lets every firewall feature work in the daemon (bridge ipMasq,
+#    macspoofchk, portmap with a UDP mapping and its conntrack flush);
+#  - `systemctl stop` of socket and service: the plugins fall back to in-process cleanly;
+#  - dpkg -r removes the links and gives Debian's plugins their place back.
+# Usage: tests/systemd/run.sh [path/to/cnikit.deb]   (default: built by contrib/debian/build)
+set -euo pipefail
+cd "$(dirname "$0")/../.."
+[ "$(id -u)" = 0 ] || { echo "tests/systemd/run.sh: run as root" >&2; exit 1; }
+
+CACHE=/var/cache/cnikit-systemd
+ROOTFS_TAR=$CACHE/bookworm-systemd.tar
+DEB=${1:-}
+if [ -z "$DEB" ]; then
+  contrib/debian/build >/dev/null
+  DEB=$(ls -t target/debian/cnikit_*_amd64.deb | head -1)
+fi
+mkdir -p "$CACHE"
+if [ ! -f "$ROOTFS_TAR" ]; then
+  echo "systemd: building the Debian 12 userland once ($ROOTFS_TAR)"
+  mmdebstrap --variant=minbase \
+    --include=systemd,systemd-sysv,dbus,iproute2,nftables,containernetworking-plugins,podman \
+    --format=tar bookworm "$ROOTFS_TAR.tmp" http://deb.debian.org/debian >/dev/null
+  mv "$ROOTFS_TAR.tmp" "$ROOTFS_TAR"
+fi
+
+ROOT=$(mktemp -d /var/tmp/cnikit-systemd.XXXXXX)
+NSPAWN_PID=
+cleanup() {
+  [ -n "$NSPAWN_PID" ] && kill "$NSPAWN_PID" 2>/dev/null && wait "$NSPAWN_PID" 2>/dev/null
+  rm -rf "$ROOT"
+}
+trap cleanup EXIT
+tar -C "$ROOT" -xf "$ROOTFS_TAR"
+echo cnikit-node > "$ROOT/etc/hostname"
+cp "$DEB" "$ROOT/root/cnikit.deb"
+cp tests/systemd/guest.sh "$ROOT/root/guest.sh"
+
+# --register/--keep-unit: the machine running the tests need not run systemd itself.
+systemd-nspawn -q -D "$ROOT" --boot --private-network --register=no --keep-unit \
+  >"$CACHE/console.log" 2>&1 &
+NSPAWN_PID=$!
+
+# The container's init: the child of systemd-nspawn.
+INIT=
+for _ in $(seq 100); do
+  INIT=$(pgrep -P "$NSPAWN_PID" | head -1 || true)
+  [ -n "$INIT" ] && break
+  sleep 0.1
+done
+[ -n "$INIT" ] || { cat "$CACHE/console.log"; echo "systemd: the container did not start" >&2; exit 1; }
+in_node() { nsenter -t "$INIT" -a -- "$@"; }
+for _ in $(seq 600); do
+  state=$(in_node systemctl is-system-running 2>/dev/null || true)
+  case "$state" in running|degraded) break ;; esac
+  sleep 0.1
+done
+echo "systemd: booted ($state)"
+in_node /bin/bash /root/guest.sh
