@@ -24,6 +24,7 @@ macro_rules! without_and_with_daemon {
 
 mod bridge;
 mod cli;
+mod cluster;
 #[cfg(feature = "fault-injection")]
 mod fault;
 mod firewall;

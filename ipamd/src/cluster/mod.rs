@@ -143,23 +143,20 @@ pub(crate) trait LocalStore: Send + Sync + 'static {
 
 impl Node {
     /// The cluster's /metrics families (Prometheus text).
-    pub(crate) fn render_metrics(&self) -> String {
+    pub(crate) async fn render_metrics(&self) -> String {
         use std::fmt::Write;
         use std::sync::atomic::Ordering::Relaxed;
+        let owned = self.blocks_owned().await;
         let st = &self.etcd.stats;
         let mut out = String::new();
         let mut family = |name: &str, kind: &str, help: &str, value: String| {
             let _ = write!(out, "# HELP {name} {help}\n# TYPE {name} {kind}\n{value}");
         };
-        let node = &self.opts.node;
         family(
             "ipamd_cluster_blocks_owned",
             "gauge",
             "Pool blocks this node allocates from.",
-            format!(
-                "ipamd_cluster_blocks_owned{{node=\"{node}\"}} {}\n",
-                self.blocks_owned()
-            ),
+            format!("ipamd_cluster_blocks_owned {owned}\n"),
         );
         let c = &self.counters;
         for (name, help, v) in [

@@ -115,11 +115,12 @@ impl Node {
     }
 
     /// Blocks owned, over all pools (for /metrics).
-    pub(crate) fn blocks_owned(&self) -> usize {
-        self.bindings()
-            .iter()
-            .map(|b| b.blocks.try_read().map(|v| v.len()).unwrap_or(0))
-            .sum()
+    pub(crate) async fn blocks_owned(&self) -> usize {
+        let mut n = 0;
+        for b in self.bindings() {
+            n += b.blocks.read().await.len();
+        }
+        n
     }
 
     /// ADD from cluster pools: one address per pool, from this node's blocks, claiming a
@@ -247,7 +248,14 @@ impl Node {
         if b.generation.load(Ordering::SeqCst) != seen {
             return Ok(());
         }
-        let session = self.session.load(Ordering::SeqCst);
+        // Just started, or renewing after an expiry: the session loop is at it; wait for it
+        // as long as one etcd call may take.
+        let deadline = Instant::now() + self.opts.etcd.timeout;
+        let mut session = self.session.load(Ordering::SeqCst);
+        while session == 0 && Instant::now() < deadline {
+            tokio::time::sleep(std::time::Duration::from_millis(20)).await;
+            session = self.session.load(Ordering::SeqCst);
+        }
         if session == 0 {
             return Err(Error::new(
                 ErrorKind::Unavailable,
@@ -263,7 +271,10 @@ impl Node {
         let started = Instant::now();
         for _ in 0..16 {
             let claimed = read_blocks(&self.etcd, &b.pool).await?;
-            if self.adopt(b, &claimed).await > 0 {
+            // Blocks etcd says are ours come first; so does any block added meanwhile (the
+            // session loop adopts this node's blocks after a restart).
+            self.adopt(b, &claimed).await;
+            if b.generation.load(Ordering::SeqCst) != seen {
                 return Ok(());
             }
             let taken: HashSet<IpNet> = claimed.iter().map(|c| c.cidr).collect();

@@ -101,9 +101,9 @@ fn check(pools: &[String], range_sets: &[RangeSet]) -> Result<(), Error> {
 }
 
 /// The cluster part of /metrics (empty without a cluster).
-pub(super) fn render(reg: &Registry) -> String {
-    reg.cluster
-        .get()
-        .map(|n| n.render_metrics())
-        .unwrap_or_default()
+pub(super) async fn render(reg: &Registry) -> String {
+    match reg.cluster.get() {
+        Some(n) => n.render_metrics().await,
+        None => String::new(),
+    }
 }

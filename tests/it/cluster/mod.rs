@@ -1,0 +1,377 @@
+//! Cluster pools (issue #13) end to end: real etcd members (Debian's `etcd-server`) on
+//! 127.0.0.1 of the test namespace, and ipamd daemons as nodes, each with its own socket,
+//! data dir and node name, driven through the `ipamd` plugin and `cnikit ipamd pool`.
+//!
+//! - [`pool_cli`]: the pool commands, errors without a daemon, release-node rules;
+//! - [`nodes`]: three nodes sharing pools: blocks, usage counts, exhaustion, restart;
+//! - [`faults`]: etcd members and node daemons killed under concurrent ADDs, quorum loss.
+
+mod faults;
+mod nodes;
+mod pool_cli;
+
+use crate::support::*;
+use serde_json::{json, Value};
+use std::collections::BTreeMap;
+use std::io::{Read, Write};
+use std::net::{IpAddr, TcpStream};
+use std::path::PathBuf;
+use std::process::{Child, Command, Stdio};
+use std::sync::atomic::{AtomicU16, Ordering};
+use std::time::{Duration, Instant};
+
+/// Ports of the members of all tests (tests run in parallel in one namespace).
+static NEXT_PORT: AtomicU16 = AtomicU16::new(24000);
+
+/// One etcd member.
+struct Member {
+    name: String,
+    client: u16,
+    peer: u16,
+    dir: PathBuf,
+    child: Option<Child>,
+}
+
+/// An etcd cluster of `n` members, killed on drop.
+pub struct Etcd {
+    members: Vec<Member>,
+    initial: String,
+}
+
+impl Etcd {
+    pub fn start(env: &TestEnv, n: usize) -> Etcd {
+        let base = NEXT_PORT.fetch_add(2 * n as u16, Ordering::SeqCst);
+        let members: Vec<Member> = (0..n)
+            .map(|i| Member {
+                name: format!("m{i}"),
+                client: base + 2 * i as u16,
+                peer: base + 2 * i as u16 + 1,
+                dir: env.dir(&format!("etcd-m{i}")),
+                child: None,
+            })
+            .collect();
+        let initial = members
+            .iter()
+            .map(|m| format!("{}=http://127.0.0.1:{}", m.name, m.peer))
+            .collect::<Vec<_>>()
+            .join(",");
+        let mut etcd = Etcd { members, initial };
+        for i in 0..n {
+            etcd.spawn(i);
+        }
+        for i in 0..n {
+            etcd.wait_healthy(i);
+        }
+        etcd
+    }
+
+    fn spawn(&mut self, i: usize) {
+        let initial = self.initial.clone();
+        let m = &mut self.members[i];
+        let log = std::fs::File::create(m.dir.with_extension("log")).expect("etcd log");
+        let child = Command::new("etcd")
+            .args(["--name", &m.name, "--data-dir"])
+            .arg(m.dir.join("data"))
+            .arg(format!(
+                "--listen-client-urls=http://127.0.0.1:{}",
+                m.client
+            ))
+            .arg(format!(
+                "--advertise-client-urls=http://127.0.0.1:{}",
+                m.client
+            ))
+            .arg(format!("--listen-peer-urls=http://127.0.0.1:{}", m.peer))
+            .arg(format!(
+                "--initial-advertise-peer-urls=http://127.0.0.1:{}",
+                m.peer
+            ))
+            .arg(format!("--initial-cluster={initial}"))
+            .args([
+                "--initial-cluster-token",
+                &format!("t{}", self.members[0].peer),
+            ])
+            // Fast elections: the tests kill members and want a leader back quickly.
+            .args(["--heartbeat-interval", "50", "--election-timeout", "500"])
+            .stdin(Stdio::null())
+            .stdout(log.try_clone().expect("dup log"))
+            .stderr(log)
+            .spawn()
+            .expect("run etcd (apt-get install etcd-server)");
+        self.members[i].child = Some(child);
+    }
+
+    /// Until the member answers /health with a leader (30 s at most).
+    fn wait_healthy(&self, i: usize) {
+        let port = self.members[i].client;
+        let deadline = Instant::now() + Duration::from_secs(30);
+        while !health(port) {
+            assert!(
+                Instant::now() < deadline,
+                "etcd member {i} on port {port} not healthy within 30 s"
+            );
+            std::thread::sleep(Duration::from_millis(50));
+        }
+    }
+
+    /// `--etcd-endpoints` value: every member.
+    pub fn endpoints(&self) -> String {
+        self.members
+            .iter()
+            .map(|m| format!("http://127.0.0.1:{}", m.client))
+            .collect::<Vec<_>>()
+            .join(",")
+    }
+
+    /// SIGKILL member `i`.
+    pub fn kill(&mut self, i: usize) {
+        if let Some(mut c) = self.members[i].child.take() {
+            let _ = c.kill();
+            let _ = c.wait();
+        }
+    }
+
+    /// Start member `i` again on its data dir.
+    pub fn restart(&mut self, i: usize) {
+        self.spawn(i);
+    }
+
+    /// Wait until member `i` serves with a leader.
+    pub fn wait(&self, i: usize) {
+        self.wait_healthy(i);
+    }
+}
+
+impl Drop for Etcd {
+    fn drop(&mut self) {
+        for i in 0..self.members.len() {
+            self.kill(i);
+        }
+    }
+}
+
+/// GET /health of the member on `port`: true when it reports itself healthy.
+fn health(port: u16) -> bool {
+    let Ok(mut s) = TcpStream::connect(("127.0.0.1", port)) else {
+        return false;
+    };
+    let _ = s.set_read_timeout(Some(Duration::from_secs(2)));
+    let req = "GET /health HTTP/1.1\r\nHost: etcd\r\nConnection: close\r\n\r\n";
+    if s.write_all(req.as_bytes()).is_err() {
+        return false;
+    }
+    let mut out = String::new();
+    let _ = s.read_to_string(&mut out);
+    out.contains("\"health\":\"true\"")
+}
+
+/// `cnikit ipamd pool ARGS… --etcd-endpoints E`.
+pub fn pool(etcd: &str, args: &[&str]) -> std::process::Output {
+    let out = Command::new(cnikit_exe())
+        .args(["ipamd", "pool"])
+        .args(args)
+        .arg(format!("--etcd-endpoints={etcd}"))
+        .output()
+        .expect("run cnikit ipamd pool");
+    out
+}
+
+/// `pool ARGS` must succeed; its stdout.
+pub fn pool_ok(etcd: &str, args: &[&str]) -> String {
+    let out = pool(etcd, args);
+    assert!(
+        out.status.success(),
+        "cnikit ipamd pool {args:?} failed: {}{}",
+        String::from_utf8_lossy(&out.stdout),
+        String::from_utf8_lossy(&out.stderr)
+    );
+    String::from_utf8_lossy(&out.stdout).into_owned()
+}
+
+/// `pool show NAME --json`.
+pub fn show(etcd: &str, name: &str) -> Value {
+    serde_json::from_str(&pool_ok(etcd, &["show", name, "--json"])).expect("pool show --json")
+}
+
+/// One node: an ipamd daemon joined to etcd under `name`.
+pub struct Node {
+    pub name: String,
+    pub sock: PathBuf,
+    pub data: PathBuf,
+    extra: Vec<String>,
+    /// Behind a lock: a test kills and restarts it while client threads use the node.
+    daemon: std::sync::Mutex<Option<Daemon>>,
+}
+
+impl Node {
+    /// Start the node's daemon and wait until it serves.
+    pub fn start(env: &TestEnv, name: &str, etcd: &str, extra: &[&str]) -> Node {
+        let dir = env.dir(&format!("node-{name}"));
+        let mut extra: Vec<String> = extra.iter().map(|s| s.to_string()).collect();
+        extra.extend([format!("--etcd-endpoints={etcd}"), format!("--node={name}")]);
+        let n = Node {
+            name: name.to_string(),
+            sock: dir.join("ipamd.sock"),
+            data: dir.join("data"),
+            extra,
+            daemon: std::sync::Mutex::new(None),
+        };
+        n.restart();
+        n
+    }
+
+    /// (Re)start the daemon on the same socket, data dir and node name.
+    pub fn restart(&self) {
+        let extra: Vec<&str> = self.extra.iter().map(String::as_str).collect();
+        let d = Daemon::start(&self.sock, &self.data, &extra, &[]);
+        *lock(&self.daemon) = Some(d);
+    }
+
+    /// SIGKILL the daemon.
+    pub fn kill(&self) {
+        if let Some(mut d) = lock(&self.daemon).take() {
+            d.kill();
+        }
+    }
+
+    /// The `ipam` section for `pools` on this node.
+    pub fn ipam(&self, pools: &[&str]) -> Value {
+        let mut ipam = json!({"type": "ipamd", "socket": self.sock, "dataDir": self.data});
+        if let [one] = pools {
+            ipam["pool"] = json!(one);
+        } else {
+            ipam["pools"] = json!(pools);
+        }
+        ipam
+    }
+
+    /// A network config of the ipamd plugin alone.
+    pub fn conf(&self, network: &str, pools: &[&str]) -> Value {
+        json!({"cniVersion": "1.1.0", "name": network, "type": "ipamd", "ipam": self.ipam(pools)})
+    }
+
+    /// Run `command` (ADD, DEL, STATUS, CHECK) of the ipamd plugin for container `cid`.
+    pub fn call(&self, env: &TestEnv, command: &str, cid: &str, conf: &Value) -> Outcome {
+        let c = env.plugin("ipamd").conf(conf);
+        let c = if command == "STATUS" {
+            c.command("STATUS")
+        } else {
+            c.attach_at(command, cid, "/var/run/netns/cluster-test")
+        };
+        c.run()
+    }
+
+    /// Leases this node's store holds, address → container ID (the daemon answers, or
+    /// the store files do without it).
+    pub fn leases(&self) -> BTreeMap<IpAddr, String> {
+        let out = Command::new(cnikit_exe())
+            .args(["ipamd", "leases", "--json", "--socket"])
+            .arg(&self.sock)
+            .arg("--data-dir")
+            .arg(&self.data)
+            .output()
+            .expect("run cnikit ipamd leases");
+        assert!(
+            out.status.success(),
+            "{}",
+            String::from_utf8_lossy(&out.stderr)
+        );
+        let v: Value = serde_json::from_slice(&out.stdout).expect("leases --json");
+        v.as_array()
+            .expect("a list")
+            .iter()
+            .map(|l| {
+                (
+                    l["address"].as_str().unwrap().parse().unwrap(),
+                    l["containerId"].as_str().unwrap().to_string(),
+                )
+            })
+            .collect()
+    }
+
+    pub fn metric(&self, series: &str) -> u64 {
+        metric(&self.sock, series)
+    }
+}
+
+/// The addresses of an ADD result.
+pub fn addresses(result: &Value) -> Vec<ipnet::IpNet> {
+    result["ips"]
+        .as_array()
+        .expect("ips")
+        .iter()
+        .map(|ip| ip["address"].as_str().unwrap().parse().unwrap())
+        .collect()
+}
+
+/// Wait until `f` holds (at most `limit`); how long it took.
+pub fn eventually(limit: Duration, what: &str, mut f: impl FnMut() -> bool) -> Duration {
+    let t0 = Instant::now();
+    while !f() {
+        assert!(t0.elapsed() < limit, "{what}: not within {limit:?}");
+        std::thread::sleep(Duration::from_millis(100));
+    }
+    t0.elapsed()
+}
+
+/// Block CIDR → owning node, from `pool show`.
+pub fn owners(etcd: &str, pool: &str) -> BTreeMap<ipnet::IpNet, (String, u64)> {
+    show(etcd, pool)["blocks"]
+        .as_array()
+        .expect("blocks")
+        .iter()
+        .map(|b| {
+            (
+                b["cidr"].as_str().unwrap().parse().unwrap(),
+                (
+                    b["node"].as_str().unwrap().to_string(),
+                    b["inUse"].as_u64().unwrap(),
+                ),
+            )
+        })
+        .collect()
+}
+
+/// Every node's addresses of `pool` lie in blocks `pool show` gives to that node and no address is
+/// held by two nodes; the usage counts catch up with the leases within 10 s.
+pub fn assert_consistent(etcd: &str, pool: &str, nodes: &[&Node]) {
+    let mut seen: BTreeMap<IpAddr, String> = BTreeMap::new();
+    let blocks = owners(etcd, pool);
+    let cidr: ipnet::IpNet = show(etcd, pool)["cidr"].as_str().unwrap().parse().unwrap();
+    for n in nodes {
+        for (addr, cid) in n.leases() {
+            if !cidr.contains(&addr) {
+                continue; // another pool's
+            }
+            if let Some(other) = seen.insert(addr, n.name.clone()) {
+                panic!("{addr} is held on {other} and on {} ({cid})", n.name);
+            }
+            match blocks.iter().find(|(b, _)| b.contains(&addr)) {
+                Some((b, (node, _))) => assert_eq!(
+                    node, &n.name,
+                    "{addr} of {} lies in block {b} of node {node}",
+                    n.name
+                ),
+                None => panic!("{addr} of {} lies in no claimed block: {blocks:?}", n.name),
+            }
+        }
+    }
+    let t0 = Instant::now();
+    loop {
+        let wrong: Vec<String> = owners(etcd, pool)
+            .iter()
+            .filter_map(|(b, (node, in_use))| {
+                let held = seen.keys().filter(|a| b.contains(*a)).count() as u64;
+                (held != *in_use).then(|| format!("{b} of {node}: inUse {in_use}, leases {held}"))
+            })
+            .collect();
+        if wrong.is_empty() {
+            return;
+        }
+        assert!(
+            t0.elapsed() < Duration::from_secs(10),
+            "usage counts of pool {pool} did not catch up within 10 s: {}",
+            wrong.join("; ")
+        );
+        std::thread::sleep(Duration::from_millis(200));
+    }
+}
