@@ -13,6 +13,7 @@
 //!   request, response, error and permission check (cnikit's firewall is one).
 //! - [`cluster`]: cluster-wide pools in etcd: `pool` commands and the daemon's blocks.
 //! - [`fsck`]: `cnikit ipamd fsck`: find damage in the store's files and salvage what is valid.
+//! - [`fuzzing`]: entry points of the fuzz targets in `fuzz/`; not an API.
 //! - internal: `addr` (address arithmetic), `files` (modes, no links, root-owned dirs), `pool` (range arithmetic), `journal`
 //!   (checksummed records), `snapshot` (checksummed state), `store` (one network's state under a flock), `server` (HTTP over
 //!   the unix socket), `fault` (injected I/O failures for tests).
@@ -28,6 +29,7 @@ mod error;
 mod fault;
 mod files;
 pub mod fsck;
+pub mod fuzzing;
 mod journal;
 pub mod log;
 mod peer;

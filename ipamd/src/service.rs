@@ -86,13 +86,10 @@ impl<S: Service> Hosted for Host<S> {
             outcome: "invalid",
             ..refused(Refusal::Failed(400, S::malformed(msg)))
         };
-        let req: S::Request = match serde_json::from_slice(body) {
+        let req = match decode::<S>(op, body) {
             Ok(r) => r,
-            Err(e) => return invalid(format!("{op}: malformed request: {e}")),
+            Err(msg) => return invalid(msg),
         };
-        if S::op(&req) != op {
-            return invalid(format!("{op}: the body holds {}", S::op(&req)));
-        }
         if let Err(r) = self.0.permit(peer, &req) {
             return refused(r);
         }
@@ -105,6 +102,18 @@ impl<S: Service> Hosted for Host<S> {
             Err(r) => refused(r),
         }
     }
+}
+
+/// The request of `S` in `body`, which must be one that travels under `op`; the message
+/// says why not. Everything the server does with the bytes before the service's permission
+/// check (and what the `daemon_request` fuzz target runs).
+pub(crate) fn decode<S: Service>(op: &str, body: &[u8]) -> Result<S::Request, String> {
+    let req: S::Request =
+        serde_json::from_slice(body).map_err(|e| format!("{op}: malformed request: {e}"))?;
+    if S::op(&req) != op {
+        return Err(format!("{op}: the body holds {}", S::op(&req)));
+    }
+    Ok(req)
 }
 
 /// The services a daemon hosts, by name.

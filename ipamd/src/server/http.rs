@@ -25,7 +25,13 @@ pub(super) async fn body<B: DeserializeOwned>(
     req: Request<Incoming>,
 ) -> Result<B, (StatusCode, Error)> {
     let bytes = raw_body(req).await?;
-    serde_json::from_slice(&bytes).map_err(|e| {
+    decode(&bytes)
+}
+
+/// A lease API request body that has arrived whole; apart from the async read, this is all
+/// [`body`] does (and what the `daemon_request` fuzz target runs).
+pub(crate) fn decode<B: DeserializeOwned>(bytes: &[u8]) -> Result<B, (StatusCode, Error)> {
+    serde_json::from_slice(bytes).map_err(|e| {
         (
             StatusCode::BAD_REQUEST,
             Error::invalid(format!("malformed request body: {e}")),
