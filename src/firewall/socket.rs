@@ -7,8 +7,10 @@
 //! Why: closing one makes the kernel take the nftables commit mutex and wait
 //! until whatever any recent batch deleted is freed (an RCU grace period,
 //! ≈10 ms here), which stalls every nftables user of the netns. A plugin
-//! therefore closes its sockets only at exit, after its work and with no lock
-//! of ours held; the daemon never closes one.
+//! therefore holds its backend to the end of its call and closes its sockets
+//! last, after the rest of its work (a veth deletion's own grace period then
+//! covers most of the wait) and with no lock of ours held; the daemon never
+//! closes one.
 //!
 //! A call takes an idle socket of its namespace (or opens one) for itself
 //! and puts it back when done, so concurrent calls (the daemon's threads) do

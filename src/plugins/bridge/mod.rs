@@ -170,6 +170,10 @@ impl Plugin for Bridge {
     // ---------------------------------------------------------------- ADD
     fn add(&self, req: &Request) -> Result<CniResult, Error> {
         let conf = Conf::load(req)?;
+        // Held to the end of the call: dropping it closes its netfilter
+        // sockets, which waits for the kernel (see firewall/socket.rs); last
+        // is when that wait overlaps least with the work.
+        let fw = self.firewall(req, &conf);
         let trunk = conf.trunk_ids()?;
         let mac = requested_mac(req)?;
         let ns = open_netns(req.netns())?;
@@ -211,7 +215,6 @@ impl Plugin for Bridge {
                 })
             })
             .and_then(|r| {
-                let fw = self.firewall(req, &conf);
                 firewall::add(&*fw, req, &conf, &host_name, &mut cont, pair.peer_index, r)
             });
         attached
@@ -251,7 +254,10 @@ impl Plugin for Bridge {
         // Every step runs even if an earlier one failed, so one broken piece
         // (say, an unusable IPAM store) does not strand the others' state.
         let ipam = ipam_if_configured(req, Command::Del);
-        let rules = firewall::del(&*self.firewall(req, &conf), req, &conf);
+        // Held to the end (see ADD): its sockets close after the link is
+        // deleted, when the kernel's grace period has mostly passed already.
+        let fw = self.firewall(req, &conf);
+        let rules = firewall::del(&*fw, req, &conf);
         let ours = OwnLink {
             kind: "veth",
             bridge: Some(&conf.bridge),
@@ -271,7 +277,8 @@ impl Plugin for Bridge {
         let conf = Conf::load(req)?;
         // The spec: continue past individual errors, report them.
         let ipam = ipam_if_configured(req, Command::Gc);
-        let rules = firewall::gc(&*self.firewall(req, &conf), req);
+        let fw = self.firewall(req, &conf);
+        let rules = firewall::gc(&*fw, req);
         Error::all([ipam, rules])
     }
 }
