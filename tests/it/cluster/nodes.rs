@@ -232,3 +232,36 @@ fn restarted_node_takes_its_blocks_back() {
     }
     assert_consistent(&e, "r", &[&n]);
 }
+
+/// Proves: a block that stayed empty for --block-release-after goes back to the pool
+/// (counted in /metrics), and the next ADD claims a block again.
+#[test]
+fn empty_blocks_are_released() {
+    let env = TestEnv::new("cluster_release");
+    let etcd = Etcd::start(&env, 1);
+    let e = etcd.endpoints();
+    pool_ok(
+        &e,
+        &[
+            "create",
+            "rel",
+            "--cidr",
+            "10.75.0.0/24",
+            "--block-size",
+            "28",
+        ],
+    );
+    let n = Node::start(&env, "e1", &e, &["--block-release-after=1"]);
+    let conf = n.conf("pods", &["rel"]);
+    n.call(&env, "ADD", "c1", &conf).result();
+    assert_eq!(owners(&e, "rel").len(), 1);
+    n.call(&env, "DEL", "c1", &conf).ok_silent();
+    eventually(Duration::from_secs(10), "the empty block released", || {
+        owners(&e, "rel").is_empty()
+    });
+    assert_eq!(n.metric("ipamd_cluster_block_releases_total"), 1);
+    assert_eq!(n.metric("ipamd_cluster_blocks_owned"), 0);
+    n.call(&env, "ADD", "c2", &conf).result();
+    assert_eq!(owners(&e, "rel").len(), 1);
+    assert_consistent(&e, "rel", &[&n]);
+}
