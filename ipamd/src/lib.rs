@@ -12,6 +12,7 @@
 //! - [`service`]: typed services the daemon hosts besides the lease API, each with its own
 //!   request, response, error and permission check (cnikit's firewall is one).
 //! - [`cluster`]: cluster-wide pools in etcd: `pool` commands and the daemon's blocks.
+//! - [`hostlocal`]: the reference host-local plugin's lease directory (its on-disk format).
 //! - [`fsck`]: `cnikit ipamd fsck`: find damage in the store's files and salvage what is valid.
 //! - [`fuzzing`]: entry points of the fuzz targets in `fuzz/`; not an API.
 //! - internal: `addr` (address arithmetic), `files` (modes, no links, root-owned dirs), `pool` (range arithmetic), `journal`
@@ -30,6 +31,7 @@ mod fault;
 mod files;
 pub mod fsck;
 pub mod fuzzing;
+pub mod hostlocal;
 mod journal;
 pub mod log;
 mod peer;

@@ -189,7 +189,7 @@ impl Plugin for Ipamd {
 
 /// Explicitly requested addresses: `CNI_ARGS IP=a,b`, `args.cni.ips`,
 /// `runtimeConfig.ips` (capability `ips`), in that order, without duplicates.
-fn requested_ips(req: &Request) -> Result<Vec<IpAddr>, Error> {
+pub(super) fn requested_ips(req: &Request) -> Result<Vec<IpAddr>, Error> {
     let mut out: Vec<IpAddr> = Vec::new();
     let mut push = |raw: &str, key: &str| -> Result<(), Error> {
         // Accept "10.0.0.5" and "10.0.0.5/24" (CONVENTIONS uses both).

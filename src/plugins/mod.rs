@@ -1,6 +1,7 @@
 //! The plugins. Each file reads top to bottom as ADD / CHECK / DEL / STATUS / GC.
 
 pub mod bridge;
+pub mod host_local;
 pub mod ipam;
 pub mod ipvlan;
 pub mod loopback;
@@ -20,8 +21,14 @@ mod portmap_tests;
 use crate::cni::Plugin;
 
 /// Names a symlink (argv[0]) or `cnikit <name>` may use.
-pub const NAMES: [&str; 6] = [
-    "bridge", "macvlan", "ipvlan", "portmap", "ipamd", "loopback",
+pub const NAMES: [&str; 7] = [
+    "bridge",
+    "macvlan",
+    "ipvlan",
+    "portmap",
+    "ipamd",
+    "loopback",
+    "host-local",
 ];
 
 static BRIDGE: bridge::Bridge = bridge::Bridge::DEFAULT;
@@ -35,6 +42,7 @@ pub fn by_name(name: &str) -> Option<&'static dyn Plugin> {
         "portmap" => &PORTMAP,
         "ipamd" => &ipam::Ipamd,
         "loopback" => &loopback::Loopback,
+        "host-local" => &host_local::HostLocal,
         _ => return None,
     })
 }

@@ -31,6 +31,7 @@ mod firewall;
 mod firewall_churn;
 mod firewall_lock;
 mod harness;
+mod host_local;
 mod ipamd;
 mod ipamd_activation;
 mod ipvlan;

@@ -21,8 +21,14 @@ pub const ALL_VERSIONS: [&str; 7] = [
 ];
 
 /// The names `cnikit install` links.
-pub const PLUGINS: [&str; 6] = [
-    "bridge", "macvlan", "ipvlan", "portmap", "ipamd", "loopback",
+pub const PLUGINS: [&str; 7] = [
+    "bridge",
+    "macvlan",
+    "ipvlan",
+    "portmap",
+    "ipamd",
+    "loopback",
+    "host-local",
 ];
 
 pub fn cnikit_exe() -> PathBuf {
@@ -38,7 +44,8 @@ pub struct Netns {
 
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub enum Ipam {
-    /// The reference /usr/lib/cni/host-local.
+    /// host-local as CNI_PATH finds it: cnikit's for our plugins (the test bin
+    /// dir comes first), the reference's for the reference plugins.
     HostLocal,
     /// Our ipamd (no daemon socket → in-process store).
     Ipamd,

@@ -1,0 +1,289 @@
+//! host-local: the reference IPAM plugin, with its keys, results and on-disk lease format
+//! (one file per address under `dataDir/<network>/`, see `ipamd::hostlocal`), so that a
+//! node keeps every lease when it switches between the reference and cnikit, either way.
+//! The `ipam` object is parsed and validated by the same code as ipamd's.
+
+use super::ipam::requested_ips;
+use crate::cni::{CniResult, Code, Error, IpConfig, Plugin, Request, Route, Version};
+use ipamd::config::{IpamConfig, RangeSet, RouteSpec};
+use ipamd::hostlocal::{HostLocal as Store, DEFAULT_DATA_DIR};
+use serde_json::{Map, Value};
+use std::path::PathBuf;
+
+pub struct HostLocal;
+
+/// Everything one call needs: the range sets in the reference's order and the store.
+struct Call {
+    store: Store,
+    sets: Vec<RangeSet>,
+    routes: Vec<RouteSpec>,
+    resolv_conf: Option<PathBuf>,
+}
+
+impl Call {
+    fn new(req: &Request) -> Result<Call, Error> {
+        let ipam = req
+            .conf
+            .raw
+            .get("ipam")
+            .ok_or_else(|| Error::invalid_config("missing \"ipam\" section"))?;
+        if req.conf.name.is_empty() {
+            return Err(Error::invalid_config(
+                "the network configuration needs a \"name\" (it names the lease directory)",
+            ));
+        }
+        let ipam = with_runtime_ranges(ipam, req.conf.runtime_config("ipRanges"));
+        let conf = IpamConfig::from_json(&ipam)?;
+        if conf.range_sets.is_empty() {
+            return Err(Error::invalid_config(
+                "no IP ranges specified: set ipam.subnet, ipam.ranges or runtimeConfig.ipRanges",
+            ));
+        }
+        one_per_family_before_0_3_0(req.conf.version, &conf.range_sets)?;
+        Ok(Call {
+            store: Store::new(data_dir(req)),
+            sets: conf.range_sets,
+            routes: conf.routes,
+            resolv_conf: conf.resolv_conf,
+        })
+    }
+
+    /// DEL with an `ipam` section `new` refuses: freeing needs only where the leases are.
+    fn del_fallback(req: &Request) -> Call {
+        Call {
+            store: Store::new(data_dir(req)),
+            sets: Vec::new(),
+            routes: Vec::new(),
+            resolv_conf: None,
+        }
+    }
+}
+
+impl Plugin for HostLocal {
+    // ---------------------------------------------------------------- ADD
+    fn add(&self, req: &Request) -> Result<CniResult, Error> {
+        let call = Call::new(req)?;
+        // Read resolvConf first: failing after the allocation would leave leases.
+        let dns = match &call.resolv_conf {
+            Some(path) => ipamd::config::parse_resolv_conf(path)?,
+            None => Default::default(),
+        };
+        let requested = requested_ips(req)?;
+        let allocations = call
+            .store
+            .allocate(&req.attachment(), &call.sets, &requested)?;
+        Ok(CniResult {
+            interfaces: Vec::new(),
+            ips: allocations
+                .into_iter()
+                .map(|a| IpConfig {
+                    address: a.address,
+                    gateway: a.gateway,
+                    interface: None,
+                })
+                .collect(),
+            routes: call
+                .routes
+                .iter()
+                .map(|r| Route::new(r.dst, r.gw))
+                .collect(),
+            dns,
+        })
+    }
+
+    // ---------------------------------------------------------------- CHECK
+    /// The attachment holds a lease (the reference's check), and every lease it holds is
+    /// among prevResult's addresses when there is one.
+    fn check(&self, req: &Request) -> Result<(), Error> {
+        let call = Call::new(req)?;
+        let held = call.store.held(&req.attachment())?;
+        if held.is_empty() {
+            return Err(Error::new(
+                Code::AddressUnavailable,
+                format!(
+                    "CHECK: no lease for container {} interface {} in {}",
+                    req.container_id(),
+                    req.ifname(),
+                    call.store.network_dir(&req.conf.name).display()
+                ),
+            ));
+        }
+        let Some(prev) = &req.conf.prev_result else {
+            return Ok(());
+        };
+        if let Some(lost) = held
+            .iter()
+            .find(|a| !prev.ips.iter().any(|ip| ip.address.addr() == **a))
+        {
+            return Err(Error::new(
+                Code::AddressUnavailable,
+                format!("CHECK: lease {lost} is not among prevResult's addresses"),
+            ));
+        }
+        Ok(())
+    }
+
+    // ---------------------------------------------------------------- DEL
+    fn del(&self, req: &Request) -> Result<(), Error> {
+        if req.conf.name.is_empty() {
+            // No ADD can have succeeded without a network name: nothing to free.
+            return Ok(());
+        }
+        let call = req.conf_or_del_fallback(Call::new, Call::del_fallback)?;
+        call.store.release(&req.attachment())?;
+        Ok(())
+    }
+
+    // ---------------------------------------------------------------- STATUS
+    /// Any failure means "cannot serve ADD now": code 50, with the reason.
+    fn status(&self, req: &Request) -> Result<(), Error> {
+        let call = Call::new(req)?;
+        call.store
+            .status(&req.conf.name, &call.sets)
+            .map_err(|e| Error::new(Code::NotAvailable, e.to_string()))
+    }
+
+    // ---------------------------------------------------------------- GC
+    fn gc(&self, req: &Request) -> Result<(), Error> {
+        let call = Call::new(req)?;
+        let Some(valid) = req.conf.valid_attachments()? else {
+            return Err(Error::invalid_config(
+                "GC needs cni.dev/valid-attachments (or cni.dev/attachments)",
+            ));
+        };
+        let freed = call.store.gc(&req.conf.name, &valid)?;
+        if freed > 0 {
+            eprintln!(
+                "host-local: GC freed {freed} lease(s) in {}",
+                call.store.network_dir(&req.conf.name).display()
+            );
+        }
+        Ok(())
+    }
+}
+
+/// `ipam.dataDir` when it is a non-empty string, else the reference's default.
+fn data_dir(req: &Request) -> PathBuf {
+    req.conf
+        .raw
+        .get("ipam")
+        .and_then(|i| i.get("dataDir"))
+        .and_then(Value::as_str)
+        .filter(|s| !s.is_empty())
+        .unwrap_or(DEFAULT_DATA_DIR)
+        .into()
+}
+
+/// The `ipam` object with `runtimeConfig.ipRanges` (capability `ipRanges`) put in front of
+/// the configured range sets, the flat `subnet` form next, then `ranges`: the reference's
+/// order, which decides the index of each `last_reserved_ip.N`. Unchanged when there are
+/// no runtime ranges, or when `ranges` is malformed (then its own error is reported).
+fn with_runtime_ranges(ipam: &Value, runtime: Option<&Value>) -> Value {
+    let Some(extra) = runtime.and_then(Value::as_array).filter(|a| !a.is_empty()) else {
+        return ipam.clone();
+    };
+    let Some(obj) = ipam.as_object() else {
+        return ipam.clone();
+    };
+    let configured = match obj.get("ranges") {
+        None | Some(Value::Null) => Vec::new(),
+        Some(Value::Array(sets)) => sets.clone(),
+        Some(_) => return ipam.clone(),
+    };
+    let mut obj = obj.clone();
+    let mut sets = extra.clone();
+    if obj.get("subnet").is_some_and(|v| !v.is_null()) {
+        let mut flat = Map::new();
+        for key in ["subnet", "rangeStart", "rangeEnd", "gateway"] {
+            if let Some(v) = obj.remove(key) {
+                flat.insert(key.to_string(), v);
+            }
+        }
+        sets.push(Value::Array(vec![Value::Object(flat)]));
+    }
+    sets.extend(configured);
+    obj.insert("ranges".to_string(), Value::Array(sets));
+    Value::Object(obj)
+}
+
+/// Results before 0.3.0 carry one address per family (`ip4`, `ip6`).
+fn one_per_family_before_0_3_0(version: Version, sets: &[RangeSet]) -> Result<(), Error> {
+    if version >= Version::V030 {
+        return Ok(());
+    }
+    let v4 = sets
+        .iter()
+        .filter(|s| s.first().is_some_and(|r| r.subnet.addr().is_ipv4()))
+        .count();
+    if v4 > 1 || sets.len() - v4 > 1 {
+        return Err(Error::invalid_config(format!(
+            "cniVersion {version} results hold one address per family, but the configuration has {v4} IPv4 and {} IPv6 range sets: use cniVersion 0.3.0 or later",
+            sets.len() - v4
+        )));
+    }
+    Ok(())
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use serde_json::json;
+
+    #[test]
+    fn runtime_ranges_come_first_then_subnet_then_ranges() {
+        let ipam = json!({"type": "host-local", "subnet": "10.1.0.0/24", "gateway": "10.1.0.254",
+            "ranges": [[{"subnet": "10.2.0.0/24"}]], "dataDir": "/d"});
+        let rt = json!([[{"subnet": "10.3.0.0/24"}]]);
+        let v = with_runtime_ranges(&ipam, Some(&rt));
+        assert_eq!(
+            v,
+            json!({"type": "host-local", "dataDir": "/d", "ranges": [
+                [{"subnet": "10.3.0.0/24"}],
+                [{"subnet": "10.1.0.0/24", "gateway": "10.1.0.254"}],
+                [{"subnet": "10.2.0.0/24"}]]})
+        );
+        let conf = IpamConfig::from_json(&v).unwrap();
+        let subnets: Vec<String> = conf
+            .range_sets
+            .iter()
+            .map(|s| s[0].subnet.to_string())
+            .collect();
+        assert_eq!(subnets, ["10.3.0.0/24", "10.1.0.0/24", "10.2.0.0/24"]);
+        // Nothing from the runtime, or an empty list: the object as configured.
+        assert_eq!(with_runtime_ranges(&ipam, None), ipam);
+        assert_eq!(with_runtime_ranges(&ipam, Some(&json!([]))), ipam);
+        let bad = json!({"ranges": "x"});
+        assert_eq!(with_runtime_ranges(&bad, Some(&rt)), bad);
+    }
+
+    #[test]
+    fn legacy_versions_take_one_set_per_family() {
+        let sets = |json: serde_json::Value| IpamConfig::ranges_from_json(&json).unwrap();
+        let dual = sets(json!([[{"subnet": "10.1.0.0/24"}], [{"subnet": "fd01::/64"}]]));
+        one_per_family_before_0_3_0(Version::V020, &dual).unwrap();
+        let two_v4 = sets(json!([[{"subnet": "10.1.0.0/24"}], [{"subnet": "10.2.0.0/24"}]]));
+        let e = one_per_family_before_0_3_0(Version::V020, &two_v4).unwrap_err();
+        assert_eq!(e.code, 7);
+        one_per_family_before_0_3_0(Version::V030, &two_v4).unwrap();
+    }
+
+    /// The `ipam` object is walked by hand in the ipamd crate; its typed parts and
+    /// hand-read keys get Go's key matching.
+    #[test]
+    fn ipam_keys_get_go_matching() {
+        use crate::cni::gojson::{assert_known, struct_fields};
+        assert_known(&[
+            struct_fields::<ipamd::config::Range>(),
+            struct_fields::<ipamd::config::RouteSpec>(),
+            &[
+                "subnet",
+                "ranges",
+                "routes",
+                "dataDir",
+                "resolvConf",
+                "ipRanges",
+                "ips",
+            ],
+        ]);
+    }
+}
