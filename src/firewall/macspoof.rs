@@ -3,7 +3,7 @@
 
 use super::cleanup::{Del, Gc};
 use super::schema::{self, key, Value, BRIDGE, SPOOF_ALLOW, SPOOF_PORTS};
-use super::store::{claim_anchor, owned, transact, Derived};
+use super::store::{anchor_keys, claim_anchor, owned, release_keys, transact, Derived};
 use super::tag::{self, Attachment};
 use super::{Error, ErrorKind, Result, Sockets};
 use serde::{Deserialize, Serialize};
@@ -24,6 +24,15 @@ pub enum Op {
     /// DEL: this attachment's entries, found by tag.
     #[serde(rename = "macspoof-del")]
     Del(Del),
+    /// DEL of what an ADD with this port and MAC made (from prevResult),
+    /// looked up by key instead of reading the sets.
+    #[serde(rename = "macspoof-del-keys")]
+    DelKeys {
+        #[serde(with = "tag::snake")]
+        att: Attachment,
+        host_ifname: String,
+        mac: String,
+    },
     #[serde(rename = "macspoof-gc")]
     Gc(Gc),
 }
@@ -43,6 +52,7 @@ impl Op {
         match self {
             Op::Add { .. } => "macspoof-add",
             Op::Del(_) => "macspoof-del",
+            Op::DelKeys { .. } => "macspoof-del-keys",
             Op::Gc(_) => "macspoof-gc",
         }
     }
@@ -56,6 +66,18 @@ impl Op {
                 mac,
             } => add_here(sockets, att, host_ifname, mac),
             Op::Del(del) => del.run(sockets, BRIDGE, schema::MACSPOOF.sets),
+            Op::DelKeys {
+                att,
+                host_ifname,
+                mac,
+            } => {
+                let owner = att.tag();
+                let (anchor, derived) = planned(&owner, host_ifname, parse_mac(mac)?);
+                let keys = anchor_keys(anchor, vec![derived]);
+                transact(sockets, |nft, tx| {
+                    release_keys(nft, tx, BRIDGE, &keys, &owner)
+                })
+            }
             Op::Gc(gc) => gc.run(sockets, BRIDGE, schema::MACSPOOF.sets),
         }
     }
@@ -66,19 +88,30 @@ fn add_here(sockets: &Sockets, att: &Attachment, host_ifname: &str, mac: &str) -
     let mac = parse_mac(mac)?;
     transact(sockets, |nft, tx| {
         schema::ensure(nft, tx, &schema::MACSPOOF)?;
-        let port = owned(key(&[Value::Ifname(host_ifname)]), None, &owner);
-        let allow = owned(
-            key(&[Value::Ifname(host_ifname), Value::Ether(mac)]),
-            None,
-            &owner,
-        );
-        let derived = Derived {
-            set: &SPOOF_ALLOW,
-            subject: 0,
-            elems: vec![allow],
-        };
-        claim_anchor(nft, tx, BRIDGE, (&SPOOF_PORTS, port), vec![derived])
+        let (anchor, derived) = planned(&owner, host_ifname, mac);
+        claim_anchor(nft, tx, BRIDGE, anchor, vec![derived])
     })
+}
+
+/// What ADD puts in: the host port as anchor, and the (port . MAC) pair it
+/// allows.
+fn planned(
+    owner: &str,
+    host_ifname: &str,
+    mac: [u8; 6],
+) -> ((&'static schema::SetDef, super::nft::Element), Derived) {
+    let port = owned(key(&[Value::Ifname(host_ifname)]), None, owner);
+    let allow = owned(
+        key(&[Value::Ifname(host_ifname), Value::Ether(mac)]),
+        None,
+        owner,
+    );
+    let derived = Derived {
+        set: &SPOOF_ALLOW,
+        subject: 0,
+        elems: vec![allow],
+    };
+    ((&SPOOF_PORTS, port), derived)
 }
 
 fn parse_mac(mac: &str) -> Result<[u8; 6]> {

@@ -3,7 +3,9 @@
 
 use super::cleanup::{Del, Gc};
 use super::schema::{self, key, range, Value, INET, MASQ4, MASQ4_SKIP, MASQ6, MASQ6_SKIP};
-use super::store::{claim_anchor, owned, owned_range, transact, Derived};
+use super::store::{
+    anchor_keys, claim_anchor, owned, owned_range, release_keys, transact, Derived,
+};
 use super::tag::{self, Attachment};
 use super::{Result, Sockets};
 use ipnet::IpNet;
@@ -26,6 +28,15 @@ pub enum Op {
     /// DEL: this attachment's entries, found by tag (works with the netns gone).
     #[serde(rename = "masq-del")]
     Del(Del),
+    /// DEL of what an ADD with these `addrs` and `subnets` made (the
+    /// prevResult's addresses), looked up by key instead of reading the sets.
+    #[serde(rename = "masq-del-keys")]
+    DelKeys {
+        #[serde(with = "tag::snake")]
+        att: Attachment,
+        addrs: Vec<IpAddr>,
+        subnets: Vec<IpNet>,
+    },
     #[serde(rename = "masq-gc")]
     Gc(Gc),
 }
@@ -35,6 +46,7 @@ impl Op {
         match self {
             Op::Add { .. } => "masq-add",
             Op::Del(_) => "masq-del",
+            Op::DelKeys { .. } => "masq-del-keys",
             Op::Gc(_) => "masq-gc",
         }
     }
@@ -48,6 +60,20 @@ impl Op {
                 subnets,
             } => add_here(sockets, att, addrs, subnets),
             Op::Del(del) => del.run(sockets, INET, schema::MASQ.sets),
+            Op::DelKeys {
+                att,
+                addrs,
+                subnets,
+            } => {
+                let owner = att.tag();
+                let keys: Vec<_> = planned(addrs, subnets, &owner)
+                    .into_iter()
+                    .flat_map(|(anchor, derived)| anchor_keys(anchor, vec![derived]))
+                    .collect();
+                transact(sockets, |nft, tx| {
+                    release_keys(nft, tx, INET, &keys, &owner)
+                })
+            }
             Op::Gc(gc) => gc.run(sockets, INET, schema::MASQ.sets),
         }
     }
@@ -62,7 +88,21 @@ fn add_here(
     let owner = att.tag();
     transact(sockets, |nft, tx| {
         schema::ensure(nft, tx, &schema::MASQ)?;
-        for addr in addrs {
+        for (anchor, derived) in planned(addrs, subnets, &owner) {
+            claim_anchor(nft, tx, INET, anchor, vec![derived])?;
+        }
+        Ok(())
+    })
+}
+
+type Anchor = (&'static schema::SetDef, super::nft::Element);
+
+/// What ADD puts in: per container address an anchor keyed by it, and the
+/// (address . subnet range) elements that exempt its own subnets.
+fn planned(addrs: &[IpAddr], subnets: &[IpNet], owner: &str) -> Vec<(Anchor, Derived)> {
+    addrs
+        .iter()
+        .map(|addr| {
             let v4 = addr.is_ipv4();
             let (set, skip) = if v4 {
                 (&MASQ4, &MASQ4_SKIP)
@@ -77,18 +117,17 @@ fn add_here(
                     owned_range(
                         key(&[Value::Ip(*addr), first]),
                         key(&[Value::Ip(*addr), last]),
-                        &owner,
+                        owner,
                     )
                 })
                 .collect();
-            let anchor = owned(key(&[Value::Ip(*addr)]), None, &owner);
+            let anchor = owned(key(&[Value::Ip(*addr)]), None, owner);
             let derived = Derived {
                 set: skip,
                 subject: 0,
                 elems,
             };
-            claim_anchor(nft, tx, INET, (set, anchor), vec![derived])?;
-        }
-        Ok(())
-    })
+            ((set, anchor), derived)
+        })
+        .collect()
 }

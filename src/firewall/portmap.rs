@@ -8,7 +8,8 @@ use super::schema::{
     PM6_MASQ, PM_CHAINS,
 };
 use super::store::{
-    claim_anchor, claim_exclusive, owned, owned_range, owner_of, read, transact, Derived,
+    anchor_keys, claim_anchor, claim_exclusive, owned, owned_range, owner_of, read, release_keys,
+    transact, Derived,
 };
 use super::tag::{self, Attachment};
 use super::{Error, ErrorKind, Result, Sockets};
@@ -92,6 +93,10 @@ pub enum Op {
     /// DEL: every entry tagged with this attachment, whatever it mapped.
     #[serde(rename = "portmap-del")]
     Del(Del),
+    /// DEL of what an ADD of this spec made (the runtime passed the mappings
+    /// and prevResult again), looked up by key instead of reading the sets.
+    #[serde(rename = "portmap-del-keys")]
+    DelKeys(Spec),
     #[serde(rename = "portmap-gc")]
     Gc(Gc),
 }
@@ -102,6 +107,7 @@ impl Op {
             Op::Add(_) => "portmap-add",
             Op::Check(_) => "portmap-check",
             Op::Del(_) => "portmap-del",
+            Op::DelKeys(_) => "portmap-del-keys",
             Op::Gc(_) => "portmap-gc",
         }
     }
@@ -112,6 +118,7 @@ impl Op {
             Op::Add(spec) => add_here(sockets, spec),
             Op::Check(spec) => check_here(sockets, spec),
             Op::Del(del) => del.run(sockets, INET, schema::PORTMAP.sets),
+            Op::DelKeys(spec) => del_keys_here(sockets, spec),
             Op::Gc(gc) => gc.run(sockets, INET, schema::PORTMAP.sets),
         }
     }
@@ -130,6 +137,34 @@ fn add_here(sockets: &Sockets, spec: &Spec) -> Result<()> {
             }
         }
         Ok(())
+    })
+}
+
+fn del_keys_here(sockets: &Sockets, spec: &Spec) -> Result<()> {
+    let owner = spec.att.tag();
+    let mut keys: Vec<_> = dnat_elements(&spec.container, &spec.mappings, &owner)
+        .into_iter()
+        .map(|d| (d.set, d.elem.key))
+        .collect();
+    // Whichever masquerade the ADD had (the configuration may have changed
+    // since): an element that is not there, or not ours, is left alone.
+    let hairpin = Masquerade {
+        snat: true,
+        masq_all: false,
+    };
+    let all = Masquerade {
+        snat: false,
+        masq_all: true,
+    };
+    for addr in &spec.container {
+        for masq in [hairpin, all] {
+            if let Some((anchor, derived)) = masq_elements(*addr, masq, &owner) {
+                keys.extend(anchor_keys(anchor, derived));
+            }
+        }
+    }
+    transact(sockets, |nft, tx| {
+        release_keys(nft, tx, INET, &keys, &owner)
     })
 }
 

@@ -44,8 +44,15 @@ impl Tx {
         self.msgs.is_empty()
     }
 
-    fn push(&mut self, msg: NetfilterMessage, flags: u16, what: String) {
+    pub(super) fn push(&mut self, msg: NetfilterMessage, flags: u16, what: String) {
         self.msgs.push((msg, flags, what));
+    }
+
+    /// Like `push`, for a message that removes something: if that is gone
+    /// by commit time, the plan was stale and is made again.
+    pub(super) fn push_removal(&mut self, msg: NetfilterMessage, what: String) {
+        self.removals.push(self.msgs.len());
+        self.push(msg, 0, what);
     }
 
     pub(crate) fn new_table(&mut self, t: Table) {
@@ -97,8 +104,7 @@ impl Tx {
     pub(crate) fn del(&mut self, t: Table, set: &SetDef, elems: Vec<Element>) {
         for chunk in elems.chunks(ELEMS_PER_MESSAGE) {
             let msg = nft::set_elems(t, set.name, chunk, false);
-            self.removals.push(self.msgs.len());
-            self.push(msg, 0, format!("delete elements from set {}", set.name));
+            self.push_removal(msg, format!("delete elements from set {}", set.name));
         }
     }
 }
@@ -106,7 +112,7 @@ impl Tx {
 /// Reads and commits on a netfilter socket of this process (see
 /// `socket.rs` for why it is kept open).
 pub(crate) struct Nft<'a> {
-    nl: &'a mut Nfnl,
+    pub(super) nl: &'a mut Nfnl,
 }
 
 impl Nft<'_> {
@@ -420,6 +426,44 @@ pub(crate) fn release(
             .filter(|e| owner_of(e).is_some_and(|o| doomed(&o)))
             .collect();
         tx.del(t, set, gone);
+    }
+    Ok(())
+}
+
+/// The keys of an anchor and of its derived elements (for DEL by key).
+pub(crate) fn anchor_keys(
+    anchor: (&'static SetDef, Element),
+    derived: Vec<Derived>,
+) -> Vec<(&'static SetDef, Vec<u8>)> {
+    let mut keys = vec![(anchor.0, anchor.1.key)];
+    for d in derived {
+        keys.extend(d.elems.into_iter().map(|e| (d.set, e.key)));
+    }
+    keys
+}
+
+/// DEL by the keys its ADD made: each element is looked up by its key and
+/// removed when `owner` holds it, so no set is read whole and the cost does
+/// not grow with the other attachments on the node. An element another
+/// attachment has taken over since (a reused address) stays.
+pub(crate) fn release_keys(
+    nft: &mut Nft,
+    tx: &mut Tx,
+    t: Table,
+    keys: &[(&'static SetDef, Vec<u8>)],
+    owner: &str,
+) -> Result<()> {
+    // Each element once: a batch deleting one twice would fail as a whole.
+    let mut seen = std::collections::HashSet::new();
+    for (set, key) in keys {
+        if !seen.insert((set.name, key)) {
+            continue;
+        }
+        if let Some(have) = nft.get(t, set, key)? {
+            if owner_of(&have).as_deref() == Some(owner) {
+                tx.del(t, set, vec![have]);
+            }
+        }
     }
     Ok(())
 }

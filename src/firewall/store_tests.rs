@@ -119,3 +119,81 @@ fn a_removal_of_an_element_already_gone_replans_instead_of_failing() {
         assert!(have.is_empty(), "the element that was there is removed");
     });
 }
+
+/// Interval elements (a masquerade skip range) are found by their start key,
+/// with their owner tag: what DEL by exact key relies on.
+#[test]
+fn an_interval_element_is_found_by_its_start_key() {
+    in_new_netns("interval-get", || {
+        let addr: std::net::IpAddr = "10.1.2.3".parse().expect("ip");
+        let (first, last) = schema::range("10.1.2.0/24".parse().expect("net"));
+        let skip = owned_range(
+            schema::key(&[Value::Ip(addr), first]),
+            schema::key(&[Value::Ip(addr), last]),
+            "n/c1/eth0",
+        );
+        transact(&Sockets::default(), |nft, tx| {
+            schema::ensure(nft, tx, &schema::MASQ)?;
+            tx.add(INET, &schema::MASQ4_SKIP, vec![skip.clone()]);
+            Ok(())
+        })
+        .expect("add");
+        let got = read(&Sockets::default(), |nft| {
+            nft.get(INET, &schema::MASQ4_SKIP, &skip.key)
+        })
+        .expect("get");
+        let got = got.expect("found by its start key");
+        assert_eq!(owner_of(&got).as_deref(), Some("n/c1/eth0"));
+        assert_eq!(got.key_end, skip.key_end, "{got:?}");
+    });
+}
+
+/// DEL by key removes the elements the owner holds under those keys and
+/// nothing else: another owner's element under one of the keys stays, as
+/// does every element under other keys; keys asked for twice or missing are
+/// no error.
+#[test]
+fn release_keys_removes_only_what_the_owner_holds() {
+    in_new_netns("release-keys", || {
+        let element = |port: u16, owner: &str| {
+            let k = schema::key(&[Value::Proto(6), Value::Port(port)]);
+            let ip = "10.1.2.3".parse().expect("ip");
+            owned(
+                k,
+                Some(schema::key(&[Value::Ip(ip), Value::Port(80)])),
+                owner,
+            )
+        };
+        let mine = element(20001, "n/mine/eth0");
+        let theirs = element(20002, "n/theirs/eth0");
+        let other = element(20003, "n/mine/eth0");
+        transact(&Sockets::default(), |nft, tx| {
+            schema::ensure(nft, tx, &schema::PORTMAP)?;
+            tx.add(
+                INET,
+                &PM4_ANY,
+                vec![mine.clone(), theirs.clone(), other.clone()],
+            );
+            Ok(())
+        })
+        .expect("add");
+        let missing = schema::key(&[Value::Proto(6), Value::Port(20009)]);
+        let keys = vec![
+            (&PM4_ANY, mine.key.clone()),
+            (&PM4_ANY, mine.key.clone()),
+            (&PM4_ANY, theirs.key.clone()),
+            (&PM4_ANY, missing),
+        ];
+        transact(&Sockets::default(), |nft, tx| {
+            release_keys(nft, tx, INET, &keys, "n/mine/eth0")
+        })
+        .expect("release by key");
+        let have = read(&Sockets::default(), |nft| nft.dump(INET, &PM4_ANY)).expect("dump");
+        let keys: Vec<_> = have.iter().map(|e| e.key.clone()).collect();
+        assert_eq!(keys.len(), 2, "{have:?}");
+        assert!(
+            keys.contains(&theirs.key) && keys.contains(&other.key),
+            "{have:?}"
+        );
+    });
+}

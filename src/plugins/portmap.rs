@@ -164,28 +164,38 @@ impl Plugin for Portmap {
     }
 
     // ---------------------------------------------------------------- DEL
-    /// By tag, so it works without netns or prevResult, whatever the mappings
-    /// say. A DEL without mappings does no firewall work (plugins#510) unless
-    /// this attachment's ADD left a marker, i.e. the runtime forgot to pass
-    /// its mappings again. Mappings that cannot be parsed count as some.
+    /// With the mappings and prevResult again (what runtimes send), by the
+    /// keys ADD made from them, so the cost does not grow with the pods on
+    /// the node; otherwise by tag, which works without netns or prevResult,
+    /// whatever the mappings say. A DEL without mappings does no firewall
+    /// work (plugins#510) unless this attachment's ADD left a marker, i.e.
+    /// the runtime forgot to pass its mappings again. Mappings that cannot be
+    /// parsed count as some.
     fn del(&self, req: &Request) -> Result<(), Error> {
         let conf = req.conf_or_del_fallback(Conf::load, Conf::del_fallback)?;
-        let has_mappings = mappings(req).map_or_else(
-            |e| {
-                eprintln!("DEL: {}; removing this attachment's mappings anyway", e.msg);
-                true
-            },
-            |m| !m.is_empty(),
-        );
-        if !has_mappings && !portmap_marker::is_set(req) {
+        let mappings = mappings(req).map_err(|e| {
+            eprintln!("DEL: {}; removing this attachment's mappings anyway", e.msg);
+        });
+        if mappings.as_ref().is_ok_and(Vec::is_empty) && !portmap_marker::is_set(req) {
             return Ok(());
         }
-        self.firewall(req, &conf).apply(
-            Op::Del(Del {
+        let container = req
+            .conf
+            .prev_result
+            .as_ref()
+            .and_then(|prev| container_addrs(prev, req.ifname()).ok());
+        let op = match (mappings, container) {
+            (Ok(mappings), Some(container)) if !mappings.is_empty() => Op::DelKeys(Spec {
                 att: req.attachment(),
-            })
-            .into(),
-        )?;
+                container,
+                mappings,
+                masq: conf.masquerade(),
+            }),
+            _ => Op::Del(Del {
+                att: req.attachment(),
+            }),
+        };
+        self.firewall(req, &conf).apply(op.into())?;
         portmap_marker::clear(req);
         Ok(())
     }

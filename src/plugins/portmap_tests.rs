@@ -106,3 +106,17 @@ fn with(fw: &Arc<Recording>) -> Portmap {
         firewall: FirewallBackend::fixed(fw.clone()),
     }
 }
+
+#[test]
+fn del_with_mappings_and_prev_result_goes_by_key() {
+    let fw = Arc::new(Recording::default());
+    let req = test_request(Command::Del, conf(json!({})));
+    with(&fw).del(&req).expect("del");
+    let got = fw.taken();
+    let [Request::Portmap(Op::DelKeys(spec))] = got.as_slice() else {
+        panic!("{got:?}")
+    };
+    assert_eq!(spec.att, att());
+    assert_eq!(spec.container, ["10.1.0.2/24".parse::<IpNet>().unwrap()]);
+    assert_eq!(spec.mappings[0].host_port, 8080);
+}

@@ -24,20 +24,23 @@ fn portmap_conf(net: &str, n: u16, prev: &Value) -> Value {
     })
 }
 
-/// ADD bridge (ipMasq) + portmap, the chain a runtime makes; its DELs.
-fn attach<'e>(env: &'e TestEnv, n: usize, conf: &Value) -> (Attachment<'e>, Attachment<'e>) {
+/// ADD bridge (ipMasq, macspoofchk) + portmap, the chain a runtime makes;
+/// the two attachments and bridge's result.
+fn attach<'e>(env: &'e TestEnv, n: usize, conf: &Value) -> (Attachment<'e>, Attachment<'e>, Value) {
     let pod = env.new_attachment("bridge", &format!("p{n}"), conf);
     let result = pod.add();
     let net = conf["name"].as_str().expect("name");
     let n = u16::try_from(n).expect("pod number");
     let pm = pod.chained("portmap", &portmap_conf(net, n, &result));
     pm.add();
-    (pod, pm)
+    (pod, pm, result)
 }
 
-/// Proves: with 100 resident pods (masquerade and two port mappings each),
-/// 8 workers churning ADD/DEL in parallel never see a DEL fail and leave no
-/// entry of theirs behind, and every resident keeps all of its entries.
+/// Proves: with 100 resident pods (masquerade, MAC spoof check and two port
+/// mappings each), 8 workers churning ADD/DEL in parallel never see a DEL
+/// fail and leave no entry of theirs behind, and every resident keeps all of
+/// its entries. The workers DEL as runtimes do, with prevResult (by key);
+/// the residents go by tag at the end.
 #[test]
 fn concurrent_churn_beside_residents_never_fails_a_del_nor_leaks() {
     let env = TestEnv::new("firewall_churn");
@@ -45,7 +48,8 @@ fn concurrent_churn_beside_residents_never_fails_a_del_nor_leaks() {
     let ipam = env.ipam(Ipam::Ipamd, json!([[{"subnet": "10.123.0.0/16"}]]));
     let conf = json!({
         "cniVersion": "1.0.0", "name": net, "type": "bridge",
-        "bridge": env.link_name("chbr"), "isGateway": true, "ipMasq": true, "ipam": ipam,
+        "bridge": env.link_name("chbr"), "isGateway": true, "ipMasq": true,
+        "macspoofchk": true, "ipam": ipam,
     });
     let residents: Vec<_> = (0..RESIDENTS).map(|i| attach(&env, i, &conf)).collect();
     let churned: Vec<String> = std::thread::scope(|s| {
@@ -55,9 +59,12 @@ fn concurrent_churn_beside_residents_never_fails_a_del_nor_leaks() {
                 s.spawn(move || {
                     let mut ids = Vec::new();
                     for c in 0..CYCLES {
-                        let (pod, pm) = attach(env, RESIDENTS + w * CYCLES + c, conf);
+                        let (pod, pm, result) = attach(env, RESIDENTS + w * CYCLES + c, conf);
                         pm.del();
-                        pod.del();
+                        pod.call("DEL")
+                            .conf(&with_prev(conf, &result))
+                            .run()
+                            .ok_silent();
                         ids.push(pod.id.clone());
                     }
                     ids
@@ -71,7 +78,7 @@ fn concurrent_churn_beside_residents_never_fails_a_del_nor_leaks() {
     });
     assert_no_trace("after the churn", &churned);
     let rules = ruleset_json();
-    for (pod, _) in &residents {
+    for (pod, _, _) in &residents {
         // Masquerade, and the two mappings: three entries at least name it.
         let entries = rules.matches(pod.id.as_str()).count();
         assert!(
@@ -80,10 +87,10 @@ fn concurrent_churn_beside_residents_never_fails_a_del_nor_leaks() {
             pod.id
         );
     }
-    for (pod, pm) in &residents {
+    for (pod, pm, _) in &residents {
         pm.del();
         pod.del();
     }
-    let ids: Vec<String> = residents.iter().map(|(p, _)| p.id.clone()).collect();
+    let ids: Vec<String> = residents.iter().map(|(p, _, _)| p.id.clone()).collect();
     assert_no_trace("after the residents' DEL", &ids);
 }

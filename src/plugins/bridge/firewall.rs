@@ -69,18 +69,50 @@ pub(super) fn apply_add(
     Ok(())
 }
 
-/// By tag: works when the netns (and the veth with it) is already gone.
+/// With a prevResult, by the keys ADD made from it (the cost does not grow
+/// with the pods on the node); without one, by tag, which also works when
+/// the netns (and the veth with it) is already gone.
 pub(super) fn del(fw: &dyn Firewall, req: &Request, conf: &Conf) -> Result<(), Error> {
-    let del = Del {
-        att: req.attachment(),
-    };
+    let att = req.attachment();
+    let prev = req.conf.prev_result.as_ref();
     if conf.ip_masq {
-        fw.apply(masq::Op::Del(del.clone()).into())?;
+        let op = match prev.filter(|p| !p.ips.is_empty()) {
+            Some(prev) => masq::Op::DelKeys {
+                att: att.clone(),
+                addrs: prev.ips.iter().map(|ip| ip.address.addr()).collect(),
+                subnets: prev.ips.iter().map(|ip| ip.address.trunc()).collect(),
+            },
+            None => masq::Op::Del(Del { att: att.clone() }),
+        };
+        fw.apply(op.into())?;
     }
     if conf.macspoofchk {
-        fw.apply(macspoof::Op::Del(del).into())?;
+        let op = match prev.and_then(|p| spoof_guard(p, &conf.bridge, req.ifname())) {
+            Some((host_ifname, mac)) => macspoof::Op::DelKeys {
+                att,
+                host_ifname,
+                mac,
+            },
+            None => macspoof::Op::Del(Del { att }),
+        };
+        fw.apply(op.into())?;
     }
     Ok(())
+}
+
+/// The host port and container MAC an ADD guarded, as its result lists them:
+/// the interface outside any sandbox that is not the bridge, and the
+/// container's interface.
+fn spoof_guard(prev: &CniResult, bridge: &str, ifname: &str) -> Option<(String, String)> {
+    let host = prev
+        .interfaces
+        .iter()
+        .find(|i| i.sandbox.is_empty() && i.name != bridge)?;
+    let cont = prev
+        .interfaces
+        .iter()
+        .find(|i| !i.sandbox.is_empty() && i.name == ifname)?;
+    (!cont.mac.is_empty()).then(|| (host.name.clone(), cont.mac.clone()))
 }
 
 /// Whatever this network's attachments left behind, whatever the config

@@ -167,3 +167,30 @@ fn gc_tries_both_and_reports_both_failures() {
     assert_eq!(fw.taken().len(), 2);
     assert_eq!(err.msg.matches("netlink said no").count(), 2, "{}", err.msg);
 }
+
+#[test]
+fn del_with_a_prev_result_goes_by_key() {
+    let fw = Arc::new(Recording::default());
+    let prev = json!({"cniVersion": "1.1.0",
+        "interfaces": [{"name": "cni0"}, {"name": "veth1"},
+                       {"name": "eth0", "mac": MAC, "sandbox": "/run/netns/x"}],
+        "ips": [{"address": "10.1.0.2/24", "interface": 2}]});
+    let extra = json!({"ipMasq": true, "macspoofchk": true, "bridge": "cni0", "prevResult": prev});
+    let (req, c) = request(Command::Del, extra);
+    del(&*fw, &req, &c).expect("del");
+    assert_eq!(
+        fw.taken(),
+        vec![
+            firewall::Request::from(masq::Op::DelKeys {
+                att: att(),
+                addrs: vec!["10.1.0.2".parse().unwrap()],
+                subnets: vec!["10.1.0.0/24".parse().unwrap()],
+            }),
+            firewall::Request::from(macspoof::Op::DelKeys {
+                att: att(),
+                host_ifname: "veth1".into(),
+                mac: MAC.into(),
+            }),
+        ]
+    );
+}

@@ -47,7 +47,7 @@ fn collision(daemon: bool) {
     assert_no_trace("after DEL", &[a, b]);
     assert_fw_ops(
         daemon.then_some(&socket),
-        &[("portmap-add", 3), ("portmap-del", 2)],
+        &[("portmap-add", 3), ("portmap-del-keys", 2)],
     );
 }
 

@@ -79,7 +79,7 @@ fn traffic(kind: Ipam) {
         &[
             ("portmap-add", 1),
             ("portmap-check", 1),
-            ("portmap-del", 1),
+            ("portmap-del-keys", 1),
             // The UDP mapping's stale-conntrack flush on ADD, too.
             ("conntrack-flush-udp", 1),
         ],
