@@ -20,6 +20,10 @@ pub struct Link {
     /// IFF_UP administratively set.
     pub up: bool,
     pub promisc: bool,
+    /// IFF_ALLMULTI as set by the user (like `promisc`, the header's flag).
+    pub allmulti: bool,
+    /// IFLA_TXQLEN (0 when the kernel does not report it).
+    pub txqlen: u32,
     /// For veth: the peer's ifindex (IFLA_LINK), valid in the peer's netns.
     pub link: Option<u32>,
     /// macvlan mode when kind == macvlan.
@@ -119,6 +123,8 @@ impl Link {
             // the promiscuity a bridge imposes on its ports.
             up: header.flags.contains(LinkFlags::Up),
             promisc: header.flags.contains(LinkFlags::Promisc),
+            allmulti: header.flags.contains(LinkFlags::Allmulti),
+            txqlen: 0,
             link: None,
             macvlan_mode: None,
             ipvlan_mode: None,
@@ -139,6 +145,7 @@ impl Link {
             LinkAttribute::IfName(name) => self.name = name.clone(),
             LinkAttribute::Address(bytes) if bytes.len() == 6 => self.mac = Some(format_mac(bytes)),
             LinkAttribute::Mtu(mtu) => self.mtu = *mtu,
+            LinkAttribute::TxQueueLen(qlen) => self.txqlen = *qlen,
             LinkAttribute::Controller(master) if *master != 0 => self.master = Some(*master),
             LinkAttribute::Link(peer) if *peer != 0 => self.link = Some(*peer),
             LinkAttribute::LinkInfo(infos) => infos.iter().for_each(|info| self.apply_info(info)),

@@ -16,7 +16,7 @@
 //! - `socket.rs`: the socket, generic over the [`Family`]: sequence numbers,
 //!   send, receive until the exchange's last answer; I/O only.
 //! - `netfilter.rs`: the netfilter family and its nftables batches.
-//! - `linkops.rs`, `bridge.rs`, `addr.rs`, `route.rs`: the typed rtnetlink
+//! - `linkops.rs`, `linkattr.rs`, `bridge.rs`, `addr.rs`, `route.rs`: the typed rtnetlink
 //!   operations, as `impl Netlink` blocks; `link.rs` their value types.
 //! - `error.rs`: [`Error`] with one errno table for all of the above.
 //! - `netns.rs`: [`NetNs`] (open, run a closure inside, the current one's id).
@@ -32,6 +32,7 @@ mod error;
 mod fault;
 mod frame;
 mod link;
+mod linkattr;
 mod linkops;
 mod netfilter;
 mod netns;

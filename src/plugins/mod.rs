@@ -7,6 +7,7 @@ pub mod ipvlan;
 pub mod loopback;
 pub mod macvlan;
 pub mod portmap;
+pub mod tuning;
 
 mod child;
 #[cfg(test)]
@@ -17,11 +18,12 @@ mod firewall_backend;
 mod portmap_marker;
 #[cfg(test)]
 mod portmap_tests;
+mod safe_dir;
 
 use crate::cni::Plugin;
 
 /// Names a symlink (argv[0]) or `cnikit <name>` may use.
-pub const NAMES: [&str; 7] = [
+pub const NAMES: [&str; 8] = [
     "bridge",
     "macvlan",
     "ipvlan",
@@ -29,6 +31,7 @@ pub const NAMES: [&str; 7] = [
     "ipamd",
     "loopback",
     "host-local",
+    "tuning",
 ];
 
 static BRIDGE: bridge::Bridge = bridge::Bridge::DEFAULT;
@@ -43,6 +46,7 @@ pub fn by_name(name: &str) -> Option<&'static dyn Plugin> {
         "ipamd" => &ipam::Ipamd,
         "loopback" => &loopback::Loopback,
         "host-local" => &host_local::HostLocal,
+        "tuning" => &tuning::Tuning,
         _ => return None,
     })
 }

@@ -12,6 +12,7 @@
 //! only regular files count as markers. Their name is the SHA-256 of the
 //! attachment key, so any container ID length fits a file name.
 
+use super::safe_dir::{open_dir, stat_at};
 use crate::cni::{Attachment, Request};
 use sha2::{Digest, Sha256};
 use std::collections::HashSet;
@@ -166,107 +167,6 @@ fn marker_key(dirfd: RawFd, file_name: &std::ffi::CStr) -> Option<Vec<u8>> {
 
 /// A network name, a container ID and an ifname, generously.
 const MAX_KEY: u64 = 64 << 10;
-
-/// Opens `base/sub[0]/sub[1]/…` below `base` (the system's `/run`, trusted)
-/// component by component without following symlinks, creating the missing
-/// ones when `create` (the last one 0700, the others 0755), and checks each is
-/// a directory of ours that no one else may write. None: it does not exist
-/// and `create` is false.
-fn open_dir(base: &Path, sub: &[&str], create: bool) -> io::Result<Option<OwnedFd>> {
-    let c = |s: &[u8]| CString::new(s).map_err(|_| io::Error::other("NUL in a path"));
-    let mut fd = open_at(libc::AT_FDCWD, &c(base.as_os_str().as_encoded_bytes())?)?;
-    let mut at = base.to_path_buf();
-    for (i, part) in sub.iter().enumerate() {
-        at.push(part);
-        let name = c(part.as_bytes())?;
-        let mode = if i + 1 == sub.len() { 0o700 } else { 0o755 };
-        let next = match open_at(fd.as_raw_fd(), &name) {
-            Err(e) if e.kind() == io::ErrorKind::NotFound && create => {
-                // SAFETY: a NUL-terminated name relative to a descriptor we own.
-                let made = unsafe { libc::mkdirat(fd.as_raw_fd(), name.as_ptr(), mode) } == 0;
-                if !made {
-                    let e = io::Error::last_os_error();
-                    // Another plugin run made it meanwhile: checked below like any.
-                    if e.kind() != io::ErrorKind::AlreadyExists {
-                        return Err(e);
-                    }
-                }
-                let next = open_at(fd.as_raw_fd(), &name)?;
-                // The umask may have taken bits away, or (000) left others'.
-                // SAFETY: fchmod of a descriptor we own.
-                if made && unsafe { libc::fchmod(next.as_raw_fd(), mode) } != 0 {
-                    return Err(io::Error::last_os_error());
-                }
-                next
-            }
-            Err(e) if e.kind() == io::ErrorKind::NotFound => return Ok(None),
-            Err(e) => return Err(explain(&at, e)),
-            Ok(next) => next,
-        };
-        check_safe(&next, i + 1 == sub.len()).map_err(|why| {
-            io::Error::other(format!(
-                "refusing {}: {why}; it must be a directory owned by uid {} that only its owner can write",
-                at.display(),
-                // SAFETY: geteuid cannot fail.
-                unsafe { libc::geteuid() }
-            ))
-        })?;
-        fd = next;
-    }
-    Ok(Some(fd))
-}
-
-fn explain(at: &Path, e: io::Error) -> io::Error {
-    if e.raw_os_error() == Some(libc::ELOOP) || e.raw_os_error() == Some(libc::ENOTDIR) {
-        return io::Error::other(format!(
-            "refusing {}: not a directory (a symlink?)",
-            at.display()
-        ));
-    }
-    e
-}
-
-/// A directory, never through a symlink.
-fn open_at(dirfd: RawFd, name: &std::ffi::CStr) -> io::Result<OwnedFd> {
-    let flags = libc::O_RDONLY | libc::O_DIRECTORY | libc::O_NOFOLLOW | libc::O_CLOEXEC;
-    // SAFETY: a NUL-terminated name relative to a valid descriptor.
-    let fd = unsafe { libc::openat(dirfd, name.as_ptr(), flags) };
-    if fd < 0 {
-        return Err(io::Error::last_os_error());
-    }
-    // SAFETY: a descriptor the kernel just gave us.
-    Ok(unsafe { OwnedFd::from_raw_fd(fd) })
-}
-
-/// Ours, and no one else may write it; a parent (not `last`) may be sticky
-/// instead (a tmpfs's 1777): others cannot then move or remove our entries.
-fn check_safe(dir: &OwnedFd, last: bool) -> Result<(), String> {
-    // SAFETY: fstat of a descriptor we own into a zeroed struct.
-    let mut st: libc::stat = unsafe { std::mem::zeroed() };
-    if unsafe { libc::fstat(dir.as_raw_fd(), &mut st) } != 0 {
-        return Err(io::Error::last_os_error().to_string());
-    }
-    // SAFETY: geteuid cannot fail.
-    let me = unsafe { libc::geteuid() };
-    if st.st_uid != me {
-        return Err(format!("it is owned by uid {}", st.st_uid));
-    }
-    let sticky = st.st_mode & libc::S_ISVTX != 0;
-    if st.st_mode & 0o022 != 0 && (last || !sticky) {
-        return Err(format!(
-            "its mode {:o} lets others write",
-            st.st_mode & 0o7777
-        ));
-    }
-    Ok(())
-}
-
-fn stat_at(dirfd: RawFd, name: &std::ffi::CStr) -> Option<libc::stat> {
-    // SAFETY: fstatat without following a symlink, into a zeroed struct.
-    let mut st: libc::stat = unsafe { std::mem::zeroed() };
-    let rc = unsafe { libc::fstatat(dirfd, name.as_ptr(), &mut st, libc::AT_SYMLINK_NOFOLLOW) };
-    (rc == 0).then_some(st)
-}
 
 #[cfg(test)]
 #[path = "portmap_marker_tests.rs"]

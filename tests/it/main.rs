@@ -42,3 +42,4 @@ mod protocol;
 mod runtime;
 mod runtime_input;
 mod security;
+mod tuning;

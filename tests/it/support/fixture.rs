@@ -21,7 +21,7 @@ pub const ALL_VERSIONS: [&str; 7] = [
 ];
 
 /// The names `cnikit install` links.
-pub const PLUGINS: [&str; 7] = [
+pub const PLUGINS: [&str; 8] = [
     "bridge",
     "macvlan",
     "ipvlan",
@@ -29,6 +29,7 @@ pub const PLUGINS: [&str; 7] = [
     "ipamd",
     "loopback",
     "host-local",
+    "tuning",
 ];
 
 pub fn cnikit_exe() -> PathBuf {

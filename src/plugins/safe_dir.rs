@@ -1,0 +1,227 @@
+//! Directories of ours below a trusted base (the system's `/run`, or `/`), opened
+//! component by component relative to the parent's descriptor, never through a symbolic
+//! link, created with explicit modes, and refused when not ours or writable by others:
+//! whoever could plant a link or swap a directory there would make a root plugin write
+//! where they choose. Files inside are then reached relative to the directory's
+//! descriptor only.
+
+use std::ffi::CString;
+use std::io;
+use std::os::fd::{AsRawFd, FromRawFd, OwnedFd, RawFd};
+use std::path::Path;
+
+/// Opens `base/sub[0]/sub[1]/…` below `base` (the system's `/run`, trusted)
+/// component by component without following symlinks, creating the missing
+/// ones when `create` (the last one 0700, the others 0755), and checks each is
+/// a directory of ours that no one else may write. None: it does not exist
+/// and `create` is false.
+pub(super) fn open_dir(base: &Path, sub: &[&str], create: bool) -> io::Result<Option<OwnedFd>> {
+    let c = |s: &[u8]| CString::new(s).map_err(|_| io::Error::other("NUL in a path"));
+    let mut fd = open_at(libc::AT_FDCWD, &c(base.as_os_str().as_encoded_bytes())?)?;
+    let mut at = base.to_path_buf();
+    for (i, part) in sub.iter().enumerate() {
+        at.push(part);
+        let name = c(part.as_bytes())?;
+        let mode = if i + 1 == sub.len() { 0o700 } else { 0o755 };
+        let next = match open_at(fd.as_raw_fd(), &name) {
+            Err(e) if e.kind() == io::ErrorKind::NotFound && create => {
+                // SAFETY: a NUL-terminated name relative to a descriptor we own.
+                let made = unsafe { libc::mkdirat(fd.as_raw_fd(), name.as_ptr(), mode) } == 0;
+                if !made {
+                    let e = io::Error::last_os_error();
+                    // Another plugin run made it meanwhile: checked below like any.
+                    if e.kind() != io::ErrorKind::AlreadyExists {
+                        return Err(e);
+                    }
+                }
+                let next = open_at(fd.as_raw_fd(), &name)?;
+                // The umask may have taken bits away, or (000) left others'.
+                // SAFETY: fchmod of a descriptor we own.
+                if made && unsafe { libc::fchmod(next.as_raw_fd(), mode) } != 0 {
+                    return Err(io::Error::last_os_error());
+                }
+                next
+            }
+            Err(e) if e.kind() == io::ErrorKind::NotFound => return Ok(None),
+            Err(e) => return Err(explain(&at, e)),
+            Ok(next) => next,
+        };
+        check_safe(&next, i + 1 == sub.len()).map_err(|why| {
+            io::Error::other(format!(
+                "refusing {}: {why}; it must be a directory owned by uid {} that only its owner can write",
+                at.display(),
+                // SAFETY: geteuid cannot fail.
+                unsafe { libc::geteuid() }
+            ))
+        })?;
+        fd = next;
+    }
+    Ok(Some(fd))
+}
+
+fn explain(at: &Path, e: io::Error) -> io::Error {
+    if e.raw_os_error() == Some(libc::ELOOP) || e.raw_os_error() == Some(libc::ENOTDIR) {
+        return io::Error::other(format!(
+            "refusing {}: not a directory (a symlink?)",
+            at.display()
+        ));
+    }
+    e
+}
+
+/// A directory, never through a symlink.
+pub(super) fn open_at(dirfd: RawFd, name: &std::ffi::CStr) -> io::Result<OwnedFd> {
+    let flags = libc::O_RDONLY | libc::O_DIRECTORY | libc::O_NOFOLLOW | libc::O_CLOEXEC;
+    // SAFETY: a NUL-terminated name relative to a valid descriptor.
+    let fd = unsafe { libc::openat(dirfd, name.as_ptr(), flags) };
+    if fd < 0 {
+        return Err(io::Error::last_os_error());
+    }
+    // SAFETY: a descriptor the kernel just gave us.
+    Ok(unsafe { OwnedFd::from_raw_fd(fd) })
+}
+
+/// Ours, and no one else may write it; a parent (not `last`) may be sticky
+/// instead (a tmpfs's 1777): others cannot then move or remove our entries.
+fn check_safe(dir: &OwnedFd, last: bool) -> Result<(), String> {
+    // SAFETY: fstat of a descriptor we own into a zeroed struct.
+    let mut st: libc::stat = unsafe { std::mem::zeroed() };
+    if unsafe { libc::fstat(dir.as_raw_fd(), &mut st) } != 0 {
+        return Err(io::Error::last_os_error().to_string());
+    }
+    // SAFETY: geteuid cannot fail.
+    let me = unsafe { libc::geteuid() };
+    if st.st_uid != me {
+        return Err(format!("it is owned by uid {}", st.st_uid));
+    }
+    let sticky = st.st_mode & libc::S_ISVTX != 0;
+    if st.st_mode & 0o022 != 0 && (last || !sticky) {
+        return Err(format!(
+            "its mode {:o} lets others write",
+            st.st_mode & 0o7777
+        ));
+    }
+    Ok(())
+}
+
+pub(super) fn stat_at(dirfd: RawFd, name: &std::ffi::CStr) -> Option<libc::stat> {
+    // SAFETY: fstatat without following a symlink, into a zeroed struct.
+    let mut st: libc::stat = unsafe { std::mem::zeroed() };
+    let rc = unsafe { libc::fstatat(dirfd, name.as_ptr(), &mut st, libc::AT_SYMLINK_NOFOLLOW) };
+    (rc == 0).then_some(st)
+}
+
+/// `name` relative to `dir` as a C string (no NUL, no `/`: one entry of that directory).
+pub(super) fn entry_name(name: &str) -> io::Result<CString> {
+    if name.is_empty() || name.contains('/') || name == "." || name == ".." {
+        return Err(io::Error::other(format!("{name:?} is not a file name")));
+    }
+    CString::new(name).map_err(|_| io::Error::other("NUL in a file name"))
+}
+
+/// At most `max` bytes of the regular file `name` in `dir`: Ok(None) when there is none;
+/// an error when it is a link, not a regular file, or longer. Opened non-blocking so that
+/// a FIFO in its place cannot hang the caller.
+pub(super) fn read_at(dir: &OwnedFd, name: &str, max: u64) -> io::Result<Option<Vec<u8>>> {
+    use std::io::Read;
+    let c = entry_name(name)?;
+    let flags = libc::O_RDONLY | libc::O_NOFOLLOW | libc::O_NONBLOCK | libc::O_CLOEXEC;
+    // SAFETY: a NUL-terminated name relative to a directory descriptor we own.
+    let fd = unsafe { libc::openat(dir.as_raw_fd(), c.as_ptr(), flags) };
+    if fd < 0 {
+        let e = io::Error::last_os_error();
+        return match e.kind() {
+            io::ErrorKind::NotFound => Ok(None),
+            _ => Err(e),
+        };
+    }
+    // SAFETY: a descriptor the kernel just gave us.
+    let file = std::fs::File::from(unsafe { OwnedFd::from_raw_fd(fd) });
+    if !file.metadata()?.is_file() {
+        return Err(io::Error::other(format!("{name} is not a regular file")));
+    }
+    let mut bytes = Vec::new();
+    file.take(max + 1).read_to_end(&mut bytes)?;
+    if bytes.len() as u64 > max {
+        return Err(io::Error::other(format!(
+            "{name} is larger than {max} bytes"
+        )));
+    }
+    Ok(Some(bytes))
+}
+
+/// Replace `name` in `dir` with `bytes`, mode 0600, atomically: a temporary file of
+/// ours is written and renamed over it, so a reader sees the old or the new content.
+pub(super) fn write_at(dir: &OwnedFd, name: &str, bytes: &[u8]) -> io::Result<()> {
+    use std::io::Write;
+    let tmp_name = format!(".{name}.tmp");
+    let (c, tmp) = (entry_name(name)?, entry_name(&tmp_name)?);
+    // A temporary file left by a crash, or anything planted under its name, goes first.
+    unlink_at(dir, &tmp_name)?;
+    let flags = libc::O_WRONLY | libc::O_CREAT | libc::O_EXCL | libc::O_NOFOLLOW | libc::O_CLOEXEC;
+    // SAFETY: a NUL-terminated name relative to a directory descriptor we own.
+    let fd = unsafe { libc::openat(dir.as_raw_fd(), tmp.as_ptr(), flags, 0o600 as libc::c_uint) };
+    if fd < 0 {
+        return Err(io::Error::last_os_error());
+    }
+    // SAFETY: a descriptor the kernel just gave us.
+    let mut file = std::fs::File::from(unsafe { OwnedFd::from_raw_fd(fd) });
+    let written = (|| {
+        // Explicit whatever the umask was.
+        // SAFETY: fchmod of a descriptor we own.
+        if unsafe { libc::fchmod(file.as_raw_fd(), 0o600) } != 0 {
+            return Err(io::Error::last_os_error());
+        }
+        file.write_all(bytes)?;
+        file.sync_all()?;
+        // SAFETY: both names are relative to the directory descriptor we own.
+        let rc =
+            unsafe { libc::renameat(dir.as_raw_fd(), tmp.as_ptr(), dir.as_raw_fd(), c.as_ptr()) };
+        if rc != 0 {
+            return Err(io::Error::last_os_error());
+        }
+        Ok(())
+    })();
+    if written.is_err() {
+        let _ = unlink_at(dir, &tmp_name);
+    }
+    written
+}
+
+/// Remove `name` from `dir`; one already gone is fine.
+pub(super) fn unlink_at(dir: &OwnedFd, name: &str) -> io::Result<()> {
+    let c = entry_name(name)?;
+    // SAFETY: a NUL-terminated name relative to a directory descriptor we own.
+    if unsafe { libc::unlinkat(dir.as_raw_fd(), c.as_ptr(), 0) } != 0 {
+        let e = io::Error::last_os_error();
+        if e.kind() != io::ErrorKind::NotFound {
+            return Err(e);
+        }
+    }
+    Ok(())
+}
+
+/// The components of an absolute path below `/`, for [`open_dir`] with base `/`: a
+/// relative path, or one with `.`/`..` components, is refused (it would not say which
+/// directory it names).
+pub(super) fn components(path: &Path) -> io::Result<Vec<&str>> {
+    use std::path::Component;
+    if !path.is_absolute() {
+        return Err(io::Error::other(format!(
+            "{} is not an absolute path",
+            path.display()
+        )));
+    }
+    path.components()
+        .filter(|c| !matches!(c, Component::RootDir))
+        .map(|c| match c {
+            Component::Normal(s) => s
+                .to_str()
+                .ok_or_else(|| io::Error::other(format!("{} is not UTF-8", path.display()))),
+            _ => Err(io::Error::other(format!(
+                "{} has a . or .. component",
+                path.display()
+            ))),
+        })
+        .collect()
+}

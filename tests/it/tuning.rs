@@ -1,0 +1,397 @@
+//! tuning: cnikit's against Debian's reference (/usr/lib/cni/tuning, 1.1.1) on the
+//! same interface: the same sysctls and link settings, the same result and backup file,
+//! each one's DEL restoring the other's ADD; then what the reference lacks (txQLen, the
+//! allowlist, names with dots) and what must leave nothing behind.
+
+use crate::support::*;
+use serde_json::{json, Value};
+use std::path::{Path, PathBuf};
+
+/// A netns whose `ifname` is one end of a veth pair (the other end up on the host), and
+/// the prevResult an interface plugin would have printed for it.
+fn pod_with(env: &TestEnv, ifname: &str) -> (Netns, Value) {
+    let ns = env.netns();
+    let (_host, peer) = env.veth_pair();
+    ip(&["link", "set", &peer, "netns", &ns.name]);
+    ip(&["-n", &ns.name, "link", "set", &peer, "name", ifname]);
+    ip(&["-n", &ns.name, "link", "set", ifname, "up"]);
+    let mac = link(Some(&ns.name), ifname).unwrap()["address"].clone();
+    let prev = json!({"cniVersion": "1.0.0",
+        "interfaces": [{"name": ifname, "mac": mac, "sandbox": ns.path}],
+        "ips": [{"address": "10.99.0.2/24", "interface": 0}]});
+    (ns, prev)
+}
+
+fn conf(version: &str, dir: &Path, prev: &Value, extra: Value) -> Value {
+    let mut c = json!({"cniVersion": version, "name": "tun", "type": "tuning",
+        "dataDir": dir, "prevResult": prev});
+    for (k, v) in extra.as_object().unwrap() {
+        c[k] = v.clone();
+    }
+    c
+}
+
+fn call(env: &TestEnv, reference: bool, verb: &str, id: &str, ns: &Netns, conf: &Value) -> Call {
+    let p = if reference {
+        env.ref_plugin("tuning")
+    } else {
+        env.plugin("tuning")
+    };
+    p.attach(verb, id, ns, &ifname_of(conf)).conf(conf)
+}
+
+/// The interface prevResult names, `eth0` without one.
+fn ifname_of(conf: &Value) -> String {
+    conf["prevResult"]["interfaces"][0]["name"]
+        .as_str()
+        .unwrap_or("eth0")
+        .to_string()
+}
+
+fn sysctl_in(ns: &Netns, key: &str) -> String {
+    // A dotted key, or a `/` one when a component has a dot of its own.
+    let path = match key.contains('/') {
+        true => format!("/proc/sys/{key}"),
+        false => format!("/proc/sys/{}", key.replace('.', "/")),
+    };
+    let (ok, out, err) = sh("ip", &["netns", "exec", &ns.name, "cat", &path]);
+    assert!(ok, "read {path} in {}: {err}", ns.name);
+    out.trim().to_string()
+}
+
+/// What tuning may change on a link: MTU, MAC, promisc, allmulti, queue length.
+fn link_state(ns: &Netns, ifname: &str) -> Value {
+    let l = link(Some(&ns.name), ifname).expect("the interface");
+    json!({"mtu": l["mtu"], "address": l["address"], "txqlen": l["txqlen"],
+           "promisc": has_flag(&l, "PROMISC"), "allmulti": has_flag(&l, "ALLMULTI")})
+}
+
+fn backups(dir: &Path) -> Vec<(String, String)> {
+    let mut v: Vec<(String, String)> = std::fs::read_dir(dir)
+        .map(|rd| {
+            rd.flatten()
+                .map(|e| {
+                    let name = e.file_name().into_string().unwrap();
+                    (name, std::fs::read_to_string(e.path()).unwrap_or_default())
+                })
+                .collect()
+        })
+        .unwrap_or_default();
+    v.sort();
+    v
+}
+
+/// Proves: with the same configuration (sysctls with IFNAME, mac, mtu, promisc, allmulti)
+/// ours and the reference set the same sysctls and link settings, print the same result
+/// (the interface's new MAC in it), write the same backup file (`<cid>_<ifname>.json`,
+/// Go's indented JSON); CHECK passes for both and ours fails once the MTU is changed by
+/// hand; each one's DEL restores the other's ADD (MTU, MAC, promisc, allmulti; sysctls
+/// stay) and removes the backup; a second DEL succeeds.
+#[test]
+fn same_changes_and_restore_as_the_reference() {
+    let env = TestEnv::new("tuning_vs_reference");
+    let extra = json!({
+        "sysctl": {"net.ipv4.conf.IFNAME.arp_notify": "1", "net.core.somaxconn": "1000"},
+        "mac": "0a:58:0a:63:00:02", "mtu": 1400, "promisc": true, "allmulti": true});
+    let mut sides = Vec::new();
+    for reference in [true, false] {
+        let (ns, prev) = pod_with(&env, "eth0");
+        let dir = env.dir(if reference { "ref" } else { "ours" });
+        let c = conf("1.0.0", &dir, &prev, extra.clone());
+        let before = link_state(&ns, "eth0");
+        let r = call(&env, reference, "ADD", "ctr-t", &ns, &c)
+            .run()
+            .result();
+        sides.push((reference, ns, dir, c, before, r));
+    }
+    let norm = |v: &Value, ns: &Netns| -> Value {
+        serde_json::from_str(&v.to_string().replace(&ns.path, "NETNS")).unwrap()
+    };
+    let (ref_side, our_side) = (&sides[0], &sides[1]);
+    assert_eq!(
+        norm(&our_side.5, &our_side.1),
+        norm(&ref_side.5, &ref_side.1)
+    );
+    assert_eq!(our_side.5["interfaces"][0]["mac"], "0a:58:0a:63:00:02");
+    for (_, ns, dir, c, before, _) in &sides {
+        assert_eq!(
+            link_state(ns, "eth0"),
+            json!({"mtu": 1400, "address": "0a:58:0a:63:00:02", "txqlen": before["txqlen"],
+                   "promisc": true, "allmulti": true})
+        );
+        assert_eq!(sysctl_in(ns, "net.ipv4.conf.eth0.arp_notify"), "1");
+        assert_eq!(sysctl_in(ns, "net.core.somaxconn"), "1000");
+        let files = backups(dir);
+        assert_eq!(files.len(), 1);
+        assert_eq!(files[0].0, "ctr-t_eth0.json");
+        assert_eq!(
+            files[0].1,
+            format!(
+                "{{\n \"mac\": {},\n \"promisc\": false,\n \"mtu\": 1500,\n \"allmulti\": false\n}}",
+                before["address"]
+            )
+        );
+        call(&env, false, "CHECK", "ctr-t", ns, c).run().ok_silent();
+        // Debian's 1.1.1 CHECK does not replace IFNAME in sysctl keys: without them.
+        let mut plain = c.clone();
+        plain.as_object_mut().unwrap().remove("sysctl");
+        call(&env, true, "CHECK", "ctr-t", ns, &plain)
+            .run()
+            .ok_silent();
+    }
+    ip(&["-n", &our_side.1.name, "link", "set", "eth0", "mtu", "1300"]);
+    call(&env, false, "CHECK", "ctr-t", &our_side.1, &our_side.3)
+        .run()
+        .expect_err(100, &["MTU", "1300", "1400"]);
+    ip(&["-n", &our_side.1.name, "link", "set", "eth0", "mtu", "1400"]);
+
+    // Crossed: ours restores the reference's ADD and the reverse.
+    for (reference, ns, dir, c, before, _) in &sides {
+        for _ in 0..2 {
+            call(&env, !reference, "DEL", "ctr-t", ns, c)
+                .run()
+                .ok_silent();
+        }
+        assert_eq!(&link_state(ns, "eth0"), before, "restored");
+        assert!(backups(dir).is_empty(), "backup removed");
+        assert_eq!(sysctl_in(ns, "net.core.somaxconn"), "1000", "sysctls stay");
+    }
+}
+
+/// Proves: `txQLen`, `mtu` and `allmulti` from `args.cni` override the configuration,
+/// the capability `mac` (runtimeConfig) is applied after bridge in a chain and shows in
+/// the result; a repeated ADD keeps the first backup; DEL restores the queue length too;
+/// a sysctl on an interface whose name has a dot (`eth0.5`) lands on that interface, and
+/// CHECK compares a multi-value sysctl field by field (the kernel prints tabs).
+#[test]
+fn args_capability_txqlen_and_dotted_names() {
+    let env = TestEnv::new("tuning_args");
+    let nets = env.subnets();
+    let br = env.link_name("tub");
+    let bridge = json!({"cniVersion": "1.1.0", "name": "tun", "type": "bridge", "bridge": br,
+        "ipam": env.ipam(Ipam::Ipamd, nets.v4_ranges())});
+    let pod = env.pod("bridge", &bridge);
+    let dir = env.dir("tun");
+    let before = link_state(&pod.ns, "eth0");
+    let c = conf(
+        "1.1.0",
+        &dir,
+        &pod.result,
+        json!({"mtu": 1400, "txQLen": 10, "allmulti": true,
+               "runtimeConfig": {"mac": "0a:58:00:00:00:aa"},
+               "args": {"cni": {"mtu": 1300, "txQLen": 20}}}),
+    );
+    let tun = pod.chained("tuning", &c);
+    let r = tun.add();
+    let eth0 = r["interfaces"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .find(|i| i["name"] == "eth0")
+        .unwrap();
+    assert_eq!(eth0["mac"], "0a:58:00:00:00:aa");
+    assert_eq!(
+        link_state(&pod.ns, "eth0"),
+        json!({"mtu": 1300, "address": "0a:58:00:00:00:aa", "txqlen": 20,
+               "promisc": false, "allmulti": true})
+    );
+    let first = backups(&dir);
+    tun.add();
+    assert_eq!(
+        backups(&dir),
+        first,
+        "a repeated ADD keeps the original values"
+    );
+    tun.check(&r);
+    tun.del();
+    assert_eq!(link_state(&pod.ns, "eth0"), before);
+    assert!(backups(&dir).is_empty());
+
+    let (ns, prev) = pod_with(&env, "eth0.5");
+    let c = conf(
+        "1.0.0",
+        &dir,
+        &prev,
+        json!({"sysctl": {"net.ipv4.conf.IFNAME.arp_notify": "1",
+                          "net.ipv4.ping_group_range": "0 100"}}),
+    );
+    call(&env, false, "ADD", "ctr-dot", &ns, &c).run().result();
+    assert_eq!(sysctl_in(&ns, "net/ipv4/conf/eth0.5/arp_notify"), "1");
+    assert_eq!(sysctl_in(&ns, "net.ipv4.ping_group_range"), "0\t100");
+    call(&env, false, "CHECK", "ctr-dot", &ns, &c)
+        .run()
+        .ok_silent();
+    assert!(backups(&dir).is_empty(), "sysctls alone need no backup");
+}
+
+/// Proves: what ADD refuses it refuses before changing anything (a key outside net., a
+/// traversal, a key given twice, no prevResult, the plugin's own netns: 7, 7, 7, 7, 4),
+/// and an ADD the kernel fails part-way (an unknown sysctl after a good one; a multicast
+/// MAC after the sysctls and the backup) puts every sysctl and link setting back and
+/// leaves no backup.
+#[test]
+fn refusals_and_failures_leave_nothing() {
+    let env = TestEnv::new("tuning_failures");
+    let (ns, prev) = pod_with(&env, "eth0");
+    let dir = env.dir("tun");
+    let before = link_state(&ns, "eth0");
+    let arp = || sysctl_in(&ns, "net.ipv4.conf.eth0.arp_notify");
+    assert_eq!(arp(), "0");
+    for (extra, needle) in [
+        (
+            json!({"sysctl": {"kernel.hostname": "x"}}),
+            "kernel.hostname",
+        ),
+        (json!({"sysctl": {"net/../kernel/hostname": "x"}}), ".."),
+        (json!({"mtu": 20}), "mtu"),
+    ] {
+        call(
+            &env,
+            false,
+            "ADD",
+            "c",
+            &ns,
+            &conf("1.0.0", &dir, &prev, extra),
+        )
+        .run()
+        .expect_err(7, &[needle]);
+    }
+    let dup = format!(
+        r#"{{"cniVersion":"1.0.0","name":"tun","type":"tuning","dataDir":{},"prevResult":{},
+            "sysctl":{{"net.core.somaxconn":"1","net.core.somaxconn":"2"}}}}"#,
+        json!(dir),
+        prev
+    );
+    env.plugin("tuning")
+        .attach("ADD", "c", &ns, "eth0")
+        .stdin(dup)
+        .run()
+        .expect_err(7, &["twice"]);
+    let mut no_prev = conf("1.0.0", &dir, &prev, json!({"mtu": 1400}));
+    no_prev.as_object_mut().unwrap().remove("prevResult");
+    call(&env, false, "ADD", "c", &ns, &no_prev)
+        .run()
+        .expect_err(7, &["prevResult"]);
+    call(
+        &env,
+        false,
+        "ADD",
+        "c",
+        &ns,
+        &conf("1.0.0", &dir, &prev, json!({"mtu": 1400})),
+    )
+    .netns_path("/proc/self/ns/net")
+    .run()
+    .expect_err(4, &["own network namespace"]);
+
+    let unknown = json!({"sysctl": {"net.ipv4.conf.IFNAME.arp_notify": "1",
+                                    "net.ipv4.no_such_setting": "1"}, "mtu": 1400});
+    call(
+        &env,
+        false,
+        "ADD",
+        "c",
+        &ns,
+        &conf("1.0.0", &dir, &prev, unknown),
+    )
+    .run()
+    .expect_err(100, &["net.ipv4.no_such_setting"]);
+    let multicast = json!({"sysctl": {"net.ipv4.conf.IFNAME.arp_notify": "1"},
+                           "mtu": 1400, "promisc": true, "mac": "01:00:5e:00:00:01"});
+    call(
+        &env,
+        false,
+        "ADD",
+        "c",
+        &ns,
+        &conf("1.0.0", &dir, &prev, multicast),
+    )
+    .run()
+    .expect_err(100, &["01:00:5e:00:00:01"]);
+    assert_eq!(arp(), "0", "sysctls put back");
+    assert_eq!(link_state(&ns, "eth0"), before, "link put back");
+    assert!(backups(&dir).is_empty(), "no backup left");
+}
+
+/// Proves: DEL never fails: with a configuration ADD would refuse it still restores
+/// from the backup; with the netns gone it drops the backup; with no backup, or none of
+/// anything, it succeeds silently.
+#[test]
+fn del_never_fails() {
+    let env = TestEnv::new("tuning_del");
+    let (ns, prev) = pod_with(&env, "eth0");
+    let dir = env.dir("tun");
+    let before = link_state(&ns, "eth0");
+    let c = conf("1.0.0", &dir, &prev, json!({"mtu": 1400}));
+    call(&env, false, "ADD", "c1", &ns, &c).run().result();
+    let broken = conf(
+        "1.0.0",
+        &dir,
+        &prev,
+        json!({"mtu": "big", "sysctl": {"kernel.x": 1}, "mac": 7}),
+    );
+    call(&env, false, "DEL", "c1", &ns, &broken)
+        .run()
+        .ok_silent();
+    assert_eq!(link_state(&ns, "eth0"), before);
+
+    call(&env, false, "ADD", "c2", &ns, &c).run().result();
+    assert_eq!(backups(&dir).len(), 1);
+    env.del_netns(&ns);
+    call(&env, false, "DEL", "c2", &ns, &c).run().ok_silent();
+    assert!(
+        backups(&dir).is_empty(),
+        "the backup of a gone pod is dropped"
+    );
+    call(&env, false, "DEL", "c3", &ns, &c)
+        .netns_path("")
+        .run()
+        .ok_silent();
+    let missing = PathBuf::from("/nonexistent/tuning");
+    call(
+        &env,
+        false,
+        "DEL",
+        "c4",
+        &ns,
+        &conf("1.0.0", &missing, &prev, json!({})),
+    )
+    .run()
+    .ok_silent();
+    assert!(!missing.exists());
+}
+
+/// Proves: with /etc/cni/tuning/allowlist.conf present (in a private mount namespace of
+/// the plugin process) a sysctl no line matches is refused (7) and one that matches is
+/// written, as with the reference (upstream; Debian's 1.1.1 has no allowlist).
+#[test]
+fn sysctl_allowlist() {
+    let env = TestEnv::new("tuning_allowlist");
+    let (ns, prev) = pod_with(&env, "eth0");
+    let dir = env.dir("tun");
+    let wrapper = env.tmp.join("tuning-with-allowlist");
+    std::fs::write(
+        &wrapper,
+        format!(
+            "#!/bin/sh\nexec unshare --mount --propagation private -- sh -c \
+             'mount -t tmpfs tmpfs /etc && mkdir -p /etc/cni/tuning && \
+             printf \"%s\\n\" \"$ALLOW\" > /etc/cni/tuning/allowlist.conf && exec \"$0\"' {}\n",
+            env.bin.join("tuning").display()
+        ),
+    )
+    .unwrap();
+    use std::os::unix::fs::PermissionsExt;
+    std::fs::set_permissions(&wrapper, std::fs::Permissions::from_mode(0o755)).unwrap();
+    let run = |key: &str| {
+        let c = conf("1.0.0", &dir, &prev, json!({"sysctl": {key: "1"}}));
+        Call::new(wrapper.clone())
+            .env("ALLOW", "^net\\.ipv4\\.conf\\.IFNAME\\.[a-z_]+$")
+            .attach("ADD", "c", &ns, "eth0")
+            .conf(&c)
+            .run()
+    };
+    run("net.ipv4.conf.IFNAME.arp_notify").result();
+    assert_eq!(sysctl_in(&ns, "net.ipv4.conf.eth0.arp_notify"), "1");
+    run("net.ipv4.ip_forward").expect_err(7, &["not allowed", "net.ipv4.ip_forward"]);
+    assert_eq!(sysctl_in(&ns, "net.ipv4.ip_forward"), "0");
+}
