@@ -116,6 +116,8 @@ pub fn configure_iface(
     let has_v6 = result.ips.iter().any(|ip| ip.address.addr().is_ipv6());
     if has_v6 {
         ns.run(|| prepare_ipv6(ifname, enable_dad))??;
+    } else {
+        ns.run(|| without_ipv6(ifname))??;
     }
     for ip in &result.ips {
         nl.add_address(index, ip.address)?;
@@ -136,6 +138,18 @@ fn prepare_ipv6(ifname: &str, enable_dad: bool) -> Result<(), Error> {
     sysctl::set(&format!("net/ipv6/conf/{ifname}/accept_dad"), dad)?;
     sysctl::set(&format!("net/ipv6/conf/{ifname}/disable_ipv6"), "0")?;
     Ok(())
+}
+
+/// An interface with no IPv6 address to carry gets no IPv6 at all (set
+/// before it goes up): otherwise its link-local address's DAD, router and
+/// MLD solicitations are multicast, which a bridge floods to every port and
+/// every pod then handles — a cost of each new pod that grows with the pods
+/// already there. A kernel without IPv6 has nothing to turn off.
+pub fn without_ipv6(ifname: &str) -> Result<(), Error> {
+    match sysctl::set(&format!("net/ipv6/conf/{ifname}/disable_ipv6"), "1") {
+        Err(e) if e.is_not_found() => Ok(()),
+        other => Ok(other?),
+    }
 }
 
 fn family_gateway(result: &CniResult, like: IpAddr) -> Option<IpAddr> {

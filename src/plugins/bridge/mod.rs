@@ -4,7 +4,7 @@
 use super::common::{
     check_iface_state, config_ifname, configure_iface, configured_mtu, delete_container_link,
     ensure_ifname_free, find_container_link, ipam_add, ipam_if_configured, ipam_rollback_on_error,
-    open_netns, random_veth_name, requested_mac, with_configured_dns, OwnLink,
+    open_netns, random_veth_name, requested_mac, with_configured_dns, without_ipv6, OwnLink,
 };
 use super::firewall_backend::FirewallBackend;
 use crate::cni::{CniResult, Code, Command, Error, Interface, Plugin, Request};
@@ -196,7 +196,10 @@ impl Plugin for Bridge {
             peer_mac: mac,
         })?;
         // From here on a failure must remove the veth (deleting one end removes both).
-        let attached = attach_port(&mut host, &conf, &trunk, pair.host_index, bridge.index)
+        // The host end is only a bridge port: it needs no IPv6 of its own, and
+        // its link-local address's multicast would reach every pod.
+        let attached = without_ipv6(&host_name)
+            .and_then(|()| attach_port(&mut host, &conf, &trunk, pair.host_index, bridge.index))
             .and_then(|()| {
                 self.address(
                     req,

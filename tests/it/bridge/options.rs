@@ -199,3 +199,43 @@ fn bridge_mac_is_stable_when_ports_come_and_go() {
     );
     b.del();
 }
+
+/// Proves: a pod with no IPv6 address gets no IPv6 on its interface, and no
+/// host veth gets IPv6 (a bridge port needs none): no link-local address, so
+/// none of the DAD, router and MLD multicast a bridge floods to every pod.
+/// A dual-stack pod keeps IPv6 (its address and link-local) and reaches the
+/// gateway over both families.
+#[test]
+fn ipv6_only_where_the_pod_has_an_ipv6_address() {
+    let env = TestEnv::new("ipv6_only_where_needed");
+    let disabled = |ns: Option<&str>, ifname: &str| {
+        let key = format!("net.ipv6.conf.{ifname}.disable_ipv6");
+        let args = ["sysctl", "-n", &key];
+        let out = match ns {
+            Some(ns) => sh("ip", &[&["netns", "exec", ns][..], &args[..]].concat()),
+            None => sh(args[0], &args[1..]),
+        };
+        out.1.trim() == "1"
+    };
+    let (att, _, nets) = v4_attachment(&env, "v4only", json!({}));
+    let r = att.add();
+    assert!(
+        disabled(Some(&att.ns.name), "eth0"),
+        "v4-only pod keeps IPv6"
+    );
+    assert!(disabled(None, host_veth(&r)), "host veth has IPv6");
+    assert_ping(&att.ns.name, &nets.v4_addr(1));
+    att.del();
+
+    let (conf, _, nets) = network(&env, Ipam::Ipamd, Subnets::dual_ranges);
+    let att = env.new_attachment("bridge", "dual", &conf);
+    let r = att.add();
+    assert!(
+        !disabled(Some(&att.ns.name), "eth0"),
+        "dual-stack pod lost IPv6"
+    );
+    assert!(disabled(None, host_veth(&r)), "host veth has IPv6");
+    assert_ping(&att.ns.name, &nets.v4_addr(1));
+    assert_ping(&att.ns.name, &nets.v6_addr(1));
+    att.del();
+}
