@@ -207,3 +207,98 @@ fn every_failure_point_of_a_macvlan_add_leaves_nothing() {
     eprintln!("macvlan ADD: {points:?} failure points ({FAULTS:?}), each failed once");
     assert!(points[0] > 3 && points[1] > 0, "{points:?}");
 }
+
+/// bridge over host-local (in-process, dual stack): every kernel send and every lease
+/// write and fsync of its ADD fails once; then tuning chained after it: every kernel
+/// send of its ADD fails once, and each failure puts the sysctls and the link back and
+/// leaves no backup.
+#[test]
+fn every_failure_point_of_host_local_and_tuning_adds_leaves_nothing() {
+    let env = TestEnv::new("fault_host_local_tuning");
+    let bridge = env.link_name("fhl");
+    let ipam = env.ipam(Ipam::HostLocal, env.subnets().dual_ranges());
+    let bridge_conf = json!({
+        "cniVersion": "1.0.0", "name": "faulthl", "type": "bridge", "bridge": bridge,
+        "isGateway": true, "ipam": ipam,
+    });
+    let walk = Walk {
+        env: &env,
+        ns: env.netns(),
+        ipam,
+        network: "faulthl",
+        host_ports: Some(bridge.clone()),
+    };
+    let id = cid("fault-hl");
+    let steps = Steps {
+        plugin: "bridge",
+        conf: bridge_conf.clone(),
+        before: &|| {},
+        dels: vec![("bridge", bridge_conf.clone())],
+    };
+    let points = FAULTS.map(|fault| walk.every(fault, &id, &steps));
+    eprintln!("bridge + host-local ADD: {points:?} failure points ({FAULTS:?})");
+    // Two lease files written and fsynced, two round-robin hints, the directory.
+    assert!(points[0] > 5 && points[1] >= 5, "{points:?}");
+
+    let prev = env
+        .plugin("bridge")
+        .attach("ADD", &id, &walk.ns, "eth0")
+        .conf(&bridge_conf)
+        .run()
+        .result();
+    let dir = env.dir("tuning");
+    let tuning = json!({
+        "cniVersion": "1.0.0", "name": "faulthl", "type": "tuning", "dataDir": dir,
+        "prevResult": prev, "mac": "0a:58:00:00:00:99", "mtu": 1400, "promisc": true,
+        "allmulti": true, "txQLen": 50,
+        "sysctl": {"net.core.somaxconn": "1000", "net.ipv4.conf.IFNAME.arp_notify": "1"},
+    });
+    let state = || {
+        let ns = &walk.ns.name;
+        let read = |key: &str| {
+            let path = format!("/proc/sys/{key}");
+            sh("ip", &["netns", "exec", ns, "cat", &path]).1
+        };
+        let l = link(Some(ns), "eth0").expect("eth0");
+        json!({"somaxconn": read("net/core/somaxconn"),
+               "arp_notify": read("net/ipv4/conf/eth0/arp_notify"),
+               "mtu": l["mtu"], "address": l["address"], "txqlen": l["txqlen"],
+               "flags": l["flags"]})
+    };
+    let before = state();
+    for n in 1..MAX_SENDS {
+        let out = env
+            .plugin("tuning")
+            .attach("ADD", &id, &walk.ns, "eth0")
+            .env("CNIKIT_FAULT_NETLINK", &n.to_string())
+            .conf(&tuning)
+            .run();
+        if out.success() {
+            eprintln!("tuning ADD: {} failure points", n - 1);
+            assert!(n > 5, "every link setting is a send of its own: {n}");
+            break;
+        }
+        let what = format!("tuning ADD failing at CNIKIT_FAULT_NETLINK={n}");
+        assert!(out.err().msg.contains("injected failure"), "{what}");
+        assert_eq!(state(), before, "{what}: not all put back");
+        assert_eq!(
+            std::fs::read_dir(&dir).unwrap().count(),
+            0,
+            "{what}: a backup is left"
+        );
+    }
+    for plugin in ["tuning", "bridge"] {
+        let conf = if plugin == "tuning" {
+            &tuning
+        } else {
+            &bridge_conf
+        };
+        env.plugin(plugin)
+            .attach("DEL", &id, &walk.ns, "eth0")
+            .conf(conf)
+            .run()
+            .ok_silent();
+    }
+    walk.assert_clean(&id, "after the DELs");
+    assert_eq!(std::fs::read_dir(&dir).unwrap().count(), 0);
+}
