@@ -1,0 +1,124 @@
+#!/usr/bin/env bash
+# Podman (Debian's 4.3, CNI backend) end to end with only cnikit's links in
+# cni_plugin_dirs: Podman's default network and networks it creates itself
+# (`podman network create` writes bridge + host-local + portmap + firewall + tuning
+# conflists), `podman run -p` with traffic through the host port, `--ip`, and
+# `podman rm`, after which nothing is left (links, leases, nft elements, iptables rules).
+# Runs in a throwaway "host" namespace that looks like a node (its own eth0 with a
+# default route, other nftables and iptables rules), never touching the machine's network.
+# Usage: tests/podman/run.sh   (as root; builds target/release/cnikit if missing)
+set -euo pipefail
+cd "$(dirname "$0")/../.."
+if [ "${1:-}" != --inside ]; then
+  [ "$(id -u)" = 0 ] || { echo "tests/podman/run.sh: run as root" >&2; exit 1; }
+  [ -x target/release/cnikit ] || cargo build --release
+  exec unshare --net --mount --propagation private -- "$0" --inside
+fi
+
+for d in /run/netns /var/lib/cni /run/cnikit /run/containers /var/lib/containers; do
+  mkdir -p "$d"
+  mount -t tmpfs tmpfs "$d"
+done
+ip link set lo up
+W=$(mktemp -d /var/tmp/cnikit-podman.XXXXXX)
+trap 'podman_ rm -af -t 0 >/dev/null 2>&1 || true; rm -rf "$W"' EXIT
+
+# ---- a node: eth0 with an address and a default route, other firewall rules
+ip netns add upstream
+ip link add eth0 type veth peer name up0 netns upstream
+ip addr add 192.0.2.10/24 dev eth0
+ip link set eth0 up
+ip -n upstream addr add 192.0.2.1/24 dev up0
+ip -n upstream link set up0 up
+ip -n upstream link set lo up
+ip route add default via 192.0.2.1
+nft add table inet node-filter
+nft add chain inet node-filter input '{ type filter hook input priority 0; }'
+nft add rule inet node-filter input tcp dport 2222 drop
+iptables -A INPUT -p tcp --dport 2223 -j DROP
+
+# ---- only cnikit's links as CNI plugins
+mkdir -p "$W/bin" "$W/net.d" "$W/root" "$W/runroot"
+target/release/cnikit install --dir "$W/bin" >/dev/null
+cat > "$W/containers.conf" <<EOF
+[network]
+network_backend = "cni"
+cni_plugin_dirs = ["$W/bin"]
+network_config_dir = "$W/net.d"
+[containers]
+# Podman's defaults (nofile 1048576, nproc unlimited) may exceed what this
+# machine allows even root.
+default_ulimits = ["nofile=4096:4096", "nproc=4096:4096"]
+[engine]
+cgroup_manager = "cgroupfs"
+events_logger = "file"
+events_logfile_path = "$W/events.log"
+runtime = "runc"
+EOF
+export CONTAINERS_CONF=$W/containers.conf
+podman_() { podman --root "$W/root" --runroot "$W/runroot" --storage-driver vfs "$@"; }
+
+# ---- an image from Debian's static busybox
+mkdir -p "$W/img/bin" "$W/img/www"
+cp /bin/busybox "$W/img/bin/busybox"
+for a in sh httpd nc ip cat sleep printf; do ln -s busybox "$W/img/bin/$a"; done
+echo "hello from a podman pod" > "$W/img/www/index.html"
+tar -C "$W/img" -cf "$W/img.tar" .
+podman_ import -q "$W/img.tar" localhost/cnikit-busybox >/dev/null
+
+ok=0
+fail=0
+t() {
+  local what=$1; shift
+  if "$@" >"$W/t.out" 2>&1; then ok=$((ok + 1)); echo "ok - $what"
+  else fail=$((fail + 1)); echo "FAIL - $what"; sed 's/^/    /' "$W/t.out" | head -30; fi
+}
+serve() { # NAME NETWORK HOSTPORT [podman run options]
+  local name=$1 net=$2 port=$3; shift 3
+  podman_ run -d --name "$name" --network "$net" -p "$port:80" "$@" localhost/cnikit-busybox \
+    httpd -f -p 80 -h /www
+}
+fetch() { curl -sf --max-time 5 "http://$1/" | grep -q "hello from a podman pod"; }
+ip_of() { podman_ inspect -f '{{range .NetworkSettings.Networks}}{{.IPAddress}}{{end}}' "$1"; }
+
+# ---- Podman's default network (Podman 4.3 keeps its conflist in memory; it is
+# made like the ones it writes: bridge, host-local, portmap, firewall, tuning)
+t "podman run -p on the default network" serve web0 podman 18080
+t "the pod answers through 127.0.0.1:hostPort" fetch 127.0.0.1:18080
+t "... and through the node's address" fetch 192.0.2.10:18080
+uses_plugins() { # CONFLIST: it names bridge, host-local, portmap, firewall and tuning
+  for p in bridge host-local portmap firewall tuning; do
+    grep -q "\"type\": \"$p\"" "$W/net.d/$1" || { ls -l "$W/net.d"; cat "$W/net.d/$1"; return 1; }
+  done
+}
+
+# ---- a network Podman creates, with --ip
+t "podman network create" podman_ network create --subnet 10.89.7.0/24 pnet1
+t "its conflist is in the conf dir, with Podman's plugins" uses_plugins pnet1.conflist
+t "podman run -p on it" serve web1 pnet1 18081
+t "... with --ip" serve web2 pnet1 18082 --ip 10.89.7.50
+t "the --ip pod got 10.89.7.50 (runtimeConfig.ips reached host-local)" \
+  test "$(ip_of web2)" = 10.89.7.50
+t "traffic through the first pod's host port" fetch 127.0.0.1:18081
+t "traffic through the --ip pod's host port" fetch 127.0.0.1:18082
+t "the node reaches a pod at its address" fetch "$(ip_of web1)"
+# (nc, not busybox's wget: Debian's static busybox wget crashes resolving names.)
+pod_to_pod() {
+  podman_ run --rm --network pnet1 localhost/cnikit-busybox \
+    sh -c 'printf "GET / HTTP/1.0\r\n\r\n" | nc -w 5 10.89.7.50 80' | grep -q "hello from a podman pod"
+}
+t "pod to pod on the network" pod_to_pod
+t "the node's other rules still work (nft table, iptables rule)" \
+  bash -c "nft list table inet node-filter | grep -q 2222 && iptables -S INPUT | grep -q 2223"
+
+# ---- rm leaves nothing
+t "podman rm -f of every pod" podman_ rm -f -t 0 web0 web1 web2
+t "podman network rm" podman_ network rm pnet1
+t "no veth left on the node" bash -c '! ip -o link show type veth | grep -v "eth0@"'
+t "no lease left (host-local files)" bash -c '! find /var/lib/cni/networks -type f -name "10.*" | grep .'
+t "no container entry left in cnikit's nft sets" bash -c '! nft -j list ruleset | grep -q "10\.8[89]\."'
+t "no per-pod iptables rule left" bash -c '! iptables-save | grep -E "10\.8[89]\.[0-9]+\.[0-9]+/32"'
+t "no netns left but the node's" bash -c '[ "$(ip netns list | grep -vc upstream)" = 0 ]'
+
+echo "PODMAN-RESULT $ok passed, $fail failed"
+[ "$fail" = 0 ]
