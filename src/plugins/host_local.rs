@@ -32,7 +32,10 @@ impl Call {
                 "the network configuration needs a \"name\" (it names the lease directory)",
             ));
         }
-        let ipam = with_runtime_ranges(ipam, req.conf.runtime_config("ipRanges"));
+        let ipam = without_empty_paths(with_runtime_ranges(
+            ipam,
+            req.conf.runtime_config("ipRanges"),
+        ));
         let conf = IpamConfig::from_json(&ipam)?;
         if conf.range_sets.is_empty() {
             return Err(Error::invalid_config(
@@ -206,6 +209,15 @@ fn with_runtime_ranges(ipam: &Value, runtime: Option<&Value>) -> Value {
     Value::Object(obj)
 }
 
+/// The reference reads an empty `dataDir` as its default and an empty `resolvConf` as
+/// none, where ipamd's parser refuses them: drop them first.
+fn without_empty_paths(mut ipam: Value) -> Value {
+    if let Some(obj) = ipam.as_object_mut() {
+        obj.retain(|k, v| !(matches!(k.as_str(), "dataDir" | "resolvConf") && v == ""));
+    }
+    ipam
+}
+
 /// Results before 0.3.0 carry one address per family (`ip4`, `ip6`).
 fn one_per_family_before_0_3_0(version: Version, sets: &[RangeSet]) -> Result<(), Error> {
     if version >= Version::V030 {
@@ -254,6 +266,15 @@ mod tests {
         assert_eq!(with_runtime_ranges(&ipam, Some(&json!([]))), ipam);
         let bad = json!({"ranges": "x"});
         assert_eq!(with_runtime_ranges(&bad, Some(&rt)), bad);
+    }
+
+    #[test]
+    fn empty_paths_mean_the_defaults() {
+        let ipam = json!({"subnet": "10.1.0.0/24", "dataDir": "", "resolvConf": ""});
+        let conf = IpamConfig::from_json(&without_empty_paths(ipam)).unwrap();
+        assert_eq!(conf.resolv_conf, None);
+        let kept = json!({"dataDir": "/d", "resolvConf": "/r", "x": ""});
+        assert_eq!(without_empty_paths(kept.clone()), kept);
     }
 
     #[test]
