@@ -103,7 +103,12 @@ impl Dir {
     /// `create`; None when it does not exist and `create` is false, so that DEL, CHECK
     /// and GC of unknown networks leave no trace.
     pub(crate) fn open(data_dir: &Path, network: &str, create: bool) -> Result<Option<Dir>, Error> {
-        check_network(network)?;
+        match check_network(network) {
+            Ok(()) => {}
+            // No ADD can have made a directory for that name: nothing to read or free.
+            Err(_) if !create => return Ok(None),
+            Err(e) => return Err(e),
+        }
         let path = data_dir.join(network);
         if create {
             files::create_dir(data_dir, files::DATA_DIR_MODE)?;

@@ -103,6 +103,11 @@ fn unknown_network_creates_nothing() {
     hl.status(NET, &sets(r#"[[{"subnet":"10.1.0.0/24"}]]"#))
         .unwrap();
     assert!(!d.path().join("data").exists());
+    // A name no ADD accepts has nothing to free either.
+    let long = Attachment::new(&"n".repeat(201), "c1", "eth0");
+    assert_eq!(hl.release(&long).unwrap(), 0);
+    let e = hl.allocate(&long, &sets(r#"[[{"subnet":"10.1.0.0/24"}]]"#), &[]);
+    assert_eq!(e.unwrap_err().kind(), ErrorKind::InvalidConfig);
 }
 
 #[test]
