@@ -13,25 +13,40 @@
 #  - `systemctl stop` of socket and service: the plugins fall back to in-process cleanly;
 #  - dpkg -r removes the links and gives Debian's plugins their place back.
 # Usage: tests/systemd/run.sh [path/to/cnikit.deb]   (default: built by contrib/debian/build)
+#        tests/systemd/run.sh --prepare   only build the cached userland (CI starts this early,
+#                                         in the background: it is mostly download time)
 set -euo pipefail
 cd "$(dirname "$0")/../.."
 [ "$(id -u)" = 0 ] || { echo "tests/systemd/run.sh: run as root" >&2; exit 1; }
 
 CACHE=/var/cache/cnikit-systemd
-ROOTFS_TAR=$CACHE/bookworm-systemd.tar
+INCLUDE=systemd,systemd-sysv,dbus,iproute2,nftables,curl,containernetworking-plugins,podman
+# Named by what it holds, so a changed package list builds a new one.
+ROOTFS_TAR=$CACHE/bookworm-$(echo "$INCLUDE" | sha256sum | cut -c1-12).tar
+mkdir -p "$CACHE"
+prepare() {
+  # One builder at a time: a --prepare started earlier may still be running.
+  exec 9>"$CACHE/lock"
+  flock 9
+  if [ ! -f "$ROOTFS_TAR" ]; then
+    echo "systemd: building the Debian 12 userland once ($ROOTFS_TAR)"
+    mmdebstrap --variant=minbase \
+      --include="$INCLUDE" \
+      --format=tar bookworm "$ROOTFS_TAR.tmp" http://deb.debian.org/debian >/dev/null
+    mv "$ROOTFS_TAR.tmp" "$ROOTFS_TAR"
+  fi
+  exec 9>&-
+}
+if [ "${1:-}" = --prepare ]; then
+  prepare
+  exit
+fi
 DEB=${1:-}
 if [ -z "$DEB" ]; then
   contrib/debian/build >/dev/null
   DEB=$(ls -t target/debian/cnikit_*_amd64.deb | head -1)
 fi
-mkdir -p "$CACHE"
-if [ ! -f "$ROOTFS_TAR" ]; then
-  echo "systemd: building the Debian 12 userland once ($ROOTFS_TAR)"
-  mmdebstrap --variant=minbase \
-    --include=systemd,systemd-sysv,dbus,iproute2,nftables,containernetworking-plugins,podman \
-    --format=tar bookworm "$ROOTFS_TAR.tmp" http://deb.debian.org/debian >/dev/null
-  mv "$ROOTFS_TAR.tmp" "$ROOTFS_TAR"
-fi
+prepare
 
 ROOT=$(mktemp -d /var/tmp/cnikit-systemd.XXXXXX)
 NSPAWN_PID=
