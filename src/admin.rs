@@ -1,11 +1,13 @@
-//! Admin commands (clap): install, version, ipamd daemon/leases/fsck/pool. Never on
-//! the plugin path.
+//! Admin commands (clap): install, version, net, doctor, man, completions,
+//! ipamd daemon/leases/fsck/pool. Never on the plugin path.
 
+mod docs;
+mod doctor;
 mod pool;
 
 use crate::cni::Version;
 use crate::plugins;
-use clap::{Parser, Subcommand};
+use clap::{CommandFactory, Parser, Subcommand};
 use std::ffi::OsString;
 use std::path::{Path, PathBuf};
 
@@ -44,6 +46,20 @@ enum Cmd {
     Ipamd {
         #[command(subcommand)]
         command: IpamdCmd,
+    },
+    /// Check this node: plugin links, network lists, the daemon, nftables,
+    /// leases of earlier boots. One line per check with the fix; exits 1 if
+    /// any check failed.
+    Doctor(doctor::DoctorArgs),
+    /// Write the man pages (cnikit.1 and one per subcommand) into DIR.
+    Man {
+        #[arg(long, value_name = "DIR")]
+        dir: PathBuf,
+    },
+    /// Print a shell completion script.
+    Completions {
+        #[arg(value_enum)]
+        shell: docs::Shell,
     },
 }
 
@@ -108,6 +124,11 @@ fn after_help() -> String {
     )
 }
 
+/// The whole command line as clap defines it (man pages, completions).
+pub fn command() -> clap::Command {
+    Cli::command()
+}
+
 pub fn main(args: Vec<OsString>) -> i32 {
     let cli = match Cli::try_parse_from(args) {
         Ok(cli) => cli,
@@ -133,6 +154,9 @@ pub fn main(args: Vec<OsString>) -> i32 {
         Some(Cmd::Install { dir, force, copy }) => install(&dir, force, copy),
         Some(Cmd::Ipamd { command }) => ipamd(command),
         Some(Cmd::Net(args)) => crate::runtime::cli::run(args),
+        Some(Cmd::Doctor(args)) => doctor::run(args),
+        Some(Cmd::Man { dir }) => docs::man(command(), &dir),
+        Some(Cmd::Completions { shell }) => docs::completions(command(), shell),
     };
     match outcome {
         Ok(()) => 0,

@@ -38,5 +38,5 @@ fn run_plugin(name: &str, plugin: &'static dyn cni::Plugin) -> i32 {
         );
         return 0;
     }
-    cni::runner::main(plugin, cni::Context::new(plugins::by_name))
+    cni::runner::main(name, plugin, cni::Context::new(plugins::by_name))
 }

@@ -70,6 +70,7 @@ pub const KEYS: &[&str] = &[
     "isDefaultGateway",
     "isGateway",
     "linkInContainer",
+    "logFile",
     "mac",
     "macspoofchk",
     "markMasqBit",
@@ -139,6 +140,20 @@ pub fn known_key(key: &str) -> Option<&'static str> {
         return Some(KEYS[i]);
     }
     KEYS.iter().copied().find(|k| equal_fold(k, key))
+}
+
+/// The value of known key `key` in `object` as Go would bind it: the exact
+/// spelling if present, otherwise the last spelling that matches it.
+/// For the few keys read before (or without) canonicalizing the whole input.
+pub fn field<'a>(object: &'a Map<String, Value>, key: &str) -> Option<&'a Value> {
+    debug_assert_eq!(known_key(key), Some(key), "{key} is not in KEYS");
+    object.get(key).or_else(|| {
+        object
+            .iter()
+            .filter(|(k, _)| equal_fold(k, key))
+            .map(|(_, v)| v)
+            .next_back()
+    })
 }
 
 fn needs_rewrite(key: &str) -> bool {
@@ -350,6 +365,21 @@ mod tests {
             v.to_string(),
             r#"{"X-Vendor":{"Foo":1},"mtu":1400,"zeta":0}"#
         );
+    }
+
+    #[test]
+    fn field_prefers_the_exact_key_then_the_last_folded_one() {
+        let exact = json!({"LOGFILE": "/a", "logFile": "/b", "logfile": "/c"});
+        assert_eq!(
+            field(exact.as_object().unwrap(), "logFile"),
+            Some(&json!("/b"))
+        );
+        let folded = json!({"LOGFILE": "/a", "logfile": "/c"});
+        assert_eq!(
+            field(folded.as_object().unwrap(), "logFile"),
+            Some(&json!("/c"))
+        );
+        assert_eq!(field(&Map::new(), "logFile"), None);
     }
 
     #[test]

@@ -8,6 +8,7 @@ pub mod delegate;
 pub mod env;
 pub mod error;
 pub mod gojson;
+pub mod log_file;
 pub mod result;
 pub mod runner;
 pub mod version;

@@ -5,6 +5,7 @@ use super::args::CniArgs;
 use super::config::NetConf;
 use super::env::{Command, Env};
 use super::error::{Code, Error};
+use super::log_file::CallLog;
 use super::result::CniResult;
 use super::version::Version;
 use std::fmt;
@@ -104,36 +105,55 @@ pub trait Plugin: Sync {
     fn gc(&self, req: &Request) -> Result<(), Error>;
 }
 
-/// Entry point for a plugin process; returns the exit code.
-pub fn main(plugin: &dyn Plugin, ctx: Context) -> i32 {
-    install_panic_hook();
-    let (outcome, version) = run(plugin, ctx);
+/// Entry point for a plugin process (`name` is the plugin's name, for the
+/// log); returns the exit code.
+pub fn main(name: &str, plugin: &dyn Plugin, ctx: Context) -> i32 {
+    install_panic_hook(None);
+    let stdin = read_stdin();
+    // Known only once stdin is read; nothing is written to stderr before.
+    let log = stdin
+        .as_ref()
+        .ok()
+        .and_then(|bytes| CallLog::start(name, bytes));
+    if log.is_some() {
+        install_panic_hook(log.clone());
+    }
+    let (outcome, version) = run(plugin, ctx, stdin);
     let mut stdout = std::io::stdout().lock();
-    match outcome {
+    let (code, failure) = match outcome {
         Ok(Some(text)) => {
             let _ = writeln!(stdout, "{text}");
-            0
+            (0, None)
         }
-        Ok(None) => 0,
+        Ok(None) => (0, None),
         Err(e) => {
             eprintln!("{e}");
             let _ = writeln!(stdout, "{}", e.to_json(version.as_str()));
-            1
+            (1, Some(e))
         }
+    };
+    let _ = stdout.flush();
+    if let Some(log) = log {
+        log.finish(failure.as_ref().map_or(Ok(()), Err));
     }
+    code
 }
 
 /// Returns what to print, and the version to label an error with.
-fn run(plugin: &dyn Plugin, ctx: Context) -> (Result<Option<String>, Error>, Version) {
+fn run(
+    plugin: &dyn Plugin,
+    ctx: Context,
+    stdin: Result<Vec<u8>, Error>,
+) -> (Result<Option<String>, Error>, Version) {
     // The command decides how strict we are with stdin, so peek at it first.
     let command = std::env::var("CNI_COMMAND").ok();
     if command.as_deref() == Some("VERSION") {
         return (
-            Ok(Some(version_answer(&read_stdin().unwrap_or_default()))),
+            Ok(Some(version_answer(&stdin.unwrap_or_default()))),
             Version::LATEST,
         );
     }
-    let bytes = match read_stdin() {
+    let bytes = match stdin {
         Ok(b) => b,
         Err(e) => return (Err(e), Version::LATEST),
     };
@@ -256,14 +276,18 @@ fn read_stdin() -> Result<Vec<u8>, Error> {
 }
 
 /// A panic is a bug, but the runtime must still get an error object rather
-/// than an empty stdout (release builds abort right after the hook).
-fn install_panic_hook() {
-    std::panic::set_hook(Box::new(|info| {
+/// than an empty stdout (release builds abort right after the hook), and the
+/// call's log its line: the hook ends the log itself, as nothing runs after.
+fn install_panic_hook(log: Option<CallLog>) {
+    std::panic::set_hook(Box::new(move |info| {
         let err = Error::new(
             Code::Internal,
             format!("internal error (bug in cnikit): {info}"),
         );
         eprintln!("{err}");
         println!("{}", err.to_json(Version::LATEST.as_str()));
+        if let Some(log) = &log {
+            log.finish(Err(&err));
+        }
     }));
 }

@@ -50,6 +50,7 @@ mod tag;
 
 pub mod backend;
 pub mod conntrack;
+pub mod inspect;
 pub mod macspoof;
 pub mod masq;
 pub mod portmap;

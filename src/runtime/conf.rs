@@ -239,6 +239,25 @@ pub fn load_by_name(dir: &Path, name: &str) -> Result<ConfList, Error> {
     Err(Error::Runtime(msg))
 }
 
+/// One configuration file: where it is, and its list or why it does not parse.
+pub type ConfFile = (PathBuf, Result<ConfList, Error>);
+
+/// Every configuration file in `dir` in the order [`load_by_name`] reads
+/// them (`.conflist`, then `.conf`/`.json`), each parsed or with the reason
+/// it does not parse (`cnikit doctor`).
+pub fn load_all(dir: &Path) -> Result<Vec<ConfFile>, Error> {
+    let mut out = Vec::new();
+    for path in conf_files(dir, &["conflist"])? {
+        let list = read(&path).and_then(|b| ConfList::from_list_bytes(&b, &path));
+        out.push((path, list));
+    }
+    for path in conf_files(dir, &["conf", "json"])? {
+        let list = read(&path).and_then(|b| ConfList::from_single_bytes(&b, &path));
+        out.push((path, list));
+    }
+    Ok(out)
+}
+
 fn read(path: &Path) -> Result<Vec<u8>, Error> {
     std::fs::read(path).map_err(|e| Error::Runtime(format!("cannot read {}: {e}", path.display())))
 }

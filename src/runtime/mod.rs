@@ -14,7 +14,7 @@ mod ops;
 #[cfg(test)]
 mod tests;
 
-pub use conf::{load_by_name, ConfList};
+pub use conf::{load_all, load_by_name, ConfList};
 pub use ops::{Attachment, Gone, Outcome, Runtime};
 
 use serde_json::Value;

@@ -264,3 +264,52 @@ fn cnikit_version() {
         o.stdout
     );
 }
+
+/// Proves: `cnikit man --dir DIR` writes cnikit.1 and one page per
+/// subcommand (nested ones too), each a non-empty roff page, mode 0644, and
+/// writing them again replaces them.
+#[test]
+fn man_pages_for_every_subcommand() {
+    let env = TestEnv::new("man_pages");
+    let dir = env.dir("man");
+    for _ in 0..2 {
+        let o = Call::cnikit(&["man", "--dir", dir.to_str().unwrap()]).run();
+        o.ok();
+        assert!(o.stdout.contains("cnikit-doctor.1"), "{}", o.stdout);
+    }
+    for page in [
+        "cnikit.1",
+        "cnikit-install.1",
+        "cnikit-doctor.1",
+        "cnikit-net.1",
+        "cnikit-ipamd-daemon.1",
+        "cnikit-completions.1",
+    ] {
+        let path = dir.join(page);
+        let text = std::fs::read_to_string(&path).unwrap_or_else(|e| panic!("{page}: {e}"));
+        assert!(
+            text.starts_with(".ie") || text.contains(".TH "),
+            "{page}: {text}"
+        );
+        let mode = std::fs::metadata(&path).unwrap().permissions().mode() & 0o777;
+        assert_eq!(mode, 0o644, "{page}");
+    }
+    assert!(!dir.join("cnikit-help.1").exists());
+}
+
+/// Proves: `cnikit completions bash|zsh|fish` prints a non-empty script
+/// naming the subcommands; an unknown shell is a usage error.
+#[test]
+fn completions_for_bash_zsh_and_fish() {
+    let _env = TestEnv::new("completions");
+    for shell in ["bash", "zsh", "fish"] {
+        let o = Call::cnikit(&["completions", shell]).run();
+        o.ok();
+        assert_mentions(shell, &o.stdout, &["cnikit", "doctor", "ipamd", "leases"]);
+    }
+    let o = Command::new(cnikit_exe())
+        .args(["completions", "tcsh"])
+        .output()
+        .expect("run cnikit completions");
+    assert_eq!(o.status.code(), Some(2), "{o:?}");
+}

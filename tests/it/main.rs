@@ -25,6 +25,7 @@ macro_rules! without_and_with_daemon {
 mod bridge;
 mod cli;
 mod cluster;
+mod doctor;
 #[cfg(feature = "fault-injection")]
 mod fault;
 mod firewall;
@@ -35,6 +36,7 @@ mod host_local;
 mod ipamd;
 mod ipamd_activation;
 mod ipvlan;
+mod log_file;
 mod loopback;
 mod macvlan;
 mod portmap;
