@@ -27,7 +27,6 @@ use serde::{Deserialize, Serialize};
 use crate::fault::{self, Call};
 use crate::Error;
 
-pub(crate) use crate::snapshot::{read as read_snapshot, Snapshot};
 
 pub(crate) const MAGIC: &[u8; 8] = b"IPAMDJ1\n";
 pub(crate) const HEADER_LEN: u64 = 16;
@@ -213,7 +212,7 @@ pub(crate) fn read_header(mut f: &File, path: &Path) -> Result<u64, Error> {
         return Err(Error::internal(format!(
             "{} is not an ipamd journal (bad header); {}",
             path.display(),
-            crate::store::fsck_hint(path.parent().unwrap_or(Path::new(".")))
+            crate::repair_hint::fsck_hint(path.parent().unwrap_or(Path::new(".")))
         )));
     }
     let mut g = [0u8; 8];

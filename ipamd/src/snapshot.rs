@@ -158,7 +158,7 @@ pub(crate) fn read(path: &Path) -> Result<(Option<Snapshot>, u64), Error> {
             let msg = format!(
                 "snapshot {} is damaged ({reason}); refusing to guess the leases of this network. The file is left as it is: {}",
                 path.display(),
-                crate::store::fsck_hint(path.parent().unwrap_or(Path::new(".")))
+                crate::repair_hint::fsck_hint(path.parent().unwrap_or(Path::new(".")))
             );
             log_at!(Level::Error, "{msg}");
             Err(Error::new(ErrorKind::Io, msg))

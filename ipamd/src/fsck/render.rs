@@ -4,7 +4,7 @@ use std::fmt::Write as _;
 use std::path::Path;
 
 use super::Report;
-use crate::store::command;
+use crate::repair_hint::command;
 
 impl Report {
     /// The report as text for a person; `data_dir` is what fsck was run on.

@@ -31,7 +31,7 @@ use crate::log::Level;
 use crate::{log_at, Error, ErrorKind};
 
 pub(crate) use commit::{read_marker, remove_marker, Batch};
-pub(crate) use integrity::{command, fsck_hint};
+use crate::repair_hint::fsck_hint;
 pub(crate) use ops::usage;
 pub(crate) use ops::{answer_empty, unexpected, Op, Reply};
 pub(crate) use state::State;
@@ -266,7 +266,7 @@ impl Store {
     /// whose fsync failed) if the journal is still the file it was appended to.
     fn load(&mut self, skip: Option<&commit::Span>) -> Result<(), Error> {
         let snap_path = self.dir.join("snapshot");
-        let (snap, snapshot_len) = journal::read_snapshot(&snap_path)?;
+        let (snap, snapshot_len) = crate::snapshot::read(&snap_path)?;
         let snap_gen = snap.as_ref().map_or(0, |s| s.generation);
         let path = self.journal_path();
         if std::fs::symlink_metadata(&path).is_err() {

@@ -5,9 +5,10 @@
 use std::collections::{BTreeMap, HashMap};
 use std::net::IpAddr;
 
-use crate::journal::{Holder, Record, Snapshot};
+use crate::journal::{Holder, Record};
 use crate::log::Level;
 use crate::log_at;
+use crate::snapshot::Snapshot;
 
 /// `(container ID, ifname)`: the key within one network.
 pub(crate) type Key = (String, String);

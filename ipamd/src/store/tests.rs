@@ -287,7 +287,7 @@ fn compaction_reload_gives_the_same_state() {
     }
     let gen = s.loaded.as_ref().unwrap().generation;
     assert!(gen > 3, "compaction never ran (generation {gen})");
-    let snap = journal::read_snapshot(&d.path().join("net1/snapshot"))
+    let snap = crate::snapshot::read(&d.path().join("net1/snapshot"))
         .unwrap()
         .0
         .unwrap();
