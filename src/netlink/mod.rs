@@ -21,6 +21,7 @@
 //! - `error.rs`: [`Error`] with one errno table for all of the above.
 //! - `netns.rs`: [`NetNs`] (open, run a closure inside, the current one's id).
 //! - `sysctl.rs`: `net/ipv4/ip_forward` style keys of the current netns.
+//! - `tc.rs`: qdiscs, u32 redirect filters and ifb links (bandwidth).
 //!
 //! Replies are decoded attribute by attribute, so an attribute this crate
 //! version cannot parse (a newer kernel) is skipped instead of failing the
@@ -39,6 +40,7 @@ mod netns;
 mod route;
 mod socket;
 pub mod sysctl;
+mod tc;
 #[cfg(test)]
 mod tests;
 
@@ -53,5 +55,6 @@ pub use netfilter::Netfilter;
 pub use netns::NetNs;
 pub use route::Route;
 pub use socket::{Family, Netlink, Rtnetlink, Socket};
+pub use tc::{Ifb, Qdisc, Tbf, INGRESS_HANDLE};
 
 pub type Result<T, E = Error> = std::result::Result<T, E>;

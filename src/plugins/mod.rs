@@ -1,5 +1,6 @@
 //! The plugins. Each file reads top to bottom as ADD / CHECK / DEL / STATUS / GC.
 
+pub mod bandwidth;
 pub mod bridge;
 pub mod host_local;
 pub mod ipam;
@@ -23,7 +24,7 @@ mod safe_dir;
 use crate::cni::Plugin;
 
 /// Names a symlink (argv[0]) or `cnikit <name>` may use.
-pub const NAMES: [&str; 8] = [
+pub const NAMES: [&str; 9] = [
     "bridge",
     "macvlan",
     "ipvlan",
@@ -32,6 +33,7 @@ pub const NAMES: [&str; 8] = [
     "loopback",
     "host-local",
     "tuning",
+    "bandwidth",
 ];
 
 static BRIDGE: bridge::Bridge = bridge::Bridge::DEFAULT;
@@ -45,6 +47,7 @@ pub fn by_name(name: &str) -> Option<&'static dyn Plugin> {
         "portmap" => &PORTMAP,
         "ipamd" => &ipam::Ipamd,
         "loopback" => &loopback::Loopback,
+        "bandwidth" => &bandwidth::Bandwidth,
         "host-local" => &host_local::HostLocal,
         "tuning" => &tuning::Tuning,
         _ => return None,

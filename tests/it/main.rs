@@ -22,6 +22,7 @@ macro_rules! without_and_with_daemon {
     };
 }
 
+mod bandwidth;
 mod bridge;
 mod cli;
 mod cluster;

@@ -21,7 +21,7 @@ pub const ALL_VERSIONS: [&str; 7] = [
 ];
 
 /// The names `cnikit install` links.
-pub const PLUGINS: [&str; 8] = [
+pub const PLUGINS: [&str; 9] = [
     "bridge",
     "macvlan",
     "ipvlan",
@@ -30,6 +30,7 @@ pub const PLUGINS: [&str; 8] = [
     "loopback",
     "host-local",
     "tuning",
+    "bandwidth",
 ];
 
 pub fn cnikit_exe() -> PathBuf {

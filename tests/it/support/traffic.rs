@@ -224,3 +224,44 @@ pub fn assert_no_trace(what: &str, needles: &[String]) {
         );
     }
 }
+
+/// Sends `bytes` bytes over TCP from netns `from` (None: the test's own) to
+/// `addr` ("ip:port"), where a receiver this starts in netns `to` (None: the
+/// test's own) listens; returns how long it took from connect until the
+/// receiver had read them all (the bandwidth tests time shaped transfers).
+pub fn timed_transfer(from: Option<&str>, to: Option<&str>, addr: &str, bytes: usize) -> Duration {
+    let addr: SocketAddr = addr.parse().expect("socket address");
+    let listener = in_netns(to, move || {
+        let unspecified = if addr.is_ipv4() { "0.0.0.0" } else { "::" };
+        TcpListener::bind((unspecified, addr.port())).expect("bind transfer receiver")
+    });
+    let receiver = std::thread::spawn(move || {
+        let (mut s, _) = listener.accept().expect("accept transfer");
+        let mut got = 0usize;
+        let mut buf = vec![0u8; 64 * 1024];
+        while let Ok(n) = s.read(&mut buf) {
+            if n == 0 {
+                break;
+            }
+            got += n;
+        }
+        got
+    });
+    let started = Instant::now();
+    in_netns(from, move || {
+        let mut s = TcpStream::connect_timeout(&addr, TIMEOUT).expect("connect for transfer");
+        let chunk = vec![0x5au8; 64 * 1024];
+        let mut left = bytes;
+        while left > 0 {
+            let n = left.min(chunk.len());
+            s.write_all(&chunk[..n]).expect("send transfer");
+            left -= n;
+        }
+    });
+    let got = receiver.join().expect("transfer receiver");
+    assert_eq!(
+        got, bytes,
+        "the receiver at {addr} got {got} of {bytes} bytes"
+    );
+    started.elapsed()
+}
