@@ -25,35 +25,29 @@ pub struct Gc {
     pub valid: Vec<Attachment>,
 }
 
-impl Del {
-    pub(super) fn run(
-        &self,
-        sockets: &Sockets,
-        table: Table,
-        sets: &[&'static SetDef],
-    ) -> Result<()> {
+/// What DEL and GC share: one transaction that removes the entries of a feature's sets
+/// whose owner tag the operation picks; only the pick differs.
+pub(super) trait Cleanup {
+    /// Whether the entries of owner tag `o` go.
+    fn doomed(&self) -> Box<dyn Fn(&str) -> bool + '_>;
+
+    fn run(&self, sockets: &Sockets, table: Table, sets: &[&'static SetDef]) -> Result<()> {
+        let doomed = self.doomed();
+        transact(sockets, |nft, tx| release(nft, tx, table, sets, &doomed))
+    }
+}
+
+impl Cleanup for Del {
+    /// This attachment's own tag only.
+    fn doomed(&self) -> Box<dyn Fn(&str) -> bool + '_> {
         let owner = self.att.tag();
-        release_where(sockets, table, sets, &|o| o == owner)
+        Box::new(move |o| o == owner)
     }
 }
 
-impl Gc {
-    pub(super) fn run(
-        &self,
-        sockets: &Sockets,
-        table: Table,
-        sets: &[&'static SetDef],
-    ) -> Result<()> {
-        release_where(sockets, table, sets, &not_valid(&self.network, &self.valid))
+impl Cleanup for Gc {
+    /// The network's tags that belong to no valid attachment.
+    fn doomed(&self) -> Box<dyn Fn(&str) -> bool + '_> {
+        Box::new(not_valid(&self.network, &self.valid))
     }
-}
-
-/// Removes, in one transaction, the entries of `sets` whose owner tag `doomed` picks.
-fn release_where(
-    sockets: &Sockets,
-    table: Table,
-    sets: &[&'static SetDef],
-    doomed: &dyn Fn(&str) -> bool,
-) -> Result<()> {
-    transact(sockets, |nft, tx| release(nft, tx, table, sets, doomed))
 }

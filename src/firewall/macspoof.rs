@@ -1,7 +1,7 @@
 //! bridge `macspoofchk`: frames entering the bridge from a container's port
 //! must carry the container's MAC address; others are dropped.
 
-use super::cleanup::{Del, Gc};
+use super::cleanup::{Cleanup, Del, Gc};
 use super::schema::{self, key, Value, BRIDGE, SPOOF_ALLOW, SPOOF_PORTS};
 use super::store::{anchor_keys, claim_anchor, owned, release_keys, transact, Derived};
 use super::tag::{self, Attachment};

@@ -1,7 +1,7 @@
 //! bridge `ipMasq`: masquerade what a container sends outside its network's
 //! subnets (multicast excluded), keyed by the container address.
 
-use super::cleanup::{Del, Gc};
+use super::cleanup::{Cleanup, Del, Gc};
 use super::schema::{self, key, range, Value, INET, MASQ4, MASQ4_SKIP, MASQ6, MASQ6_SKIP};
 use super::store::{
     anchor_keys, claim_anchor, owned, owned_range, release_keys, transact, Derived,

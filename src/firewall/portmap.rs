@@ -2,7 +2,7 @@
 //! elements hairpin and localhost connections need so replies come back
 //! through the host.
 
-use super::cleanup::{Del, Gc};
+use super::cleanup::{Cleanup, Del, Gc};
 use super::schema::{
     self, key, range, Value, INET, PM4_ADDR, PM4_ANY, PM4_IP, PM4_MASQ, PM6_ADDR, PM6_ANY, PM6_IP,
     PM6_MASQ, PM_CHAINS,

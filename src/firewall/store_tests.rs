@@ -23,6 +23,31 @@ fn in_new_netns(tag: &str, f: impl FnOnce()) {
     out.expect("enter netns");
 }
 
+/// A portmap DNAT element of `owner`: TCP `port` to 10.1.2.3:80.
+fn dnat(port: u16, owner: &str) -> Element {
+    let k = schema::key(&[Value::Proto(6), Value::Port(port)]);
+    let ip = "10.1.2.3".parse().expect("ip");
+    let d = schema::key(&[Value::Ip(ip), Value::Port(80)]);
+    owned(k, Some(d), owner)
+}
+
+/// Makes the portmap table and adds `elems` to PM4_ANY, one message each (as a portmap
+/// ADD of many mappings sends them).
+fn add_to_pm4_any(elems: &[Element]) -> Result<()> {
+    transact(&Sockets::default(), |nft, tx| {
+        schema::ensure(nft, tx, &schema::PORTMAP)?;
+        for e in elems {
+            tx.add(INET, &PM4_ANY, vec![e.clone()]);
+        }
+        Ok(())
+    })
+}
+
+/// What PM4_ANY holds now.
+fn pm4_any() -> Vec<Element> {
+    read(&Sockets::default(), |nft| nft.dump(INET, &PM4_ANY)).expect("dump")
+}
+
 /// One message per element, as a portmap ADD of many mappings sends:
 /// the batch must report the commit although it is far larger than the
 /// socket's receive buffer would be in acks.
@@ -30,24 +55,9 @@ fn in_new_netns(tag: &str, f: impl FnOnce()) {
 fn a_batch_of_thousands_of_messages_reports_its_commit() {
     in_new_netns("big-batch", || {
         let owner = "big/c1/eth0";
-        let elems: Vec<Element> = (0..3000u16)
-            .map(|port| {
-                let k = schema::key(&[Value::Proto(6), Value::Port(10000 + port)]);
-                let ip = "10.1.2.3".parse().expect("ip");
-                let d = schema::key(&[Value::Ip(ip), Value::Port(80)]);
-                owned(k, Some(d), owner)
-            })
-            .collect();
-        transact(&Sockets::default(), |nft, tx| {
-            schema::ensure(nft, tx, &schema::PORTMAP)?;
-            for e in &elems {
-                tx.add(INET, &PM4_ANY, vec![e.clone()]);
-            }
-            Ok(())
-        })
-        .expect("a large batch commits");
-        let have = read(&Sockets::default(), |nft| nft.dump(INET, &PM4_ANY)).expect("dump");
-        assert_eq!(have.len(), elems.len());
+        let elems: Vec<Element> = (10000..13000).map(|port| dnat(port, owner)).collect();
+        add_to_pm4_any(&elems).expect("a large batch commits");
+        assert_eq!(pm4_any().len(), elems.len());
 
         // One failing message among thousands: nothing applies, and the
         // error names that message.
@@ -67,15 +77,13 @@ fn a_batch_of_thousands_of_messages_reports_its_commit() {
             "{}",
             err.message
         );
-        let have = read(&Sockets::default(), |nft| nft.dump(INET, &PM4_ANY)).expect("dump");
-        assert_eq!(have.len(), elems.len());
+        assert_eq!(pm4_any().len(), elems.len());
 
         transact(&Sockets::default(), |nft, tx| {
             release(nft, tx, INET, &[&PM4_ANY], &|o| o == owner)
         })
         .expect("release");
-        let have = read(&Sockets::default(), |nft| nft.dump(INET, &PM4_ANY)).expect("dump");
-        assert!(have.is_empty());
+        assert!(pm4_any().is_empty());
     });
 }
 
@@ -85,22 +93,8 @@ fn a_batch_of_thousands_of_messages_reports_its_commit() {
 #[test]
 fn a_removal_of_an_element_already_gone_replans_instead_of_failing() {
     in_new_netns("stale-del", || {
-        let element = |port: u16, owner: &str| {
-            let k = schema::key(&[Value::Proto(6), Value::Port(port)]);
-            let ip = "10.1.2.3".parse().expect("ip");
-            owned(
-                k,
-                Some(schema::key(&[Value::Ip(ip), Value::Port(80)])),
-                owner,
-            )
-        };
-        let (kept, gone) = (element(20001, "n/kept/eth0"), element(20002, "n/gone/eth0"));
-        transact(&Sockets::default(), |nft, tx| {
-            schema::ensure(nft, tx, &schema::PORTMAP)?;
-            tx.add(INET, &PM4_ANY, vec![kept.clone()]);
-            Ok(())
-        })
-        .expect("add");
+        let (kept, gone) = (dnat(20001, "n/kept/eth0"), dnat(20002, "n/gone/eth0"));
+        add_to_pm4_any(&[kept]).expect("add");
         let mut plans = 0;
         transact(&Sockets::default(), |nft, tx| {
             plans += 1;
@@ -115,8 +109,10 @@ fn a_removal_of_an_element_already_gone_replans_instead_of_failing() {
         })
         .expect("a stale removal is planned again, not reported");
         assert_eq!(plans, 2, "planned once more after the stale removal");
-        let have = read(&Sockets::default(), |nft| nft.dump(INET, &PM4_ANY)).expect("dump");
-        assert!(have.is_empty(), "the element that was there is removed");
+        assert!(
+            pm4_any().is_empty(),
+            "the element that was there is removed"
+        );
     });
 }
 
@@ -155,28 +151,10 @@ fn an_interval_element_is_found_by_its_start_key() {
 #[test]
 fn release_keys_removes_only_what_the_owner_holds() {
     in_new_netns("release-keys", || {
-        let element = |port: u16, owner: &str| {
-            let k = schema::key(&[Value::Proto(6), Value::Port(port)]);
-            let ip = "10.1.2.3".parse().expect("ip");
-            owned(
-                k,
-                Some(schema::key(&[Value::Ip(ip), Value::Port(80)])),
-                owner,
-            )
-        };
-        let mine = element(20001, "n/mine/eth0");
-        let theirs = element(20002, "n/theirs/eth0");
-        let other = element(20003, "n/mine/eth0");
-        transact(&Sockets::default(), |nft, tx| {
-            schema::ensure(nft, tx, &schema::PORTMAP)?;
-            tx.add(
-                INET,
-                &PM4_ANY,
-                vec![mine.clone(), theirs.clone(), other.clone()],
-            );
-            Ok(())
-        })
-        .expect("add");
+        let mine = dnat(20001, "n/mine/eth0");
+        let theirs = dnat(20002, "n/theirs/eth0");
+        let other = dnat(20003, "n/mine/eth0");
+        add_to_pm4_any(&[mine.clone(), theirs.clone(), other.clone()]).expect("add");
         let missing = schema::key(&[Value::Proto(6), Value::Port(20009)]);
         let keys = vec![
             (&PM4_ANY, mine.key.clone()),
@@ -188,7 +166,7 @@ fn release_keys_removes_only_what_the_owner_holds() {
             release_keys(nft, tx, INET, &keys, "n/mine/eth0")
         })
         .expect("release by key");
-        let have = read(&Sockets::default(), |nft| nft.dump(INET, &PM4_ANY)).expect("dump");
+        let have = pm4_any();
         let keys: Vec<_> = have.iter().map(|e| e.key.clone()).collect();
         assert_eq!(keys.len(), 2, "{have:?}");
         assert!(
