@@ -308,17 +308,26 @@ fn plugins_present(check: String, list: &ConfList, bin: &Path) -> Check {
             ),
         );
     }
-    let ours = missing.iter().all(|t| plugins::NAMES.contains(t));
-    let fix = if ours {
-        format!("cnikit install --dir {}", bin.display())
-    } else {
-        format!(
-            "install the plugin(s) {} into {} or change the \"type\" in the file (cnikit has: {})",
-            missing.join(", "),
+    let (ours, others): (Vec<&str>, Vec<&str>) = missing
+        .iter()
+        .copied()
+        .partition(|t| plugins::NAMES.contains(t));
+    let mut fixes = Vec::new();
+    if !ours.is_empty() {
+        fixes.push(format!(
+            "cnikit install --dir {} (gives {})",
             bin.display(),
-            plugins::NAMES.join(", ")
-        )
-    };
+            ours.join(", ")
+        ));
+    }
+    if !others.is_empty() {
+        fixes.push(format!(
+            "install {} into {} (not part of cnikit) or change the \"type\" in the file",
+            others.join(", "),
+            bin.display()
+        ));
+    }
+    let fix = fixes.join("; ");
     Check::fail(
         check,
         format!(

@@ -23,13 +23,13 @@ fn conf(env: &TestEnv, log: &Path) -> Value {
 }
 
 /// `plugin` of the test bin dir, run through `sh` with umask 000 (the mode
-/// of a new log file must not depend on it).
-fn under_umask_000(env: &TestEnv, plugin: &str) -> Call {
-    let wrapper = env.dir("umask").join(plugin);
+/// of a new log file must not depend on it) and `redirect` on its exec.
+fn wrapped(env: &TestEnv, plugin: &str, redirect: &str) -> Call {
+    let wrapper = env.dir("wrap").join(plugin);
     std::fs::write(
         &wrapper,
         format!(
-            "#!/bin/sh\numask 000\nexec '{}' \"$@\"\n",
+            "#!/bin/sh\numask 000\nexec '{}' \"$@\" {redirect}\n",
             env.bin.join(plugin).display()
         ),
     )
@@ -37,6 +37,10 @@ fn under_umask_000(env: &TestEnv, plugin: &str) -> Call {
     std::fs::set_permissions(&wrapper, std::fs::Permissions::from_mode(0o755)).expect("chmod");
     let path = std::env::join_paths([&env.bin, &env.ref_bin]).expect("CNI_PATH");
     Call::new(wrapper).env("CNI_PATH", &path.to_string_lossy())
+}
+
+fn under_umask_000(env: &TestEnv, plugin: &str) -> Call {
+    wrapped(env, plugin, "")
 }
 
 fn read(log: &Path) -> String {
@@ -181,6 +185,28 @@ fn an_unusable_log_file_never_fails_the_call() {
     }
     assert_eq!(std::fs::read_to_string(&victim).unwrap(), "precious\n");
     assert!(!dir.join("missing").exists());
+}
+
+/// Proves: a plugin started with stderr closed still logs whole lines: its
+/// warning and its outcome (Rust's start-up puts /dev/null on a closed fd 2,
+/// so the file never becomes stderr itself).
+#[test]
+fn a_closed_stderr_still_logs_whole_lines() {
+    let env = TestEnv::new("logfile_no_stderr");
+    let log = env.dir("logs").join("cni.log");
+    let conf = conf(&env, &log);
+    let ns = env.netns();
+    wrapped(&env, "bridge", "2>&-")
+        .attach("DEL", "no-stderr", &ns, "eth0")
+        .cni_args("IgnoreUnknown=1;broken")
+        .conf(&conf)
+        .run()
+        .ok_silent();
+    let text = read(&log);
+    let lines: Vec<String> = text.lines().map(|l| parse_line(l, "bridge").1).collect();
+    assert_eq!(lines.len(), 2, "{text}");
+    assert!(lines[0].starts_with("stderr: DEL: "), "{text}");
+    assert_eq!(lines[1], "DEL containerID=no-stderr ifname=eth0: ok");
 }
 
 /// Proves: concurrent calls sharing one log file each get their own whole

@@ -114,7 +114,7 @@ fn conflists_parse_and_name_only_plugins_present() {
     let odd = find(&checks, "conf 20-odd.conflist");
     assert!(odd.message.contains("dhcp, sbr"), "{odd:?}");
     assert!(
-        odd.fix.as_deref().unwrap().contains("install the plugin"),
+        odd.fix.as_deref().unwrap().contains("not part of cnikit"),
         "{odd:?}"
     );
     assert_eq!(lists.len(), 2);
