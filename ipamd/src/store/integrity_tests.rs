@@ -3,43 +3,15 @@
 
 use std::net::IpAddr;
 use std::os::unix::fs::PermissionsExt;
-use std::path::Path;
-use std::time::Duration;
+use std::path::{Path, PathBuf};
 
+use tempfile::TempDir;
+
+use super::testkit::{alloc, daemon, held, open, opts, Net1};
 use super::*;
 use crate::config::RangeSet;
 use crate::fsck::{self, FsckOptions};
-use crate::testutil::{req, sets, temp_dir};
-
-pub(super) fn opts() -> StoreOptions {
-    StoreOptions {
-        boot_id: "boot-a".into(),
-        compact_threshold: 1 << 20,
-        lock_timeout: Duration::from_secs(10),
-        reclaim_when_full: false,
-    }
-}
-
-pub(super) fn open(dir: &Path, network: &str) -> Store {
-    Store::open(dir, network, opts()).unwrap()
-}
-
-pub(super) fn alloc(s: &mut Store, cid: &str, rs: &[RangeSet]) -> Result<IpAddr, Error> {
-    let net = s.network.clone();
-    s.allocate(&req(&net, cid, rs)).map(|a| a[0].address.addr())
-}
-
-/// (container ID, address) of every lease, sorted.
-pub(super) fn held(s: &mut Store) -> Vec<(String, IpAddr)> {
-    let mut v: Vec<_> = s
-        .leases()
-        .unwrap()
-        .into_iter()
-        .map(|l| (l.container_id, l.address))
-        .collect();
-    v.sort();
-    v
-}
+use crate::testutil::req;
 
 /// The journal's bytes and the offset of each record.
 fn record_starts(journal: &Path) -> (Vec<u8>, Vec<usize>) {
@@ -61,40 +33,55 @@ enum Harm {
     HugeLength,
 }
 
-/// The case: c1..c5 allocated, then record 2 (c2's) damaged. Returns the damaged
-/// journal bytes, the record offsets and the addresses of c1..c5.
-fn damaged_five(dir: &Path, harm: Harm, rs: &[RangeSet]) -> (Vec<u8>, Vec<usize>, Vec<IpAddr>) {
-    let mut s = open(dir, "net1");
-    let addrs: Vec<IpAddr> = (1..=5)
-        .map(|i| alloc(&mut s, &format!("c{i}"), rs).unwrap())
-        .collect();
-    let path = dir.join("net1/journal");
-    let (mut bytes, starts) = record_starts(&path);
+/// The case: c1..c5 allocated in net1 of a fresh directory, then record 2 (c2's)
+/// damaged.
+struct Damaged {
+    dir: TempDir,
+    rs: Vec<RangeSet>,
+    journal: PathBuf,
+    /// The journal as damaged.
+    bytes: Vec<u8>,
+    /// The offset of each record.
+    starts: Vec<usize>,
+    /// The addresses of c1..c5.
+    addrs: Vec<IpAddr>,
+}
+
+fn damaged_five(tag: &str, harm: Harm) -> Damaged {
+    let Net1 { dir, rs, acked, .. } = Net1::new(tag, &["c1", "c2", "c3", "c4", "c5"]);
+    let addrs = acked.into_iter().map(|(_, a)| a).collect();
+    let journal = dir.path().join("net1/journal");
+    let (mut bytes, starts) = record_starts(&journal);
     match harm {
         Harm::FlipBit => bytes[(starts[1] + starts[2]) / 2] ^= 0x04,
         Harm::HugeLength => {
             bytes[starts[1]..starts[1] + 4].copy_from_slice(&u32::MAX.to_le_bytes())
         }
     }
-    std::fs::write(&path, &bytes).unwrap();
-    (bytes, starts, addrs)
+    std::fs::write(&journal, &bytes).unwrap();
+    Damaged {
+        dir,
+        rs,
+        journal,
+        bytes,
+        starts,
+        addrs,
+    }
 }
 
 #[test]
 fn damage_before_valid_records_is_refused_and_the_journal_left_as_is() {
     for harm in [Harm::FlipBit, Harm::HugeLength] {
-        let d = temp_dir("damage");
-        let rs = sets("10.22.0.0/24");
-        let (bytes, starts, _) = damaged_five(d.path(), harm, &rs);
-        let path = d.path().join("net1/journal");
+        let dm = damaged_five("damage", harm);
+        let d = &dm.dir;
 
-        let e = alloc(&mut open(d.path(), "net1"), "c6", &rs).unwrap_err();
+        let e = alloc(&mut open(d.path(), "net1"), "c6", &dm.rs).unwrap_err();
         assert_eq!(e.kind(), ErrorKind::Io, "{harm:?}: {e}");
         let msg = e.to_string();
         for needle in [
-            path.display().to_string(),
-            format!("byte offset {}", starts[1]),
-            format!("valid record follows at offset {}", starts[2]),
+            dm.journal.display().to_string(),
+            format!("byte offset {}", dm.starts[1]),
+            format!("valid record follows at offset {}", dm.starts[2]),
             format!(
                 "cnikit ipamd fsck --data-dir {} --network net1",
                 d.path().display()
@@ -103,7 +90,7 @@ fn damage_before_valid_records_is_refused_and_the_journal_left_as_is() {
             assert!(msg.contains(&needle), "{harm:?}: no {needle:?} in {msg}");
         }
         // The in-process entry point, and reads, refuse the same way.
-        let op = Op::Allocate(req("net1", "c7", &rs));
+        let op = Op::Allocate(req("net1", "c7", &dm.rs));
         let e = run_once(d.path(), "net1", opts(), op).unwrap_err();
         assert_eq!(e.kind(), ErrorKind::Io);
         assert_eq!(
@@ -111,8 +98,8 @@ fn damage_before_valid_records_is_refused_and_the_journal_left_as_is() {
             ErrorKind::Io
         );
         assert_eq!(
-            std::fs::read(&path).unwrap(),
-            bytes,
+            std::fs::read(&dm.journal).unwrap(),
+            dm.bytes,
             "{harm:?}: journal changed"
         );
     }
@@ -120,19 +107,16 @@ fn damage_before_valid_records_is_refused_and_the_journal_left_as_is() {
 
 #[test]
 fn damage_found_by_a_handle_that_read_the_records_before_is_refused_too() {
-    let d = temp_dir("damage-incr");
-    let rs = sets("10.22.0.0/24");
-    let mut s = open(d.path(), "net1");
-    alloc(&mut s, "c1", &rs).unwrap();
-    let mut other = open(d.path(), "net1");
-    alloc(&mut other, "c2", &rs).unwrap();
-    alloc(&mut other, "c3", &rs).unwrap();
+    let mut t = Net1::new("damage-incr", &["c1"]);
+    let mut other = open(t.dir.path(), "net1");
+    alloc(&mut other, "c2", &t.rs).unwrap();
+    alloc(&mut other, "c3", &t.rs).unwrap();
     // `s` has read up to c1; the two records it has not read yet get damaged.
-    let path = d.path().join("net1/journal");
+    let path = t.dir.path().join("net1/journal");
     let (mut bytes, starts) = record_starts(&path);
     bytes[starts[1] + 12] ^= 0x01;
     std::fs::write(&path, &bytes).unwrap();
-    let e = alloc(&mut s, "c4", &rs).unwrap_err();
+    let e = t.alloc("c4").unwrap_err();
     assert_eq!(e.kind(), ErrorKind::Io, "{e}");
     assert!(
         e.to_string().contains(&format!("offset {}", starts[1])),
@@ -144,10 +128,8 @@ fn damage_found_by_a_handle_that_read_the_records_before_is_refused_too() {
 #[test]
 fn fsck_reports_the_damage_and_repair_keeps_every_valid_record() {
     for harm in [Harm::FlipBit, Harm::HugeLength] {
-        let d = temp_dir("fsck");
-        let rs = sets("10.22.0.0/24");
-        let (bytes, starts, addrs) = damaged_five(d.path(), harm, &rs);
-        let path = d.path().join("net1/journal");
+        let dm = damaged_five("fsck", harm);
+        let d = &dm.dir;
         let mut fo = FsckOptions {
             data_dir: d.path().to_path_buf(),
             network: Some("net1".into()),
@@ -165,7 +147,7 @@ fn fsck_reports_the_damage_and_repair_keeps_every_valid_record() {
             .collect();
         assert_eq!(
             ranges,
-            vec![(starts[1] as u64, (starts[2] - starts[1]) as u64)]
+            vec![(dm.starts[1] as u64, (dm.starts[2] - dm.starts[1]) as u64)]
         );
         assert_eq!(
             (r.journal.records_ok, r.journal.records_after_damage),
@@ -180,13 +162,13 @@ fn fsck_reports_the_damage_and_repair_keeps_every_valid_record() {
         );
         if let Harm::HugeLength = harm {
             // The record's JSON is intact: the report says which lease is lost.
-            let lost = format!("the allocation of {} to c2/eth0", addrs[1]);
+            let lost = format!("the allocation of {} to c2/eth0", dm.addrs[1]);
             assert_eq!(r.journal.damaged[0].looks_like.as_deref(), Some(&*lost));
             assert!(text.contains(&lost), "{text}");
         }
         assert_eq!(
-            std::fs::read(&path).unwrap(),
-            bytes,
+            std::fs::read(&dm.journal).unwrap(),
+            dm.bytes,
             "fsck without --repair wrote"
         );
 
@@ -196,7 +178,7 @@ fn fsck_reports_the_damage_and_repair_keeps_every_valid_record() {
         assert!(!r.needs_attention(), "{r:?}");
         let rep = r.repaired.as_ref().unwrap();
         assert_eq!(rep.kept.len(), 1, "no snapshot to keep");
-        assert_eq!(std::fs::read(&rep.kept[0]).unwrap(), bytes);
+        assert_eq!(std::fs::read(&rep.kept[0]).unwrap(), dm.bytes);
         let mode = std::fs::metadata(&rep.kept[0])
             .unwrap()
             .permissions()
@@ -206,14 +188,14 @@ fn fsck_reports_the_damage_and_repair_keeps_every_valid_record() {
 
         let mut s = open(d.path(), "net1");
         let kept = vec![
-            ("c1".to_string(), addrs[0]),
-            ("c3".to_string(), addrs[2]),
-            ("c4".to_string(), addrs[3]),
-            ("c5".to_string(), addrs[4]),
+            ("c1".to_string(), dm.addrs[0]),
+            ("c3".to_string(), dm.addrs[2]),
+            ("c4".to_string(), dm.addrs[3]),
+            ("c5".to_string(), dm.addrs[4]),
         ];
         assert_eq!(held(&mut s), kept, "{harm:?}");
         for i in 0..20 {
-            let a = alloc(&mut s, &format!("n{i}"), &rs).unwrap();
+            let a = alloc(&mut s, &format!("n{i}"), &dm.rs).unwrap();
             assert!(kept.iter().all(|(_, k)| *k != a), "{a} handed out twice");
         }
         let again = fsck::run(&fo).unwrap().remove(0);
@@ -224,15 +206,10 @@ fn fsck_reports_the_damage_and_repair_keeps_every_valid_record() {
 
 #[test]
 fn damaged_snapshot_is_refused_and_version_1_still_loads() {
-    let d = temp_dir("snap");
-    let rs = sets("10.22.0.0/24");
-    let mut s = open(d.path(), "net1");
-    for c in ["c1", "c2"] {
-        alloc(&mut s, c, &rs).unwrap();
-    }
-    s.locked(|st| st.compact()).unwrap();
-    alloc(&mut s, "c3", &rs).unwrap();
-    let path = d.path().join("net1/snapshot");
+    let mut t = Net1::new("snap", &["c1", "c2"]);
+    t.s.locked(|st| st.compact()).unwrap();
+    t.alloc("c3").unwrap();
+    let path = t.dir.path().join("net1/snapshot");
     let good = std::fs::read(&path).unwrap();
     assert!(good.starts_with(b"ipamd-snapshot v2 crc32="));
 
@@ -241,21 +218,21 @@ fn damaged_snapshot_is_refused_and_version_1_still_loads() {
     v1.version = 1;
     std::fs::write(&path, serde_json::to_vec(&v1).unwrap()).unwrap();
     let names = |s: &mut Store| held(s).into_iter().map(|(c, _)| c).collect::<Vec<_>>();
-    assert_eq!(names(&mut open(d.path(), "net1")), ["c1", "c2", "c3"]);
+    assert_eq!(names(&mut open(t.dir.path(), "net1")), ["c1", "c2", "c3"]);
 
     // One flipped bit (c1 -> c0) still parses as JSON: only the checksum tells.
     let at = good.windows(4).position(|w| w == b"\"c1\"").unwrap() + 2;
     let mut bad = good.clone();
     bad[at] ^= 0x01;
     std::fs::write(&path, &bad).unwrap();
-    let e = open(d.path(), "net1").leases().unwrap_err();
+    let e = open(t.dir.path(), "net1").leases().unwrap_err();
     assert_eq!(e.kind(), ErrorKind::Io);
     assert!(e.to_string().contains(&path.display().to_string()), "{e}");
     assert!(e.to_string().contains("checksum mismatch"), "{e}");
     assert_eq!(std::fs::read(&path).unwrap(), bad);
 
     let fo = FsckOptions {
-        data_dir: d.path().to_path_buf(),
+        data_dir: t.dir.path().to_path_buf(),
         network: Some("net1".into()),
         repair: true,
     };
@@ -264,76 +241,62 @@ fn damaged_snapshot_is_refused_and_version_1_still_loads() {
     assert!(r.damage[0].contains("may not be what was written"), "{r:?}");
     let kept = &r.repaired.as_ref().unwrap().kept;
     assert!(kept.iter().any(|p| std::fs::read(p).unwrap() == bad));
-    assert_eq!(names(&mut open(d.path(), "net1")), ["c0", "c2", "c3"]);
+    assert_eq!(names(&mut open(t.dir.path(), "net1")), ["c0", "c2", "c3"]);
 }
 
 #[test]
 fn a_damaged_network_does_not_stop_the_others() {
-    let d = temp_dir("isolated");
-    let rs = sets("10.22.0.0/24");
-    let (bytes, starts, _) = damaged_five(d.path(), Harm::FlipBit, &rs);
-    alloc(&mut open(d.path(), "net2"), "x1", &rs).unwrap();
+    let dm = damaged_five("isolated", Harm::FlipBit);
+    let d = &dm.dir;
+    alloc(&mut open(d.path(), "net2"), "x1", &dm.rs).unwrap();
 
     // In-process, as the plugin does without a daemon.
     let ok = run_once(
         d.path(),
         "net2",
         opts(),
-        Op::Allocate(req("net2", "x2", &rs)),
+        Op::Allocate(req("net2", "x2", &dm.rs)),
     );
     assert!(ok.is_ok(), "{ok:?}");
 
     // The daemon starts (its start-up reclaim skips the damaged network) and serves net2.
-    let sock = d.path().join("ipamd.sock");
-    let daemon_opts = crate::daemon::DaemonOptions {
-        socket: sock.clone(),
-        data_dir: d.path().to_path_buf(),
-        log_level: "error".into(),
-        ..Default::default()
-    };
-    let h = crate::daemon::start_with(daemon_opts, opts()).unwrap();
-    let c = crate::client::Client::new(&sock, d.path());
-    c.allocate(&req("net2", "x3", &rs)).unwrap();
-    let e = c.allocate(&req("net1", "c6", &rs)).unwrap_err();
+    let (h, c) = daemon(&d.path().join("ipamd.sock"), d.path());
+    c.allocate(&req("net2", "x3", &dm.rs)).unwrap();
+    let e = c.allocate(&req("net1", "c6", &dm.rs)).unwrap_err();
     assert_eq!(e.kind(), ErrorKind::Io, "{e}");
     assert!(
         e.to_string()
-            .contains(&format!("byte offset {}", starts[1])),
+            .contains(&format!("byte offset {}", dm.starts[1])),
         "{e}"
     );
     assert_eq!(c.leases(Some("net2")).unwrap().len(), 3);
     h.stop().unwrap();
-    assert_eq!(std::fs::read(d.path().join("net1/journal")).unwrap(), bytes);
+    assert_eq!(std::fs::read(dm.journal).unwrap(), dm.bytes);
 }
 
 #[test]
 fn fsck_repairs_a_bad_header_and_reports_a_missing_snapshot() {
-    let d = temp_dir("fsck-hdr");
-    let rs = sets("10.22.0.0/24");
-    let mut s = open(d.path(), "net1");
-    for c in ["c1", "c2"] {
-        alloc(&mut s, c, &rs).unwrap();
-    }
-    let path = d.path().join("net1/journal");
+    let t = Net1::new("fsck-hdr", &["c1", "c2"]);
+    let path = t.dir.path().join("net1/journal");
     let mut bytes = std::fs::read(&path).unwrap();
     bytes[0] ^= 0xff;
     std::fs::write(&path, &bytes).unwrap();
-    let e = open(d.path(), "net1").leases().unwrap_err();
+    let e = open(t.dir.path(), "net1").leases().unwrap_err();
     assert!(e.to_string().contains("cnikit ipamd fsck"), "{e}");
     let mut fo = FsckOptions {
-        data_dir: d.path().to_path_buf(),
+        data_dir: t.dir.path().to_path_buf(),
         network: None,
         repair: true,
     };
     let r = fsck::run(&fo).unwrap().remove(0);
     assert!(r.damage[0].contains("bad header"), "{r:?}");
     assert_eq!((r.journal.records_ok, r.leases), (2, 2));
-    assert_eq!(held(&mut open(d.path(), "net1")).len(), 2);
+    assert_eq!(held(&mut open(t.dir.path(), "net1")).len(), 2);
 
     // The repair wrote a snapshot of generation 1; without it the journal (generation 1)
     // has nothing to continue: the leases in that snapshot are lost, and fsck says so.
-    alloc(&mut open(d.path(), "net1"), "c3", &rs).unwrap();
-    std::fs::remove_file(d.path().join("net1/snapshot")).unwrap();
+    alloc(&mut open(t.dir.path(), "net1"), "c3", &t.rs).unwrap();
+    std::fs::remove_file(t.dir.path().join("net1/snapshot")).unwrap();
     fo.repair = false;
     let r = fsck::run(&fo).unwrap().remove(0);
     assert!(r.needs_attention());

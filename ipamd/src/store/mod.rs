@@ -16,6 +16,8 @@ mod integrity_tests;
 mod ops;
 mod state;
 #[cfg(test)]
+mod testkit;
+#[cfg(test)]
 mod tests;
 
 use std::fs::{File, OpenOptions};
@@ -30,8 +32,8 @@ use crate::journal::{self, Record, HEADER_LEN};
 use crate::log::Level;
 use crate::{log_at, Error, ErrorKind};
 
-pub(crate) use commit::{read_marker, remove_marker, Batch};
 use crate::repair_hint::fsck_hint;
+pub(crate) use commit::{read_marker, remove_marker, Batch};
 pub(crate) use ops::usage;
 pub(crate) use ops::{answer_empty, unexpected, Op, Reply};
 pub(crate) use state::State;
