@@ -27,7 +27,6 @@ use serde::{Deserialize, Serialize};
 use crate::fault::{self, Call};
 use crate::Error;
 
-
 pub(crate) const MAGIC: &[u8; 8] = b"IPAMDJ1\n";
 pub(crate) const HEADER_LEN: u64 = 16;
 /// Frames are small (one attachment); anything claiming more is garbage.
