@@ -25,7 +25,7 @@ struct Cli {
 
 #[derive(Subcommand)]
 enum Cmd {
-    /// Create the plugin symlinks (bridge, macvlan, ipvlan, portmap, ipamd) in DIR.
+    /// Link every plugin name to this binary in DIR (the names: `cnikit --help`).
     Install {
         /// The CNI bin directory, e.g. /opt/cni/bin.
         #[arg(long)]

@@ -1,7 +1,9 @@
+use super::host::firewall_networks;
 use super::leases::judge;
 use super::*;
 use crate::firewall::inspect::Tables;
 use ipamd::api::LeaseInfo;
+use std::collections::BTreeMap;
 
 fn statuses(checks: &[Check]) -> Vec<(String, Status)> {
     checks.iter().map(|c| (c.check.clone(), c.status)).collect()
