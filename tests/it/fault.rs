@@ -38,7 +38,7 @@ impl Walk<'_> {
         );
         assert_no_trace(what, &[id.to_string()]);
         assert!(
-            markers_of(id).is_empty(),
+            !portmap_marker_ids().contains(id),
             "{what}: a portmap marker is left"
         );
         if let Some(bridge) = &self.host_ports {
@@ -99,22 +99,6 @@ struct Steps<'a> {
     conf: Value,
     before: &'a dyn Fn(),
     dels: Vec<(&'static str, Value)>,
-}
-
-/// The portmap markers that name container `id` (their content is the
-/// attachment key: network, container ID, ifname).
-fn markers_of(id: &str) -> Vec<Vec<u8>> {
-    let contents: Vec<Vec<u8>> = std::fs::read_dir("/run/cnikit/portmap")
-        .map(|dir| {
-            dir.flatten()
-                .filter_map(|e| std::fs::read(e.path()).ok())
-                .collect()
-        })
-        .unwrap_or_default();
-    contents
-        .into_iter()
-        .filter(|c| c.split(|b| *b == 0).nth(1) == Some(id.as_bytes()))
-        .collect()
 }
 
 /// bridge with ipMasq and macspoofchk over in-process ipamd, then portmap

@@ -204,21 +204,8 @@ fn config_keys() {
     pm_call(&env, "DEL", &id, &none).ok_silent();
 }
 
-/// The container IDs among `ids` that have a portmap marker file (its
-/// content is the attachment key: network, container ID and ifname).
+/// The container IDs among `ids` that have a portmap marker file.
 fn markers_of(ids: &[String]) -> Vec<&String> {
-    let contents: Vec<Vec<u8>> = std::fs::read_dir("/run/cnikit/portmap")
-        .map(|dir| {
-            dir.flatten()
-                .filter_map(|e| std::fs::read(e.path()).ok())
-                .collect()
-        })
-        .unwrap_or_default();
-    ids.iter()
-        .filter(|id| {
-            contents
-                .iter()
-                .any(|c| c.split(|b| *b == 0).nth(1) == Some(id.as_bytes()))
-        })
-        .collect()
+    let marked = portmap_marker_ids();
+    ids.iter().filter(|id| marked.contains(*id)).collect()
 }

@@ -49,6 +49,8 @@ pub use names::*;
 pub use rng::*;
 pub use traffic::*;
 
+use std::collections::BTreeSet;
+
 /// `setpriv` arguments that run the command after them as uid/gid 65534 with
 /// no supplementary groups: the unprivileged caller of the permission tests.
 pub const SETPRIV_NOBODY: [&str; 6] = [
@@ -59,3 +61,19 @@ pub const SETPRIV_NOBODY: [&str; 6] = [
     "--clear-groups",
     "--",
 ];
+
+/// The container IDs that have a portmap marker file: its content is the
+/// attachment key (network, container ID, ifname, NUL-separated), so the
+/// fault walks and the GC tests can tell whose marker is left.
+pub fn portmap_marker_ids() -> BTreeSet<String> {
+    let Ok(dir) = std::fs::read_dir("/run/cnikit/portmap") else {
+        return BTreeSet::new();
+    };
+    dir.flatten()
+        .filter_map(|e| std::fs::read(e.path()).ok())
+        .filter_map(|c| {
+            let id = c.split(|b| *b == 0).nth(1)?;
+            Some(String::from_utf8_lossy(id).into_owned())
+        })
+        .collect()
+}
