@@ -13,20 +13,8 @@ use std::sync::Mutex;
 #[test]
 fn quorum_loss_keeps_owned_blocks_serving() {
     let env = TestEnv::new("cluster_quorum");
-    let mut etcd = Etcd::start(&env, 3);
-    let e = etcd.endpoints();
     // Blocks of 16 addresses: 13 leasable (network, gateway and last reserved).
-    pool_ok(
-        &e,
-        &[
-            "create",
-            "q",
-            "--cidr",
-            "10.73.0.0/24",
-            "--block-size",
-            "28",
-        ],
-    );
+    let (mut etcd, e) = etcd_with_pools(&env, 3, &["q --cidr 10.73.0.0/24 --block-size 28"]);
     let n = Node::start(&env, "q1", &e, &["--etcd-session-ttl=5"]);
     let conf = n.conf("pods", &["q"]);
     n.call(&env, "ADD", "c0", &conf).result();
@@ -49,7 +37,7 @@ fn quorum_loss_keeps_owned_blocks_serving() {
     eprintln!("allocation resumed {t:?} after the members restarted");
     n.call(&env, "STATUS", "", &conf).ok_silent();
     assert_eq!(owners(&e, "q").len(), 2);
-    assert_consistent(&e, "q", &[&n]);
+    assert_consistent(&e, "q", [&n]);
 }
 
 /// What the clients saw: acknowledged leases (node, container) → address.
@@ -95,23 +83,8 @@ fn client(env: &TestEnv, nodes: &[Node], ni: usize, t: usize, stop: &AtomicBool,
 #[test]
 fn no_duplicates_while_members_and_nodes_die() {
     let env = TestEnv::new("cluster_chaos");
-    let mut etcd = Etcd::start(&env, 3);
-    let e = etcd.endpoints();
-    pool_ok(
-        &e,
-        &[
-            "create",
-            "chaos",
-            "--cidr",
-            "10.74.0.0/22",
-            "--block-size",
-            "29",
-        ],
-    );
-    let nodes: Vec<Node> = ["c1", "c2", "c3"]
-        .iter()
-        .map(|n| Node::start(&env, n, &e, &["--etcd-session-ttl=5"]))
-        .collect();
+    let (mut etcd, e) = etcd_with_pools(&env, 3, &["chaos --cidr 10.74.0.0/22 --block-size 29"]);
+    let nodes = Node::start_all(&env, &["c1", "c2", "c3"], &e, &["--etcd-session-ttl=5"]);
     let stop = AtomicBool::new(false);
     let acked: Acked = Mutex::default();
     std::thread::scope(|s| {
@@ -134,8 +107,7 @@ fn no_duplicates_while_members_and_nodes_die() {
         pause(1500);
         stop.store(true, Ordering::SeqCst);
     });
-    let all: Vec<&Node> = nodes.iter().collect();
-    assert_consistent(&e, "chaos", &all);
+    assert_consistent(&e, "chaos", &nodes);
     let acked = acked.into_inner().unwrap();
     assert!(acked.len() > 30, "only {} ADDs acknowledged", acked.len());
     let held: Vec<BTreeMap<IpAddr, String>> = nodes.iter().map(Node::leases).collect();

@@ -164,32 +164,55 @@ fn health(port: u16) -> bool {
     out.contains("\"health\":\"true\"")
 }
 
-/// `cnikit ipamd pool ARGS… --etcd-endpoints E`.
-pub fn pool(etcd: &str, args: &[&str]) -> std::process::Output {
-    let out = Command::new(cnikit_exe())
+/// `cnikit ipamd pool ARGS… --etcd-endpoints E`, the arguments written as an operator
+/// types them (`"create p1 --cidr 10.60.0.0/24"`): none of them has a space.
+pub fn pool(etcd: &str, args: &str) -> std::process::Output {
+    Command::new(cnikit_exe())
         .args(["ipamd", "pool"])
-        .args(args)
+        .args(args.split_whitespace())
         .arg(format!("--etcd-endpoints={etcd}"))
         .output()
-        .expect("run cnikit ipamd pool");
-    out
+        .expect("run cnikit ipamd pool")
 }
 
 /// `pool ARGS` must succeed; its stdout.
-pub fn pool_ok(etcd: &str, args: &[&str]) -> String {
+pub fn pool_ok(etcd: &str, args: &str) -> String {
     let out = pool(etcd, args);
     assert!(
         out.status.success(),
-        "cnikit ipamd pool {args:?} failed: {}{}",
+        "cnikit ipamd pool {args} failed: {}{}",
         String::from_utf8_lossy(&out.stdout),
         String::from_utf8_lossy(&out.stderr)
     );
     String::from_utf8_lossy(&out.stdout).into_owned()
 }
 
+/// `pool ARGS` must fail saying `needle`.
+pub fn pool_err(etcd: &str, args: &str, needle: &str) {
+    let out = pool(etcd, args);
+    let stderr = String::from_utf8_lossy(&out.stderr);
+    assert!(!out.status.success(), "cnikit ipamd pool {args} succeeded");
+    assert!(
+        stderr.contains(needle),
+        "pool {args}: no {needle:?} in {stderr}"
+    );
+}
+
 /// `pool show NAME --json`.
 pub fn show(etcd: &str, name: &str) -> Value {
-    serde_json::from_str(&pool_ok(etcd, &["show", name, "--json"])).expect("pool show --json")
+    let out = pool_ok(etcd, &format!("show {name} --json"));
+    serde_json::from_str(&out).expect("pool show --json")
+}
+
+/// An etcd cluster of `members` and its endpoints, with the pools `creates` made (each
+/// the arguments of `pool create`): the start of every cluster test.
+pub fn etcd_with_pools(env: &TestEnv, members: usize, creates: &[&str]) -> (Etcd, String) {
+    let etcd = Etcd::start(env, members);
+    let e = etcd.endpoints();
+    for args in creates {
+        pool_ok(&e, &format!("create {args}"));
+    }
+    (etcd, e)
 }
 
 /// One node: an ipamd daemon joined to etcd under `name`.
@@ -217,6 +240,14 @@ impl Node {
         };
         n.restart();
         n
+    }
+
+    /// One node per name, all with the same `extra` daemon arguments.
+    pub fn start_all(env: &TestEnv, names: &[&str], etcd: &str, extra: &[&str]) -> Vec<Node> {
+        names
+            .iter()
+            .map(|n| Node::start(env, n, etcd, extra))
+            .collect()
     }
 
     /// (Re)start the daemon on the same socket, data dir and node name.
@@ -333,7 +364,7 @@ pub fn owners(etcd: &str, pool: &str) -> BTreeMap<ipnet::IpNet, (String, u64)> {
 
 /// Every node's addresses of `pool` lie in blocks `pool show` gives to that node and no address is
 /// held by two nodes; the usage counts catch up with the leases within 10 s.
-pub fn assert_consistent(etcd: &str, pool: &str, nodes: &[&Node]) {
+pub fn assert_consistent<'a>(etcd: &str, pool: &str, nodes: impl IntoIterator<Item = &'a Node>) {
     let mut seen: BTreeMap<IpAddr, String> = BTreeMap::new();
     let blocks = owners(etcd, pool);
     let cidr: ipnet::IpNet = show(etcd, pool)["cidr"].as_str().unwrap().parse().unwrap();

@@ -38,34 +38,12 @@ fn add_many(
 #[test]
 fn three_nodes_share_pools() {
     let env = TestEnv::new("cluster_nodes");
-    let etcd = Etcd::start(&env, 3);
-    let e = etcd.endpoints();
-    pool_ok(
-        &e,
-        &[
-            "create",
-            "v4",
-            "--cidr",
-            "10.70.0.0/22",
-            "--block-size",
-            "27",
-        ],
-    );
-    pool_ok(
-        &e,
-        &[
-            "create",
-            "v6",
-            "--cidr",
-            "fd70::/112",
-            "--block-size",
-            "123",
-        ],
-    );
-    let nodes: Vec<Node> = ["n1", "n2", "n3"]
-        .iter()
-        .map(|n| Node::start(&env, n, &e, &[]))
-        .collect();
+    let pools = [
+        "v4 --cidr 10.70.0.0/22 --block-size 27",
+        "v6 --cidr fd70::/112 --block-size 123",
+    ];
+    let (_etcd, e) = etcd_with_pools(&env, 3, &pools);
+    let nodes = Node::start_all(&env, &["n1", "n2", "n3"], &e, &[]);
     let results: Vec<Vec<(String, Outcome)>> = std::thread::scope(|s| {
         let hs: Vec<_> = nodes
             .iter()
@@ -100,8 +78,7 @@ fn three_nodes_share_pools() {
             n.name
         );
     }
-    let all: Vec<&Node> = nodes.iter().collect();
-    assert_consistent(&e, "v4", &all);
+    assert_consistent(&e, "v4", &nodes);
 
     // DEL half of n1's containers: the counts follow.
     for i in (0..40).step_by(2) {
@@ -110,7 +87,7 @@ fn three_nodes_share_pools() {
             .call(&env, "DEL", &format!("n1-pods-{i}"), &conf)
             .ok_silent();
     }
-    assert_consistent(&e, "v4", &all);
+    assert_consistent(&e, "v4", &nodes);
 
     // Dual-stack from two pools, in another network: blocks of its own.
     let conf = nodes[1].conf("dual", &["v4", "v6"]);
@@ -122,7 +99,7 @@ fn three_nodes_share_pools() {
     let again = nodes[1].call(&env, "ADD", "ds1", &conf).result();
     assert_eq!(addresses(&again), a, "ADD is idempotent");
     assert_eq!(nodes[1].metric("ipamd_cluster_blocks_owned"), 4);
-    assert_consistent(&e, "v6", &all);
+    assert_consistent(&e, "v6", &nodes);
 }
 
 /// Proves: a pool of 4 blocks × 5 addresses shared by three nodes hands out exactly its
@@ -131,23 +108,8 @@ fn three_nodes_share_pools() {
 #[test]
 fn small_pool_never_oversubscribed() {
     let env = TestEnv::new("cluster_small");
-    let etcd = Etcd::start(&env, 3);
-    let e = etcd.endpoints();
-    pool_ok(
-        &e,
-        &[
-            "create",
-            "tiny",
-            "--cidr",
-            "10.71.0.0/27",
-            "--block-size",
-            "29",
-        ],
-    );
-    let nodes: Vec<Node> = ["s1", "s2", "s3"]
-        .iter()
-        .map(|n| Node::start(&env, n, &e, &[]))
-        .collect();
+    let (_etcd, e) = etcd_with_pools(&env, 3, &["tiny --cidr 10.71.0.0/27 --block-size 29"]);
+    let nodes = Node::start_all(&env, &["s1", "s2", "s3"], &e, &[]);
     let results: Vec<(String, Outcome)> = std::thread::scope(|s| {
         let hs: Vec<_> = nodes
             .iter()
@@ -163,8 +125,7 @@ fn small_pool_never_oversubscribed() {
         o.expect_err(103, &["pool tiny", "exhausted"]);
     }
     assert_eq!(ok, 20, "the pool has 20 addresses");
-    let all: Vec<&Node> = nodes.iter().collect();
-    assert_consistent(&e, "tiny", &all);
+    assert_consistent(&e, "tiny", &nodes);
     for n in &nodes {
         let conf = n.conf("pods", &["tiny"]);
         n.call(&env, "STATUS", "", &conf)
@@ -189,19 +150,7 @@ fn small_pool_never_oversubscribed() {
 #[test]
 fn restarted_node_takes_its_blocks_back() {
     let env = TestEnv::new("cluster_restart");
-    let etcd = Etcd::start(&env, 1);
-    let e = etcd.endpoints();
-    pool_ok(
-        &e,
-        &[
-            "create",
-            "r",
-            "--cidr",
-            "10.72.0.0/24",
-            "--block-size",
-            "27",
-        ],
-    );
+    let (_etcd, e) = etcd_with_pools(&env, 1, &["r --cidr 10.72.0.0/24 --block-size 27"]);
     let n = Node::start(&env, "r1", &e, &[]);
     let conf = n.conf("pods", &["r"]);
     for i in 0..5 {
@@ -230,7 +179,7 @@ fn restarted_node_takes_its_blocks_back() {
             assert_eq!(after.get(addr), Some(cid), "lease {addr} survives");
         }
     }
-    assert_consistent(&e, "r", &[&n]);
+    assert_consistent(&e, "r", [&n]);
 }
 
 /// Proves: a block that stayed empty for --block-release-after goes back to the pool
@@ -238,19 +187,7 @@ fn restarted_node_takes_its_blocks_back() {
 #[test]
 fn empty_blocks_are_released() {
     let env = TestEnv::new("cluster_release");
-    let etcd = Etcd::start(&env, 1);
-    let e = etcd.endpoints();
-    pool_ok(
-        &e,
-        &[
-            "create",
-            "rel",
-            "--cidr",
-            "10.75.0.0/24",
-            "--block-size",
-            "28",
-        ],
-    );
+    let (_etcd, e) = etcd_with_pools(&env, 1, &["rel --cidr 10.75.0.0/24 --block-size 28"]);
     let n = Node::start(&env, "e1", &e, &["--block-release-after=1"]);
     let conf = n.conf("pods", &["rel"]);
     n.call(&env, "ADD", "c1", &conf).result();
@@ -263,5 +200,5 @@ fn empty_blocks_are_released() {
     assert_eq!(n.metric("ipamd_cluster_blocks_owned"), 0);
     n.call(&env, "ADD", "c2", &conf).result();
     assert_eq!(owners(&e, "rel").len(), 1);
-    assert_consistent(&e, "rel", &[&n]);
+    assert_consistent(&e, "rel", [&n]);
 }

@@ -3,10 +3,6 @@
 
 use super::*;
 
-fn stderr(out: &std::process::Output) -> String {
-    String::from_utf8_lossy(&out.stderr).into_owned()
-}
-
 /// Proves: create is idempotent for the same spec and refuses another spec or an
 /// overlapping CIDR; `show --json` has exactly the documented shape; an unknown pool is
 /// named; delete of an unused pool succeeds and the pool is gone.
@@ -15,80 +11,34 @@ fn pool_commands_against_one_etcd() {
     let env = TestEnv::new("pool_cli");
     let etcd = Etcd::start(&env, 1);
     let e = etcd.endpoints();
-    pool_ok(&e, &["create", "p1", "--cidr", "10.60.0.0/24"]);
-    pool_ok(
+    pool_ok(&e, "create p1 --cidr 10.60.0.0/24");
+    pool_ok(&e, "create p1 --cidr 10.60.0.0/24 --block-size 26");
+    pool_err(
         &e,
-        &[
-            "create",
-            "p1",
-            "--cidr",
-            "10.60.0.0/24",
-            "--block-size",
-            "26",
-        ],
+        "create p1 --cidr 10.60.0.0/24 --block-size 28",
+        "pool p1 already exists",
     );
-    let out = pool(
+    pool_err(&e, "create p2 --cidr 10.60.0.128/25", "overlaps pool p1");
+    pool_err(
         &e,
-        &[
-            "create",
-            "p1",
-            "--cidr",
-            "10.60.0.0/24",
-            "--block-size",
-            "28",
-        ],
+        "create p3 --cidr 10.61.0.0/24 --block-size 31",
+        "--block-size 31",
     );
-    assert!(!out.status.success());
-    assert!(
-        stderr(&out).contains("pool p1 already exists"),
-        "{}",
-        stderr(&out)
-    );
-    let out = pool(&e, &["create", "p2", "--cidr", "10.60.0.128/25"]);
-    assert!(
-        stderr(&out).contains("overlaps pool p1"),
-        "{}",
-        stderr(&out)
-    );
-    let out = pool(
-        &e,
-        &[
-            "create",
-            "p3",
-            "--cidr",
-            "10.61.0.0/24",
-            "--block-size",
-            "31",
-        ],
-    );
-    assert!(stderr(&out).contains("--block-size 31"), "{}", stderr(&out));
-    pool_ok(&e, &["create", "v6", "--cidr", "fd60::/112"]);
+    pool_ok(&e, "create v6 --cidr fd60::/112");
 
     assert_eq!(
         show(&e, "p1"),
         json!({"name": "p1", "cidr": "10.60.0.0/24", "blockSize": 26, "blocks": []})
     );
     assert_eq!(show(&e, "v6")["blockSize"], 122);
-    let out = pool(&e, &["show", "nope"]);
-    assert!(
-        stderr(&out).contains("pool nope does not exist"),
-        "{}",
-        stderr(&out)
-    );
+    pool_err(&e, "show nope", "pool nope does not exist");
 
-    pool_ok(&e, &["delete", "p1"]);
-    let out = pool(&e, &["show", "p1"]);
-    assert!(!out.status.success());
+    pool_ok(&e, "delete p1");
+    pool_err(&e, "show p1", "pool p1 does not exist");
     // Unreachable etcd: a bounded wait and a message that says what to check.
     let t0 = Instant::now();
-    let out = pool("http://127.0.0.1:1", &["show", "v6"]);
-    assert!(!out.status.success());
+    pool_err("http://127.0.0.1:1", "show v6", "quorum of etcd members");
     assert!(t0.elapsed() < Duration::from_secs(10));
-    assert!(
-        stderr(&out).contains("quorum of etcd members"),
-        "{}",
-        stderr(&out)
-    );
 }
 
 /// Proves: a cluster pool with no daemon answering fails ADD with 11 and a message
@@ -118,20 +68,8 @@ fn cluster_pool_without_daemon() {
 #[test]
 fn release_node_after_the_session_expired() {
     let env = TestEnv::new("release_node");
-    let etcd = Etcd::start(&env, 1);
-    let e = etcd.endpoints();
     // One block only: whoever holds it holds the pool.
-    pool_ok(
-        &e,
-        &[
-            "create",
-            "one",
-            "--cidr",
-            "10.62.0.0/28",
-            "--block-size",
-            "28",
-        ],
-    );
+    let (_etcd, e) = etcd_with_pools(&env, 1, &["one --cidr 10.62.0.0/28 --block-size 28"]);
     let a = Node::start(&env, "a", &e, &["--etcd-session-ttl=2"]);
     let b = Node::start(&env, "b", &e, &["--etcd-session-ttl=2"]);
     let ra = a
@@ -145,22 +83,15 @@ fn release_node_after_the_session_expired() {
     b.call(&env, "STATUS", "", &b.conf("pods", &["one"]))
         .expect_err(50, &["pool one"]);
 
-    let out = pool(&e, &["delete", "one"]);
-    assert!(stderr(&out).contains("in use by a"), "{}", stderr(&out));
-    let out = pool(&e, &["release-node", "one", "--node", "a"]);
-    assert!(!out.status.success());
-    assert!(stderr(&out).contains("--force"), "{}", stderr(&out));
+    pool_err(&e, "delete one", "in use by a");
+    pool_err(&e, "release-node one --node a", "--force");
 
     a.kill();
     // The session (TTL 2 s) expires; etcd checks leases about every 500 ms.
     eventually(
         Duration::from_secs(10),
         "release-node of a dead node",
-        || {
-            pool(&e, &["release-node", "one", "--node", "a"])
-                .status
-                .success()
-        },
+        || pool(&e, "release-node one --node a").status.success(),
     );
     assert!(owners(&e, "one").is_empty());
     let rb = b
@@ -169,6 +100,6 @@ fn release_node_after_the_session_expired() {
     assert!(addresses(&rb)[0].to_string().starts_with("10.62.0."));
     assert_eq!(owners(&e, "one").values().next().unwrap().0, "b");
     // Releasing with --force works on a live node too (the operator's call).
-    let out = pool_ok(&e, &["release-node", "one", "--node", "b", "--force"]);
+    let out = pool_ok(&e, "release-node one --node b --force");
     assert!(out.contains("released 1 block"), "{out}");
 }
