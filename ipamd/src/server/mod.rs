@@ -26,8 +26,8 @@ use crate::service::Services;
 
 use conns::Conns;
 
-pub(crate) use pools::start as start_cluster;
 pub(crate) use http::decode as decode_body;
+pub(crate) use pools::start as start_cluster;
 pub(crate) use registry::Registry;
 #[cfg(test)]
 pub(crate) use registry::MAX_OPEN_STORES;
