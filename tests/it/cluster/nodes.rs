@@ -30,6 +30,23 @@ fn add_many(
     out.into_inner().unwrap()
 }
 
+/// [`add_many`] on every node at once (network "pods"); the outcomes, node by node.
+fn add_on_all(
+    env: &TestEnv,
+    nodes: &[Node],
+    pool: &str,
+    count: usize,
+    threads: usize,
+) -> Vec<Vec<(String, Outcome)>> {
+    std::thread::scope(|s| {
+        let hs: Vec<_> = nodes
+            .iter()
+            .map(|n| s.spawn(move || add_many(env, n, "pods", &[pool], count, threads)))
+            .collect();
+        hs.into_iter().map(|h| h.join().unwrap()).collect()
+    })
+}
+
 /// Proves: three nodes allocating concurrently from one pool each claim their own
 /// blocks (several each), every address lies in a block `pool show` gives its node, none
 /// is held twice, usage counts match within 10 s (also after DELs), a dual-stack
@@ -44,16 +61,7 @@ fn three_nodes_share_pools() {
     ];
     let (_etcd, e) = etcd_with_pools(&env, 3, &pools);
     let nodes = Node::start_all(&env, &["n1", "n2", "n3"], &e, &[]);
-    let results: Vec<Vec<(String, Outcome)>> = std::thread::scope(|s| {
-        let hs: Vec<_> = nodes
-            .iter()
-            .map(|n| {
-                let env = &env;
-                s.spawn(move || add_many(env, n, "pods", &["v4"], 40, 4))
-            })
-            .collect();
-        hs.into_iter().map(|h| h.join().unwrap()).collect()
-    });
+    let results = add_on_all(&env, &nodes, "v4", 40, 4);
     for (n, res) in nodes.iter().zip(&results) {
         for (cid, o) in res {
             let r = o.result();
@@ -110,16 +118,10 @@ fn small_pool_never_oversubscribed() {
     let env = TestEnv::new("cluster_small");
     let (_etcd, e) = etcd_with_pools(&env, 3, &["tiny --cidr 10.71.0.0/27 --block-size 29"]);
     let nodes = Node::start_all(&env, &["s1", "s2", "s3"], &e, &[]);
-    let results: Vec<(String, Outcome)> = std::thread::scope(|s| {
-        let hs: Vec<_> = nodes
-            .iter()
-            .map(|n| {
-                let env = &env;
-                s.spawn(move || add_many(env, n, "pods", &["tiny"], 15, 3))
-            })
-            .collect();
-        hs.into_iter().flat_map(|h| h.join().unwrap()).collect()
-    });
+    let results: Vec<(String, Outcome)> = add_on_all(&env, &nodes, "tiny", 15, 3)
+        .into_iter()
+        .flatten()
+        .collect();
     let ok = results.iter().filter(|(_, o)| o.success()).count();
     for (_, o) in results.iter().filter(|(_, o)| !o.success()) {
         o.expect_err(103, &["pool tiny", "exhausted"]);
