@@ -1,10 +1,18 @@
 //! Firewalling over nftables netlink (never by exec of `nft` or `iptables`):
-//! port mappings (portmap), masquerade (bridge `ipMasq`) and the MAC spoof
-//! check (bridge `macspoofchk`).
+//! port mappings (portmap), masquerade (bridge `ipMasq`), the MAC spoof
+//! check (bridge `macspoofchk`) and the firewall plugin (`forward`).
 //!
 //! Layout. cnikit owns `table inet cnikit` and, only once `macspoofchk` is
 //! used, `table bridge cnikit` (bridged frames are only seen by bridge-family
-//! tables). Other tables are never read for writing, modified or flushed.
+//! tables). Other tables are never read for writing, modified or flushed,
+//! with one exception: the firewall plugin's chains and rules in the host's
+//! iptables-nft `filter` tables (see `iptables.rs` for why and how), added
+//! and removed one by one, never flushed.
+//!
+//! The firewall plugin's part of our table, used where iptables has no
+//! FORWARD chain: sets `fw4-pods`/`fw6-pods` (pod addresses), `fw-iso`,
+//! `fw-iso-pair`, `fw-iso-self` (isolated bridges) and chains `fw-forward`
+//! (filter forward 0) and `fw-isolation` (see `schema::FORWARD`).
 //!
 //! ```text
 //! table inet cnikit
@@ -41,15 +49,19 @@
 
 mod cleanup;
 mod error;
+mod iptables;
 mod nft;
+mod rules;
 mod schema;
 mod sets;
 mod socket;
 mod store;
 mod tag;
+mod xt;
 
 pub mod backend;
 pub mod conntrack;
+pub mod forward;
 pub mod inspect;
 pub mod macspoof;
 pub mod masq;
@@ -62,6 +74,7 @@ mod service_tests;
 pub use backend::{Firewall, InProcess, Recording, ViaDaemon};
 pub use cleanup::{Del, Gc};
 pub use error::{Error, ErrorKind};
+pub use iptables::{Isolation, DEFAULT_ADMIN_CHAIN};
 pub use request::Request;
 pub use socket::Sockets;
 pub use tag::Attachment;

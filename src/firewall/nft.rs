@@ -32,7 +32,7 @@ pub(crate) struct BaseHook {
     pub priority: i32,
 }
 
-fn message(family: NetfilterProtoFamily, inner: NfTablesMessage) -> NetfilterMessage {
+pub(crate) fn message(family: NetfilterProtoFamily, inner: NfTablesMessage) -> NetfilterMessage {
     NetfilterMessage::new(NetfilterHeader::new(family, 0, 0), inner)
 }
 
@@ -361,20 +361,29 @@ pub(crate) fn lookup(set: &str, map: bool) -> Expr {
     Expressions::Lookup(attrs).into()
 }
 
-/// A verdict: `accept`, `drop`, `return`, or `goto chain`.
+/// A verdict: `accept`, `drop`, `return`, `jump chain` or `goto chain`.
 pub(crate) enum Jump<'a> {
+    Accept,
     Drop,
     Return,
+    /// `jump chain`: a call, which comes back on `return`.
+    Call(&'a str),
     Goto(&'a str),
 }
 
 pub(crate) fn verdict(v: Jump) -> Expr {
     let mut attrs = Vec::new();
     match v {
-        Jump::Drop => attrs.push(VerdictAttribute::Code(Verdict::Other(0))), // NF_DROP
+        Jump::Accept => attrs.push(VerdictAttribute::Code(Verdict::Other(1))), // NF_ACCEPT
+        Jump::Drop => attrs.push(VerdictAttribute::Code(Verdict::Other(0))),   // NF_DROP
         Jump::Return => attrs.push(VerdictAttribute::Code(Verdict::Return)),
-        Jump::Goto(chain) => {
-            attrs.push(VerdictAttribute::Code(Verdict::Goto));
+        Jump::Call(chain) | Jump::Goto(chain) => {
+            let code = if matches!(v, Jump::Call(_)) {
+                Verdict::Jump
+            } else {
+                Verdict::Goto
+            };
+            attrs.push(VerdictAttribute::Code(code));
             attrs.push(VerdictAttribute::Chain(chain.into()));
         }
     }
@@ -411,6 +420,14 @@ pub(crate) const RTN_LOCAL: u32 = 2;
 pub(crate) fn ct_status() -> Expr {
     raw_expr("ct", &[(1, Register::Reg1.into()), (2, 2)])
 }
+
+/// `ct state` into reg1 (NFTA_CT_KEY = NFT_CT_STATE).
+pub(crate) fn ct_state() -> Expr {
+    raw_expr("ct", &[(1, Register::Reg1.into()), (2, 0)])
+}
+
+/// ESTABLISHED | RELATED in `ct state`'s bits (NF_CT_STATE_BIT).
+pub(crate) const CT_ESTABLISHED_RELATED: u32 = 0b110;
 
 /// IPS_DST_NAT: the connection was destination-NATed.
 pub(crate) const IPS_DST_NAT: u32 = 0x20;

@@ -2,7 +2,7 @@
 //! is a variant of its feature's `Op` (with its `name` and `run`); only a new
 //! feature adds a variant here.
 
-use super::{conntrack, macspoof, masq, portmap, Result, Sockets};
+use super::{conntrack, forward, macspoof, masq, portmap, Result, Sockets};
 use serde::{Deserialize, Serialize};
 
 /// On the wire the feature's `op` tag alone tells them apart (`portmap-add`,
@@ -14,6 +14,7 @@ pub enum Request {
     Masq(masq::Op),
     Macspoof(macspoof::Op),
     Conntrack(conntrack::Op),
+    Forward(forward::Op),
 }
 
 impl Request {
@@ -24,6 +25,7 @@ impl Request {
             Request::Masq(op) => op.name(),
             Request::Macspoof(op) => op.name(),
             Request::Conntrack(op) => op.name(),
+            Request::Forward(op) => op.name(),
         }
     }
 
@@ -34,11 +36,12 @@ impl Request {
             Request::Masq(op) => op.run(sockets),
             Request::Macspoof(op) => op.run(sockets),
             Request::Conntrack(op) => op.run(sockets),
+            Request::Forward(op) => op.run(sockets),
         }
     }
 }
 
-/// `.into()` from each feature's `Op`: written once, as the four only differ
+/// `.into()` from each feature's `Op`: written once, as they only differ
 /// in names.
 macro_rules! from_op {
     ($($variant:ident: $feature:ident),*) => {$(
@@ -50,4 +53,10 @@ macro_rules! from_op {
     )*};
 }
 
-from_op!(Portmap: portmap, Masq: masq, Macspoof: macspoof, Conntrack: conntrack);
+from_op!(
+    Portmap: portmap,
+    Masq: masq,
+    Macspoof: macspoof,
+    Conntrack: conntrack,
+    Forward: forward
+);

@@ -12,9 +12,9 @@
 //! socket closes.
 
 use super::nft::{
-    and_mask, cmp, ct_status, dnat, fib_daddr_type, lookup, masq, meta_load, payload, reg_at,
-    verdict, BaseHook, Expr, Jump, Table, IPS_DST_NAT, LINK_HEADER, NETWORK_HEADER, NFPROTO_IPV4,
-    NFPROTO_IPV6, RTN_LOCAL, TRANSPORT_HEADER,
+    and_mask, cmp, ct_state, ct_status, dnat, fib_daddr_type, lookup, masq, meta_load, payload,
+    reg_at, verdict, BaseHook, Expr, Jump, Table, CT_ESTABLISHED_RELATED, IPS_DST_NAT, LINK_HEADER,
+    NETWORK_HEADER, NFPROTO_IPV4, NFPROTO_IPV6, RTN_LOCAL, TRANSPORT_HEADER,
 };
 pub(crate) use super::sets::{key, range, SetDef, Value};
 use super::sets::{map, set, Field};
@@ -299,6 +299,87 @@ fn macspoof_chains() -> Vec<Chain> {
         }),
         rules: vec![allowed, guarded],
     }]
+}
+
+// ---- firewall plugin, where the host has no iptables FORWARD chain
+
+/// Pod addresses whose forwarded traffic is accepted (as the reference's
+/// CNI-FORWARD rules do).
+pub(crate) static FW4_PODS: SetDef = set("fw4-pods", &[Field::V4], false);
+pub(crate) static FW6_PODS: SetDef = set("fw6-pods", &[Field::V6], false);
+/// Bridges under `same-bridge` (or `isolated`) ingress policy; the pairs
+/// (bridge . bridge) say "staying on this bridge is fine", the self pairs
+/// (policy `isolated`) "not even that".
+pub(crate) static FW_ISO: SetDef = set("fw-iso", &[Field::Ifname], false);
+pub(crate) static FW_ISO_PAIR: SetDef = set("fw-iso-pair", &[Field::Ifname, Field::Ifname], false);
+pub(crate) static FW_ISO_SELF: SetDef = set("fw-iso-self", &[Field::Ifname, Field::Ifname], false);
+
+pub(crate) static FORWARD: Skeleton = Skeleton {
+    table: INET,
+    sets: &[&FW4_PODS, &FW6_PODS, &FW_ISO, &FW_ISO_PAIR, &FW_ISO_SELF],
+    chains: forward_chains,
+};
+
+/// `fw-forward` filters forwarded traffic: isolation first (a drop in any
+/// base chain is final), then the accepts.
+fn forward_chains() -> Vec<Chain> {
+    let pair = |set: &'static SetDef, end: Jump<'static>| {
+        vec![
+            meta_load(MetaKey::Iifname, reg_at(0)),
+            meta_load(MetaKey::Oifname, reg_at(16)),
+            lookup(set.name, false),
+            verdict(end),
+        ]
+    };
+    let isolation = vec![
+        pair(&FW_ISO_SELF, Jump::Drop),
+        pair(&FW_ISO_PAIR, Jump::Return),
+        vec![
+            meta_load(MetaKey::Oifname, reg_at(0)),
+            lookup(FW_ISO.name, false),
+            verdict(Jump::Drop),
+        ],
+    ];
+    let mut forward = vec![vec![
+        meta_load(MetaKey::Iifname, reg_at(0)),
+        lookup(FW_ISO.name, false),
+        verdict(Jump::Call("fw-isolation")),
+    ]];
+    for (nfproto, set) in [(NFPROTO_IPV4, FW4_PODS.name), (NFPROTO_IPV6, FW6_PODS.name)] {
+        let (alen, saddr, daddr) = addr_layout(nfproto);
+        let mut replies = is_family(nfproto);
+        replies.extend([
+            payload(NETWORK_HEADER, daddr, alen, reg_at(0)),
+            lookup(set, false),
+            ct_state(),
+            and_mask(&CT_ESTABLISHED_RELATED.to_ne_bytes()),
+            cmp(Operator::NotEqual, &[0; 4]),
+            verdict(Jump::Accept),
+        ]);
+        let mut from_pod = is_family(nfproto);
+        from_pod.extend([
+            payload(NETWORK_HEADER, saddr, alen, reg_at(0)),
+            lookup(set, false),
+            verdict(Jump::Accept),
+        ]);
+        forward.extend([replies, from_pod]);
+    }
+    vec![
+        Chain {
+            name: "fw-isolation",
+            hook: None,
+            rules: isolation,
+        },
+        Chain {
+            name: "fw-forward",
+            hook: Some(BaseHook {
+                kind: "filter",
+                hook: InetHookNumber::Forward,
+                priority: 0,
+            }),
+            rules: forward,
+        },
+    ]
 }
 
 // ------------------------------------------------------------------ helpers

@@ -5,11 +5,25 @@
 use super::conntrack::{self, UdpPort};
 use super::portmap::{Mapping, Masquerade, Proto, Spec};
 use super::service::{Done, Envelope, Firewall, FORBIDDEN};
-use super::{macspoof, masq, portmap, Attachment, Del, Error, ErrorKind, Gc, Request};
+use super::{
+    forward, macspoof, masq, portmap, Attachment, Del, Error, ErrorKind, Gc, Isolation, Request,
+};
 use ipamd::service::{target, Peer, Refusal, Service, DECLINED};
 
 fn att() -> Attachment {
     Attachment::new("n", "c1", "eth0")
+}
+
+fn forward_spec() -> forward::Spec {
+    forward::Spec {
+        att: att(),
+        addrs: vec!["10.1.0.2".parse().unwrap(), "fd00::2".parse().unwrap()],
+        admin_chain: "CNI-ADMIN".into(),
+        isolation: Some(Isolation {
+            bridge: "cni0".into(),
+            isolated: false,
+        }),
+    }
 }
 
 fn every_kind_of_request() -> Vec<Request> {
@@ -70,6 +84,14 @@ fn every_kind_of_request() -> Vec<Request> {
             }],
         }
         .into(),
+        forward::Op::Add(forward_spec()).into(),
+        forward::Op::Check(forward_spec()).into(),
+        forward::Op::Del(forward::Forget {
+            att: att(),
+            addrs: vec!["10.1.0.2".parse().unwrap()],
+        })
+        .into(),
+        forward::Op::Gc(gc.clone()).into(),
     ]
 }
 

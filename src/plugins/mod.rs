@@ -2,6 +2,7 @@
 
 pub mod bandwidth;
 pub mod bridge;
+pub mod firewall;
 pub mod host_local;
 pub mod ipam;
 pub mod ipvlan;
@@ -24,7 +25,7 @@ mod safe_dir;
 use crate::cni::Plugin;
 
 /// Names a symlink (argv[0]) or `cnikit <name>` may use.
-pub const NAMES: [&str; 9] = [
+pub const NAMES: [&str; 10] = [
     "bridge",
     "macvlan",
     "ipvlan",
@@ -34,10 +35,12 @@ pub const NAMES: [&str; 9] = [
     "host-local",
     "tuning",
     "bandwidth",
+    "firewall",
 ];
 
 static BRIDGE: bridge::Bridge = bridge::Bridge::DEFAULT;
 static PORTMAP: portmap::Portmap = portmap::Portmap::DEFAULT;
+static FIREWALL: firewall::FirewallPlugin = firewall::FirewallPlugin::DEFAULT;
 
 pub fn by_name(name: &str) -> Option<&'static dyn Plugin> {
     Some(match name {
@@ -50,6 +53,7 @@ pub fn by_name(name: &str) -> Option<&'static dyn Plugin> {
         "bandwidth" => &bandwidth::Bandwidth,
         "host-local" => &host_local::HostLocal,
         "tuning" => &tuning::Tuning,
+        "firewall" => &FIREWALL,
         _ => return None,
     })
 }

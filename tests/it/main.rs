@@ -32,6 +32,7 @@ mod fault;
 mod firewall;
 mod firewall_churn;
 mod firewall_lock;
+mod firewall_plugin;
 mod harness;
 mod host_local;
 mod ipamd;

@@ -21,7 +21,7 @@ pub const ALL_VERSIONS: [&str; 7] = [
 ];
 
 /// The names `cnikit install` links.
-pub const PLUGINS: [&str; 9] = [
+pub const PLUGINS: [&str; 10] = [
     "bridge",
     "macvlan",
     "ipvlan",
@@ -31,6 +31,7 @@ pub const PLUGINS: [&str; 9] = [
     "host-local",
     "tuning",
     "bandwidth",
+    "firewall",
 ];
 
 pub fn cnikit_exe() -> PathBuf {

@@ -1,0 +1,88 @@
+//! Rules as objects of their own (in the host's iptables tables, where sets
+//! cannot be used): reading a chain's rules, and adding and deleting single
+//! rules inside a transaction. See `xt.rs` for the rules' form.
+
+use super::nft::{self, Table};
+use super::store::{Nft, Tx};
+use super::xt::{self, Dumped, XtRule};
+use super::Result;
+use netlink_packet_core::{NLM_F_APPEND, NLM_F_CREATE, NLM_F_DUMP};
+use netlink_packet_netfilter::nftables::{NfTablesMessage, RuleAttribute, RuleMessage};
+
+/// Where a new rule goes in its chain.
+#[derive(Debug, Clone, Copy)]
+pub(crate) enum At {
+    /// First in the chain.
+    Top,
+    /// Right after the rule with this handle.
+    After(u64),
+    /// Last in the chain.
+    End,
+}
+
+impl Nft<'_> {
+    /// The rules of `chain` in `t`, in order; a missing table or chain has none.
+    pub(crate) fn rules(&mut self, t: Table, chain: &str) -> Result<Vec<Dumped>> {
+        let msg = rule_message(t, chain, vec![]);
+        match self.nl.request(
+            nft::message(t.family, NfTablesMessage::GetRule(msg)),
+            NLM_F_DUMP,
+        ) {
+            Ok(replies) => Ok(replies
+                .iter()
+                .filter_map(|r| xt::parse_rule(&r.payload))
+                .collect()),
+            Err(f) if f.errno() == Some(libc::ENOENT) => Ok(Vec::new()),
+            Err(f) => Err(f
+                .context(&format!(
+                    "list the rules of chain {chain} in table {}",
+                    t.name
+                ))
+                .into()),
+        }
+    }
+}
+
+impl Tx {
+    pub(crate) fn add_xt_rule(&mut self, t: Table, chain: &str, rule: &XtRule, at: At) {
+        let mut attrs = Vec::new();
+        let mut flags = NLM_F_CREATE;
+        match at {
+            At::Top => {}
+            At::After(handle) => {
+                attrs.push(RuleAttribute::Position(handle));
+                flags |= NLM_F_APPEND;
+            }
+            At::End => flags |= NLM_F_APPEND,
+        }
+        attrs.push(RuleAttribute::Expressions(rule.exprs()));
+        attrs.push(RuleAttribute::Compat(xt::compat()));
+        let msg = nft::message(
+            t.family,
+            NfTablesMessage::NewRule(rule_message(t, chain, attrs)),
+        );
+        self.push(
+            msg,
+            flags,
+            format!("add a rule to chain {chain} of table {}", t.name),
+        );
+    }
+
+    pub(crate) fn delete_rule(&mut self, t: Table, chain: &str, handle: u64) {
+        let msg = rule_message(t, chain, vec![RuleAttribute::Handle(handle)]);
+        let msg = nft::message(t.family, NfTablesMessage::DeleteRule(msg));
+        self.push_removal(
+            msg,
+            format!("delete rule {handle} of chain {chain} in table {}", t.name),
+        );
+    }
+}
+
+fn rule_message(t: Table, chain: &str, mut more: Vec<RuleAttribute>) -> RuleMessage {
+    let mut attributes = vec![
+        RuleAttribute::Table(t.name.into()),
+        RuleAttribute::Chain(chain.into()),
+    ];
+    attributes.append(&mut more);
+    RuleMessage { attributes }
+}
