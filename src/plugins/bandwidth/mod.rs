@@ -6,144 +6,15 @@
 //! shapes it — the reference's layout, down to the ifb's name. The tc side
 //! is in `netlink::tc`.
 
+mod conf;
+
 use super::container::{is_own_netns, open_netns};
-use crate::cni::{Attachment, CniResult, Error, Interface, Plugin, Request};
-use crate::netlink::{Link, NetNs, Netlink, Qdisc, Tbf, INGRESS_HANDLE};
-use serde::Deserialize;
+use crate::cni::{Attachment, CniResult, Code, Error, Interface, Plugin, Request};
+use crate::netlink::{Ifb, Link, NetNs, Netlink, Qdisc, Tbf, INGRESS_HANDLE};
+use conf::Shaping;
 use sha2::{Digest, Sha512};
 
 pub struct Bandwidth;
-
-/// The four keys, at the top of the configuration or in the `bandwidth`
-/// capability (`runtimeConfig.bandwidth`): rates in bits per second, bursts
-/// in bits; 0 or absent means no limit in that direction.
-#[derive(Debug, Default, Clone, Copy, Deserialize, PartialEq, Eq)]
-#[serde(rename_all = "camelCase")]
-struct Entry {
-    #[serde(default)]
-    ingress_rate: Option<u64>,
-    #[serde(default)]
-    ingress_burst: Option<u64>,
-    #[serde(default)]
-    egress_rate: Option<u64>,
-    #[serde(default)]
-    egress_burst: Option<u64>,
-}
-
-impl Entry {
-    fn is_set(&self) -> bool {
-        [
-            self.ingress_rate,
-            self.ingress_burst,
-            self.egress_rate,
-            self.egress_burst,
-        ]
-        .iter()
-        .any(Option::is_some)
-    }
-}
-
-/// What to shape, validated: a TBF per direction that has a limit.
-#[derive(Debug, Default, Clone, Copy, PartialEq, Eq)]
-struct Shaping {
-    ingress: Option<Tbf>,
-    egress: Option<Tbf>,
-}
-
-impl Shaping {
-    /// The configuration's own keys when it has any (as the reference reads
-    /// them, they then replace the capability as a whole), else the capability.
-    fn load(req: &Request) -> Result<Shaping, Error> {
-        let own: Entry = req.conf.typed()?;
-        let entry = match req.conf.runtime_config("bandwidth") {
-            Some(cap) if !own.is_set() => {
-                serde_json::from_value::<Entry>(cap.clone()).map_err(|e| {
-                    Error::invalid_config(format!("runtimeConfig.bandwidth {cap}: {e}"))
-                })?
-            }
-            _ => own,
-        };
-        Ok(Shaping {
-            ingress: direction("ingress", entry.ingress_rate, entry.ingress_burst)?,
-            egress: direction("egress", entry.egress_rate, entry.egress_burst)?,
-        })
-    }
-
-    /// DEL with a configuration `load` refuses: remove whatever there may be.
-    fn everything(_: &Request) -> Shaping {
-        let any = Some(Tbf {
-            rate: 0,
-            limit: 0,
-            buffer: 0,
-        });
-        Shaping {
-            ingress: any,
-            egress: any,
-        }
-    }
-
-    fn is_empty(&self) -> bool {
-        self.ingress.is_none() && self.egress.is_none()
-    }
-}
-
-/// Scheduler ticks per microsecond: the kernel's PSCHED_SHIFT is 6, so a
-/// tick is 64 ns (what /proc/net/psched has said since 2.6.x, and what the
-/// reference reads there).
-const TICKS_PER_USEC: f64 = 1000.0 / 64.0;
-/// The reference's queueing latency bound: the TBF's limit is the burst
-/// plus what the rate sends in this long.
-const LATENCY_USEC: f64 = 25_000.0;
-
-/// One direction's TBF from its `<dir>Rate` (bits/s) and `<dir>Burst`
-/// (bits), computed as the reference does: bytes are bits / 8, the bucket
-/// (buffer) is the time the burst takes at the rate, in ticks, and the limit
-/// is the burst plus 25 ms at the rate. Values the kernel's 32-bit fields
-/// cannot hold are refused rather than wrapped.
-fn direction(dir: &str, rate: Option<u64>, burst: Option<u64>) -> Result<Option<Tbf>, Error> {
-    let (rate, burst) = (rate.unwrap_or(0), burst.unwrap_or(0));
-    let bad = |why: String| Error::invalid_config(format!("{dir}Rate/{dir}Burst: {why}"));
-    match (rate, burst) {
-        (0, 0) => return Ok(None),
-        (_, 0) => {
-            return Err(bad(format!(
-                "{dir}Rate {rate} is set, so {dir}Burst must be too"
-            )))
-        }
-        (0, _) => {
-            return Err(bad(format!(
-                "{dir}Burst {burst} is set, so {dir}Rate must be too"
-            )))
-        }
-        _ => {}
-    }
-    if rate < 8 {
-        return Err(bad(format!(
-            "{dir}Rate {rate} must be at least 8 bits per second"
-        )));
-    }
-    let (rate_bytes, burst_bytes) = (rate / 8, burst / 8);
-    let Some(burst_bytes) = u32::try_from(burst_bytes).ok().filter(|b| *b < u32::MAX) else {
-        return Err(bad(format!("{dir}Burst {burst} is more than 4 GB")));
-    };
-    let usec = f64::from(burst_bytes) * 1e6 / rate_bytes as f64;
-    let buffer = (usec.trunc() * TICKS_PER_USEC).trunc();
-    if usec >= f64::from(u32::MAX) || buffer >= f64::from(u32::MAX) {
-        return Err(bad(format!(
-            "bursting {burst} bits at {rate} bits/s takes too long for the kernel's token bucket"
-        )));
-    }
-    let queued = (rate_bytes as f64 * LATENCY_USEC / 1e6).trunc();
-    let limit = u32::try_from(queued as u64)
-        .ok()
-        .and_then(|q| q.checked_add(burst_bytes))
-        .ok_or_else(|| bad(format!("{dir}Rate {rate} queues more than 4 GB in 25 ms")))?;
-    Ok(Some(Tbf {
-        rate: rate_bytes,
-        limit,
-        buffer: buffer as u32,
-    }))
-}
 
 /// The ifb of `network`'s container `id`: "bwp" + the first 12 hex digits of
 /// SHA-512(network + id), the reference's name (so either plugin's DEL finds
@@ -235,7 +106,8 @@ impl Plugin for Bandwidth {
     fn del(&self, req: &Request) -> Result<(), Error> {
         let shaping = req.conf_or_del_fallback(Shaping::load, Shaping::everything)?;
         let mut host = Netlink::open()?;
-        let ifb = delete_ifb(&mut host, &ifb_name(&req.conf.name, req.container_id()));
+        let name = ifb_name(&req.conf.name, req.container_id());
+        let ifb = release_ifb(&mut host, &name, &req.attachment());
         let qdiscs = match container_veth_for_del(req, &mut host) {
             Ok(Some(veth)) => remove_qdiscs(&mut host, &veth, shaping),
             Ok(None) => Ok(()),
@@ -266,9 +138,7 @@ impl Plugin for Bandwidth {
             i.alias.as_deref().is_some_and(|a| a.starts_with(&prefix))
                 && !keep.contains(&i.link.name)
         });
-        let steps: Vec<_> = doomed
-            .map(|i| delete_ifb(&mut host, &i.link.name))
-            .collect();
+        let steps: Vec<_> = doomed.map(|i| delete_link(&mut host, &i.link)).collect();
         Error::all(steps)
     }
 }
@@ -291,8 +161,20 @@ fn shape(
     let mut made_ifb = None;
     if let Some(tbf) = shaping.egress {
         let name = ifb_name(&req.conf.name, req.container_id());
-        // A leftover of an earlier ADD of this container (its DEL never came).
-        delete_ifb(host, &name)?;
+        match ifb_of(host, &name, &req.attachment())? {
+            // A leftover of an earlier ADD of this attachment (its DEL never came).
+            Some((old, true)) if old.alias.is_some() => delete_link(host, &old.link)?,
+            Some((old, _)) => {
+                return Err(Error::new(
+                    Code::Kernel,
+                    format!(
+                        "ifb {name} (one per container and network, named as the reference                          names it) already exists for {}; shape one interface of a container                          per network, or DEL that attachment first",
+                        old.alias.as_deref().unwrap_or("another plugin")
+                    ),
+                ))
+            }
+            None => {}
+        }
         let ifb = host.create_ifb(&name, veth.mtu, &ifb_alias(&req.attachment()))?;
         undo.push(Made::Ifb(ifb.index));
         host.add_root_tbf(ifb.index, TBF_MAJOR, tbf)?;
@@ -438,23 +320,45 @@ fn remove_qdiscs(host: &mut Netlink, veth: &Link, shaping: Shaping) -> Result<()
     Error::all(steps)
 }
 
-/// Deletes the ifb called `name`; a missing one is done, and a link of that
-/// name that is not an ifb is someone else's and stays.
-fn delete_ifb(host: &mut Netlink, name: &str) -> Result<(), Error> {
-    match host.link_by_name(name)? {
-        Some(l) if l.is_kind("ifb") => host
-            .delete_link(l.index)
-            .filter_not_found()
-            .map_err(Error::from),
-        Some(l) => {
+/// The ifb called `name` and whether `att` may remove it: cnikit's of this
+/// attachment, or one without our alias (the reference's). Another
+/// attachment's — another interface of the same container, whose ifb has
+/// the same name — is not this one's to remove. Links of other kinds are
+/// never listed, so never removed.
+fn ifb_of(host: &mut Netlink, name: &str, att: &Attachment) -> Result<Option<(Ifb, bool)>, Error> {
+    let ours = ifb_alias(att);
+    Ok(host
+        .ifbs()?
+        .into_iter()
+        .find(|i| i.link.name == name)
+        .map(|i| {
+            let may = i
+                .alias
+                .as_deref()
+                .is_none_or(|a| a == ours || !a.starts_with(ALIAS_PREFIX));
+            (i, may)
+        }))
+}
+
+/// DEL of this attachment's ifb; a missing one is done.
+fn release_ifb(host: &mut Netlink, name: &str, att: &Attachment) -> Result<(), Error> {
+    match ifb_of(host, name, att)? {
+        Some((ifb, true)) => delete_link(host, &ifb.link),
+        Some((ifb, false)) => {
             eprintln!(
-                "bandwidth: {name} is a {}, not an ifb; leaving it alone",
-                l.kind.as_deref().unwrap_or("device")
+                "bandwidth: {name} belongs to {}; leaving it alone",
+                ifb.alias.unwrap_or_default()
             );
             Ok(())
         }
         None => Ok(()),
     }
+}
+
+fn delete_link(host: &mut Netlink, link: &Link) -> Result<(), Error> {
+    host.delete_link(link.index)
+        .filter_not_found()
+        .map_err(Error::from)
 }
 
 /// CHECK: the root qdisc of `link` is a TBF with `want`'s parameters.
@@ -476,5 +380,4 @@ fn expect_tbf(host: &mut Netlink, link: &Link, want: Tbf) -> Result<(), Error> {
 }
 
 #[cfg(test)]
-#[path = "bandwidth_tests.rs"]
 mod tests;

@@ -1,5 +1,4 @@
-//! bandwidth's configuration, its arithmetic against the reference's numbers,
-//! and the ifb's name.
+//! bandwidth's configuration and its arithmetic against the reference's numbers.
 
 use super::*;
 use crate::cni::Command;
@@ -74,14 +73,6 @@ fn config_keys_replace_the_capability() {
     assert_eq!(e.code, 7);
     assert!(e.msg.contains("runtimeConfig.bandwidth"), "{}", e.msg);
     assert!(shaping(json!({})).unwrap().is_empty());
-}
-
-/// The reference's name for network "net1", container "abc":
-/// "bwp" + sha512("net1abc")[..12 hex].
-#[test]
-fn ifb_name_is_the_reference_one() {
-    assert_eq!(ifb_name("net1", "abc"), "bwp30f8de359c7f");
-    assert_eq!(ifb_name("n", &"c".repeat(500)).len(), 15);
 }
 
 #[test]

@@ -4,12 +4,14 @@
 //! without the netns), CHECK, GC, the capability and its Go-named keys, and
 //! a failed ADD that leaves nothing.
 
+mod lifecycle;
+
 use crate::support::*;
 use serde_json::{json, Value};
 use std::time::Duration;
 
 /// A bridge of a new network over in-process ipamd (v4): name and config.
-fn network(env: &TestEnv) -> (String, Value) {
+pub(super) fn network(env: &TestEnv) -> (String, Value) {
     let net = format!("bw-{}", short_hash());
     let br = env.link_name("bwbr");
     let ipam = env.ipam(Ipam::Ipamd, env.subnets().v4_ranges());
@@ -21,7 +23,7 @@ fn network(env: &TestEnv) -> (String, Value) {
 }
 
 /// bandwidth of `net` with `keys`, chained after `prev`.
-fn bw_conf(net: &str, keys: Value, prev: &Value) -> Value {
+pub(super) fn bw_conf(net: &str, keys: Value, prev: &Value) -> Value {
     merged(
         json!({"cniVersion": "1.0.0", "name": net, "type": "bandwidth", "prevResult": prev}),
         keys,
@@ -29,7 +31,7 @@ fn bw_conf(net: &str, keys: Value, prev: &Value) -> Value {
 }
 
 /// 8 Mbit/s with 800 kbit bursts both ways.
-fn both_ways() -> Value {
+pub(super) fn both_ways() -> Value {
     json!({
         "ingressRate": 8_000_000, "ingressBurst": 800_000,
         "egressRate": 8_000_000, "egressBurst": 800_000,
@@ -37,7 +39,7 @@ fn both_ways() -> Value {
 }
 
 /// The host end of a bridge result's veth.
-fn host_veth(result: &Value) -> String {
+pub(super) fn host_veth(result: &Value) -> String {
     result["interfaces"][1]["name"]
         .as_str()
         .expect("bridge result lists the host veth second")
@@ -45,7 +47,7 @@ fn host_veth(result: &Value) -> String {
 }
 
 /// `tc -j ARGS`, parsed (an empty answer is an empty list).
-fn tc(args: &[&str]) -> Vec<Value> {
+pub(super) fn tc(args: &[&str]) -> Vec<Value> {
     let mut full = vec!["-j"];
     full.extend_from_slice(args);
     let (ok, out, err) = sh("tc", &full);
@@ -60,7 +62,7 @@ fn tc(args: &[&str]) -> Vec<Value> {
 }
 
 /// The qdiscs of `dev` other than the kernel's default, without counters.
-fn qdiscs(dev: &str) -> Vec<Value> {
+pub(super) fn qdiscs(dev: &str) -> Vec<Value> {
     tc(&["qdisc", "show", "dev", dev])
         .into_iter()
         .filter(|q| q["kind"] != "noqueue")
@@ -68,7 +70,7 @@ fn qdiscs(dev: &str) -> Vec<Value> {
 }
 
 /// The filters under the ingress qdisc of `dev` that carry options.
-fn ingress_filters(dev: &str) -> Vec<Value> {
+pub(super) fn ingress_filters(dev: &str) -> Vec<Value> {
     tc(&["filter", "show", "dev", dev, "ingress"])
         .into_iter()
         .filter(|f| f["options"]["actions"].is_array())
@@ -76,7 +78,7 @@ fn ingress_filters(dev: &str) -> Vec<Value> {
 }
 
 /// The ifb the reference (and we) name after network and container ID.
-fn ifb_of(result: &Value) -> String {
+pub(super) fn ifb_of(result: &Value) -> String {
     let ifb = result["interfaces"]
         .as_array()
         .and_then(|i| i.last())
@@ -250,237 +252,10 @@ fn shaping_limits_throughput_both_ways() {
     pod.del();
 }
 
-/// Proves: DEL removes the ifb and the host veth's qdiscs, twice in a row;
-/// without the netns (or with an empty CNI_NETNS) and without prevResult it
-/// still removes the ifb, which it finds by name.
-#[test]
-fn del_removes_qdiscs_and_ifb_also_without_netns() {
-    let env = TestEnv::new("bw-del");
-    let (net, bridge) = network(&env);
-    for way in [
-        "with netns",
-        "without netns",
-        "empty netns",
-        "netns deleted",
-    ] {
-        let pod = env.pod("bridge", &bridge);
-        let conf = bw_conf(&net, both_ways(), &pod.result);
-        let bw = pod.chained("bandwidth", &conf);
-        let result = bw.add();
-        let (ifb, veth) = (ifb_of(&result), host_veth(&pod.result));
-        assert!(
-            link(None, &ifb).is_some() && qdiscs(&veth).len() == 2,
-            "{way}"
-        );
-        let mut bare = conf.clone();
-        bare.as_object_mut().unwrap().remove("prevResult");
-        let del = pod.chained("bandwidth", &bare);
-        match way {
-            "with netns" => {
-                del.del_twice();
-                assert!(qdiscs(&veth).is_empty(), "{way}: {:?}", qdiscs(&veth));
-            }
-            "without netns" => del.del_without_netns(),
-            "empty netns" => del.del_with_empty_netns(),
-            _ => {
-                env.del_netns(&pod.ns);
-                del.del();
-            }
-        }
-        assert!(link(None, &ifb).is_none(), "{way}: {ifb} is left");
-        pod.del();
-    }
-}
-
-/// Proves: CHECK passes after ADD and fails (code 100, naming what) once the
-/// TBF's rate was changed by hand, and once the ifb is gone.
-#[test]
-fn check_finds_changed_or_missing_shaping() {
-    let env = TestEnv::new("bw-check");
-    let (net, bridge) = network(&env);
-    let pod = env.pod("bridge", &bridge);
-    let conf = bw_conf(&net, both_ways(), &pod.result);
-    let bw = pod.chained("bandwidth", &conf);
-    let result = bw.add();
-    bw.check(&result);
-    let veth = host_veth(&pod.result);
-    let (ok, _, err) = sh(
-        "tc",
-        &[
-            "qdisc", "change", "dev", &veth, "root", "handle", "1:", "tbf", "rate", "1mbit",
-            "burst", "100000", "latency", "25ms",
-        ],
-    );
-    assert!(ok, "{err}");
-    let o = bw.call("CHECK").conf(&with_prev(&conf, &result)).run();
-    o.expect_err(100, &["rate", &veth]);
-    bw.del();
-    bw.add();
-    ip(&["link", "del", &ifb_of(&result)]);
-    let o = bw.call("CHECK").conf(&with_prev(&conf, &result)).run();
-    o.expect_err(100, &[&ifb_of(&result)]);
-    bw.del();
-    pod.del();
-}
-
-/// Proves: the `bandwidth` capability works with the Go-named keys a
-/// runtime may send (`IngressRate`), and the configuration's own keys
-/// replace the capability as a whole (here: egress only, no ingress).
-#[test]
-fn capability_with_go_keys_and_config_precedence() {
-    let env = TestEnv::new("bw-capability");
-    let (net, bridge) = network(&env);
-    let pod = env.pod("bridge", &bridge);
-    let veth = host_veth(&pod.result);
-    let cap = json!({"runtimeConfig": {"bandwidth": {"IngressRate": 16_000_000, "IngressBurst": 1_600_000}}});
-    let bw = pod.chained("bandwidth", &bw_conf(&net, cap.clone(), &pod.result));
-    let result = bw.add();
-    let q = qdiscs(&veth);
-    assert_eq!(q.len(), 1, "{q:?}");
-    assert_eq!(q[0]["options"]["rate"], 2_000_000);
-    assert_eq!(
-        result["interfaces"], pod.result["interfaces"],
-        "no ifb without egress"
-    );
-    bw.del();
-    assert!(qdiscs(&veth).is_empty());
-
-    let both = merged(
-        cap,
-        json!({"egressRate": 8_000_000, "egressBurst": 800_000}),
-    );
-    let bw = pod.chained("bandwidth", &bw_conf(&net, both, &pod.result));
-    let result = bw.add();
-    let kinds: Vec<Value> = qdiscs(&veth).iter().map(|q| q["kind"].clone()).collect();
-    assert_eq!(
-        kinds,
-        vec![json!("ingress")],
-        "config keys replace the capability"
-    );
-    assert_eq!(qdiscs(&ifb_of(&result))[0]["options"]["rate"], 1_000_000);
-    bw.del();
-    pod.del();
-}
-
-/// Proves: an ADD that fails half-way (the host veth already has a root
-/// qdisc, so the ingress TBF cannot go there after the egress side was
-/// made) reports code 100 naming the veth and leaves nothing: no ifb, no
-/// ingress qdisc, the foreign root qdisc untouched. Also: no prevResult and
-/// a rate without a burst are code 7, and no limits pass prevResult through.
-#[test]
-fn a_failed_add_leaves_nothing() {
-    let env = TestEnv::new("bw-failed-add");
-    let (net, bridge) = network(&env);
-    let pod = env.pod("bridge", &bridge);
-    let veth = host_veth(&pod.result);
-    let (ok, _, err) = sh(
-        "tc",
-        &[
-            "qdisc", "add", "dev", &veth, "root", "handle", "2:", "pfifo",
-        ],
-    );
-    assert!(ok, "{err}");
-    let bw = pod.chained("bandwidth", &bw_conf(&net, both_ways(), &pod.result));
-    bw.try_add().expect_err(100, &[&veth, "tbf"]);
-    let kinds: Vec<Value> = qdiscs(&veth).iter().map(|q| q["kind"].clone()).collect();
-    assert_eq!(kinds, vec![json!("pfifo")]);
-    let ifb = ifb_name(&net, &pod.id);
-    assert!(link(None, &ifb).is_none(), "the failed ADD left {ifb}");
-    bw.del();
-
-    let mut no_prev = bw_conf(&net, both_ways(), &Value::Null);
-    no_prev.as_object_mut().unwrap().remove("prevResult");
-    pod.chained("bandwidth", &no_prev)
-        .try_add()
-        .expect_err(7, &["prevResult"]);
-    let half = bw_conf(&net, json!({"egressRate": 1000}), &pod.result);
-    pod.chained("bandwidth", &half)
-        .try_add()
-        .expect_err(7, &["egressBurst"]);
-    let none = bw_conf(&net, json!({}), &pod.result);
-    assert_eq!(pod.chained("bandwidth", &none).add(), pod.result);
-    pod.del();
-}
-
 /// The reference's ifb name: "bwp" + 12 hex digits of SHA-512(network + ID).
-fn ifb_name(net: &str, id: &str) -> String {
+pub(super) fn ifb_name(net: &str, id: &str) -> String {
     use sha2::{Digest, Sha512};
     let d = Sha512::digest(format!("{net}{id}").as_bytes());
     let hex: String = d.iter().map(|b| format!("{b:02x}")).collect();
     format!("bwp{}", &hex[..12])
-}
-
-/// Proves: GC removes the ifbs of this network's containers that are not
-/// in `cni.dev/valid-attachments`, and keeps the valid ones and other
-/// networks' ifbs.
-#[test]
-fn gc_removes_ifbs_of_gone_containers() {
-    let env = TestEnv::new("bw-gc");
-    let (net, bridge) = network(&env);
-    let (other_net, other_bridge) = network(&env);
-    let pods = [
-        env.pod("bridge", &bridge),
-        env.pod("bridge", &bridge),
-        env.pod("bridge", &other_bridge),
-    ];
-    let ifbs: Vec<String> = pods
-        .iter()
-        .zip([&net, &net, &other_net])
-        .map(|(p, n)| {
-            let conf = merged(
-                bw_conf(n, both_ways(), &p.result),
-                json!({"cniVersion": "1.1.0"}),
-            );
-            ifb_of(&p.chained("bandwidth", &conf).add())
-        })
-        .collect();
-    let gc = json!({
-        "cniVersion": "1.1.0", "name": net, "type": "bandwidth",
-        "cni.dev/valid-attachments": [{"containerID": pods[0].id, "ifname": "eth0"}],
-    });
-    env.plugin("bandwidth")
-        .command("GC")
-        .conf(&gc)
-        .run()
-        .ok_silent();
-    let present: Vec<bool> = ifbs.iter().map(|i| link(None, i).is_some()).collect();
-    assert_eq!(present, [true, false, true], "{ifbs:?}");
-    for (p, n) in pods.iter().zip([&net, &net, &other_net]) {
-        p.chained("bandwidth", &bw_conf(n, both_ways(), &p.result))
-            .del();
-        p.del();
-    }
-}
-
-/// Proves: whichever kernel request of a bandwidth ADD fails (fault
-/// injection walks every one), the ADD reports it and leaves nothing: no
-/// ifb, no qdisc on the host veth; the runtime's DEL then succeeds.
-#[cfg(feature = "fault-injection")]
-#[test]
-fn every_failure_point_of_an_add_leaves_nothing() {
-    let env = TestEnv::new("bw-fault");
-    let (net, bridge) = network(&env);
-    let pod = env.pod("bridge", &bridge);
-    let veth = host_veth(&pod.result);
-    let ifb = ifb_name(&net, &pod.id);
-    let bw = pod.chained("bandwidth", &bw_conf(&net, both_ways(), &pod.result));
-    for n in 1..100 {
-        let out = bw
-            .call("ADD")
-            .env("CNIKIT_FAULT_NETLINK", &n.to_string())
-            .run();
-        if out.success() {
-            assert!(n > 8, "only {} failure points", n - 1);
-            eprintln!("bandwidth ADD: {} failure points, each failed once", n - 1);
-            bw.del();
-            pod.del();
-            return;
-        }
-        let e = out.err();
-        assert!(e.msg.contains("injected failure"), "at {n}: {e:?}");
-        assert!(qdiscs(&veth).is_empty(), "at {n}: {:?}", qdiscs(&veth));
-        assert!(link(None, &ifb).is_none(), "at {n}: {ifb} is left");
-        bw.del();
-    }
-    panic!("bandwidth ADD still failing after 100 injected failures");
 }
