@@ -5,6 +5,7 @@
 //! (the host's iptables-nft tables or ours) is `firewall::forward`'s call.
 
 use super::firewall_backend::FirewallBackend;
+use crate::cni::env::validate_ifname;
 use crate::cni::{CniResult, Code, Error, Plugin, Request};
 use crate::firewall::forward::{Forget, Op, Spec};
 use crate::firewall::{Firewall, Gc, Isolation, DEFAULT_ADMIN_CHAIN};
@@ -154,7 +155,8 @@ fn validate_chain(name: &str) -> Result<(), Error> {
 /// The bridge an isolating policy applies to: prevResult's first interface,
 /// as the reference takes it (bridge reports itself first).
 fn bridge_of(prev: &CniResult, policy: &str) -> Result<String, Error> {
-    prev.interfaces
+    let bridge = prev
+        .interfaces
         .first()
         .map(|i| i.name.clone())
         .filter(|n| !n.is_empty())
@@ -163,7 +165,12 @@ fn bridge_of(prev: &CniResult, policy: &str) -> Result<String, Error> {
                 "ingressPolicy {policy:?} needs the bridge as prevResult's first interface; \
                  chain firewall after bridge"
             ))
-        })
+        })?;
+    // It goes into iptables rules as `-i`/`-o`, which only take interface names.
+    validate_ifname(&bridge).map_err(|why| {
+        Error::invalid_config(format!("prevResult's first interface {bridge:?} {why}"))
+    })?;
+    Ok(bridge)
 }
 
 fn prev_result(req: &Request) -> Result<&CniResult, Error> {

@@ -82,8 +82,11 @@ fn ingress_policies_name_the_bridge() {
     }
     let mut c = conf(json!({"ingressPolicy": "same-bridge"}));
     c["prevResult"]["interfaces"] = json!([]);
-    let (out, _) = run(Command::Add, c);
+    let (out, _) = run(Command::Add, c.clone());
     assert!(out.unwrap_err().msg.contains("chain firewall after bridge"));
+    c["prevResult"]["interfaces"] = json!([{"name": "a-bridge-name-too-long"}]);
+    let (out, reqs) = run(Command::Add, c);
+    assert_eq!((out.unwrap_err().code, reqs.len()), (7, 0));
 }
 
 #[test]
