@@ -454,15 +454,34 @@ pub(crate) fn release_keys(
     owner: &str,
 ) -> Result<()> {
     // Each element once: a batch deleting one twice would fail as a whole.
-    let mut seen = std::collections::HashSet::new();
+    let mut deleting = std::collections::HashSet::new();
+    let mut read_whole = std::collections::HashSet::new();
     for (set, key) in keys {
-        if !seen.insert((set.name, key)) {
+        if read_whole.contains(set.name) || deleting.contains(&(set.name, key.clone())) {
             continue;
         }
-        if let Some(have) = nft.get(t, set, key)? {
-            if owner_of(&have).as_deref() == Some(owner) {
-                tx.del(t, set, vec![have]);
+        let ours = match nft.get(t, set, key) {
+            Ok(have) => have
+                .filter(|e| owner_of(e).as_deref() == Some(owner))
+                .into_iter()
+                .collect(),
+            // A kernel that cannot look this set up by key: the set is read
+            // whole once and gone through by tag, so DEL still removes what
+            // is ours.
+            Err(_) => {
+                read_whole.insert(set.name);
+                nft.dump(t, set)?
+                    .into_iter()
+                    .filter(|e| owner_of(e).as_deref() == Some(owner))
+                    .collect::<Vec<_>>()
             }
+        };
+        let fresh: Vec<Element> = ours
+            .into_iter()
+            .filter(|e: &Element| deleting.insert((set.name, e.key.clone())))
+            .collect();
+        if !fresh.is_empty() {
+            tx.del(t, set, fresh);
         }
     }
     Ok(())
