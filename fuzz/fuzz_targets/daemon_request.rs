@@ -16,6 +16,8 @@ fuzz_target!(|data: &[u8]| {
     };
     match path.strip_prefix("/v1/ext/firewall.") {
         Some(op) => ipamd::fuzzing::service_request::<Firewall>(op, body),
-        None => ipamd::fuzzing::request_body(path, body),
+        None => {
+            ipamd::fuzzing::request_body(path, body);
+        }
     }
 });
