@@ -113,7 +113,10 @@ pub fn configure_iface(
     result: &CniResult,
     enable_dad: bool,
 ) -> Result<(), Error> {
-    let has_v6 = result.ips.iter().any(|ip| ip.address.addr().is_ipv6());
+    // An IPv6 route (say ::/0 from IPAM's routes on an IPv4-only range) needs
+    // IPv6 on the interface even without an IPv6 address of its own.
+    let has_v6 = result.ips.iter().any(|ip| ip.address.addr().is_ipv6())
+        || result.routes.iter().any(|r| r.dst.addr().is_ipv6());
     if has_v6 {
         ns.run(|| prepare_ipv6(ifname, enable_dad))??;
     } else {
@@ -140,7 +143,7 @@ fn prepare_ipv6(ifname: &str, enable_dad: bool) -> Result<(), Error> {
     Ok(())
 }
 
-/// An interface with no IPv6 address to carry gets no IPv6 at all (set
+/// An interface with no IPv6 address or route to carry gets no IPv6 at all (set
 /// before it goes up): otherwise its link-local address's DAD, router and
 /// MLD solicitations are multicast, which a bridge floods to every port and
 /// every pod then handles — a cost of each new pod that grows with the pods
