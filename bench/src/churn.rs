@@ -2,6 +2,7 @@
 //! netns, pod after pod. Implementations take turns round by round (ABAB…),
 //! so a noisy neighbour or thermal drift hits all of them alike.
 
+use crate::hosts::Hosts;
 use crate::podns::PodNs;
 use crate::sandbox::stopping;
 use crate::setup::{Impl, Setup, Variant};
@@ -111,8 +112,9 @@ pub type Setups = HashMap<(Variant, Impl), Result<Setup, String>>;
 static POD: AtomicU64 = AtomicU64::new(0);
 
 /// One untimed pod per setup: creates the bridge, IPAM state, rule chains.
-pub fn warm_up(setups: &mut Setups) {
-    for setup in setups.values_mut() {
+pub fn warm_up(setups: &mut Setups, hosts: &Hosts) -> Result<(), String> {
+    for (key, setup) in setups.iter_mut() {
+        let _in = hosts.enter(*key)?;
         if let Ok(s) = setup {
             let sample = one_pod(s);
             if let Some(e) = sample.error {
@@ -120,29 +122,36 @@ pub fn warm_up(setups: &mut Setups) {
             }
         }
     }
+    Ok(())
 }
 
-pub fn run_all(plan: &Plan, setups: &Setups, pb: &ProgressBar) -> Vec<Run> {
+pub fn run_all(
+    plan: &Plan,
+    setups: &Setups,
+    hosts: &Hosts,
+    pb: &ProgressBar,
+) -> Result<Vec<Run>, String> {
     let mut out = Vec::new();
     for &w in &plan.workers {
         for &variant in &plan.variants {
             if stopping() {
-                return out;
+                return Ok(out);
             }
-            out.extend(run_variant(plan, setups, w, variant, pb));
+            out.extend(run_variant(plan, setups, hosts, w, variant, pb)?);
         }
     }
-    out
+    Ok(out)
 }
 
 /// All implementations of one variant at W workers, interleaved by rounds.
 fn run_variant(
     plan: &Plan,
     setups: &Setups,
+    hosts: &Hosts,
     w: usize,
     variant: Variant,
     pb: &ProgressBar,
-) -> Vec<Run> {
+) -> Result<Vec<Run>, String> {
     let impls = plan.impls_for(variant);
     let n = (plan.pods_per_worker)(w);
     let rounds = plan.rounds.clamp(1, n.max(1));
@@ -154,6 +163,8 @@ fn run_variant(
             pb.set_message(format!("W={w} {} {}", variant.name(), run.imp.name()));
             match setup {
                 Some(Ok(s)) if !dead(run) && !stopping() => {
+                    // The workers inherit the host namespace of this thread.
+                    let _in = hosts.enter((variant, run.imp))?;
                     let (samples, wall) = run_round(s, w, pods, pb);
                     run.absorb(samples, wall);
                 }
@@ -166,7 +177,7 @@ fn run_variant(
             }
         }
     }
-    runs
+    Ok(runs)
 }
 
 /// Every pod so far failed: the failure is systematic (e.g. a feature the

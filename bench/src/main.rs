@@ -7,14 +7,17 @@
 
 mod churn;
 mod daemon;
+mod hosts;
 mod plot;
 mod podns;
 mod report;
+mod resident;
 mod sandbox;
 mod setup;
 mod soak;
 
 use clap::Parser;
+use hosts::Hosts;
 use indicatif::{ProgressBar, ProgressStyle};
 use setup::{Impl, Plugins, Setup, Variant};
 use std::path::{Path, PathBuf};
@@ -63,6 +66,15 @@ struct Args {
     /// No progress bar.
     #[arg(long)]
     quiet: bool,
+    /// Pods attached to every setup before its rounds and kept through the
+    /// churn (2 host ports each), each setup then on a host netns of its own.
+    #[arg(long, default_value_t = 0)]
+    #[serde(skip_serializing_if = "is_zero")]
+    resident: u32,
+}
+
+fn is_zero(n: &u32) -> bool {
+    *n == 0
 }
 
 #[derive(clap::Subcommand, Debug)]
@@ -106,23 +118,70 @@ fn run(args: &Args) -> Result<(), String> {
         args.cnikit.as_deref(),
         reference.then_some(args.reference_dir.as_path()),
     )?;
+    let plan = plan(args);
+    check_resident(args.resident, &plan)?;
     let out = prepare_out_dir(&args.out)?;
     sandbox::enter()?;
     sandbox::loopback_up()?;
-    let plan = plan(args);
-    let mut setups = churn::Setups::new();
+    let mut keys = Vec::new();
     for &v in &plan.variants {
-        for imp in plan.impls_for(v) {
-            setups.insert((v, imp), Setup::new(v, imp, &plugins));
-        }
+        keys.extend(plan.impls_for(v).into_iter().map(|imp| (v, imp)));
+    }
+    let hosts = if args.resident > 0 {
+        // The one daemon starts with the first cnikit-daemon setup, in its
+        // host: the full variant's, whose firewall requests it serves (it
+        // serves only its own namespace; bare has no firewall work).
+        keys.sort_by_key(|(v, _)| *v != Variant::Full);
+        Hosts::isolated(&keys)?
+    } else {
+        Hosts::shared()?
+    };
+    let mut setups = churn::Setups::new();
+    for &(v, imp) in &keys {
+        let _in = hosts.enter((v, imp))?;
+        setups.insert((v, imp), Setup::new(v, imp, &plugins));
     }
     let pb = progress(plan.total_pods(), args.quiet, "pods");
     pb.set_message("warming up");
-    churn::warm_up(&mut setups);
-    let runs = churn::run_all(&plan, &setups, &pb);
+    churn::warm_up(&mut setups, &hosts)?;
+    let residents = match args.resident {
+        0 => Vec::new(),
+        n => pb.suspend(|| resident::attach_all(n, &mut setups, &hosts, &plugins, args.quiet))?,
+    };
+    let runs = churn::run_all(&plan, &setups, &hosts, &pb)?;
     pb.finish_and_clear();
+    let summary = match args.resident {
+        0 => None,
+        n => Some(resident::detach_all(
+            n, residents, &setups, &hosts, &plugins, args.quiet,
+        )?),
+    };
     daemon::stop();
-    write_outputs(&out, &runs, args)
+    write_outputs(&out, &runs, summary.as_ref(), args)
+}
+
+/// Residents and the churn's pods in flight share one bridge per setup; a
+/// resident's host ports come from a block of their own.
+fn check_resident(n: u32, plan: &churn::Plan) -> Result<(), String> {
+    if n == 0 {
+        return Ok(());
+    }
+    if n > setup::MAX_RESIDENTS {
+        return Err(format!(
+            "--resident {n}: at most {} (2 host ports each from {}-65535)",
+            setup::MAX_RESIDENTS,
+            setup::RESIDENT_PORT
+        ));
+    }
+    let w = plan.workers.iter().copied().max().unwrap_or(0);
+    if n as usize + w > setup::BRIDGE_MAX_PORTS {
+        return Err(format!(
+            "--resident {n} with {w} workers needs {} ports on one bridge; a bridge takes at most {}",
+            n as usize + w,
+            setup::BRIDGE_MAX_PORTS
+        ));
+    }
+    Ok(())
 }
 
 fn plan(args: &Args) -> churn::Plan {
@@ -191,10 +250,22 @@ fn progress(total: u64, quiet: bool, unit: &str) -> ProgressBar {
     pb
 }
 
-fn write_outputs(out: &Path, runs: &[churn::Run], args: &Args) -> Result<(), String> {
-    let table = report::table(runs);
+fn write_outputs(
+    out: &Path,
+    runs: &[churn::Run],
+    residents: Option<&resident::Summary>,
+    args: &Args,
+) -> Result<(), String> {
+    let mut table = report::table(runs);
+    if let Some(r) = residents {
+        table.push_str(&resident::text(r));
+    }
     println!("{table}");
     let settings = serde_json::to_value(args).map_err(|e| e.to_string())?;
+    let residents_json = residents
+        .map(serde_json::to_value)
+        .transpose()
+        .map_err(|e| e.to_string())?;
     let files = [
         (
             "table.txt",
@@ -202,7 +273,12 @@ fn write_outputs(out: &Path, runs: &[churn::Run], args: &Args) -> Result<(), Str
         ),
         (
             "results.json",
-            report::write_json(&out.join("results.json"), runs, &settings),
+            report::write_json(
+                &out.join("results.json"),
+                runs,
+                &settings,
+                residents_json.as_ref(),
+            ),
         ),
         (
             "latency.svg",

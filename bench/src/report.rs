@@ -155,6 +155,9 @@ struct Document<'a> {
     interrupted: bool,
     settings: &'a serde_json::Value,
     runs: Vec<RunOut<'a>>,
+    /// `--resident`: how the residents were set up, torn down and checked.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    residents: Option<&'a serde_json::Value>,
 }
 
 #[derive(Serialize)]
@@ -193,8 +196,14 @@ impl Machine {
     }
 }
 
-pub fn write_json(path: &Path, runs: &[Run], settings: &serde_json::Value) -> Result<(), String> {
+pub fn write_json(
+    path: &Path,
+    runs: &[Run],
+    settings: &serde_json::Value,
+    residents: Option<&serde_json::Value>,
+) -> Result<(), String> {
     let doc = Document {
+        residents,
         machine: Machine::probe(),
         interrupted: crate::sandbox::stopping(),
         settings,

@@ -45,7 +45,7 @@ impl Impl {
     }
 
     /// For bridge names (at most 15 bytes with the rest).
-    fn short(self) -> &'static str {
+    pub fn short(self) -> &'static str {
         match self {
             Impl::Reference => "ref",
             Impl::Cnikit => "cni",
@@ -104,20 +104,52 @@ impl Setup {
     /// ADD pod `n` (its netns at `netns`).
     pub fn add(&self, n: u64, netns: &str) -> Result<(), String> {
         match self {
-            Setup::Chain(c) => c.add(n, netns),
-            Setup::Floor(f) => f.add(n, netns),
+            Setup::Chain(c) => c.add(&c.churn_pod(n, netns)),
+            Setup::Floor(f) => f.add(&format!("vfl{n:x}"), floor_address(n)?, netns),
         }
     }
 
     pub fn del(&self, n: u64, netns: &str) -> Result<(), String> {
         match self {
-            Setup::Chain(c) => c.del(n, netns),
+            Setup::Chain(c) => c.del(&c.churn_pod(n, netns)),
+            Setup::Floor(f) => f.del(netns),
+        }
+    }
+
+    /// ADD resident pod `i` (< [`MAX_RESIDENTS`]).
+    pub fn add_resident(&self, i: u32, netns: &str) -> Result<(), String> {
+        match self {
+            Setup::Chain(c) => c.add(&c.resident(i, netns)),
+            Setup::Floor(f) => f.add(&format!("vflr{i:x}"), floor_resident(i)?, netns),
+        }
+    }
+
+    pub fn del_resident(&self, i: u32, netns: &str) -> Result<(), String> {
+        match self {
+            Setup::Chain(c) => c.del(&c.resident(i, netns)),
             Setup::Floor(f) => f.del(netns),
         }
     }
 }
 
+/// Host ports of churned pods: `CHURN_PORTS.0 + n % CHURN_PORTS.1`.
+const CHURN_PORTS: (u64, u64) = (10000, 50000);
+/// Resident pod i maps `RESIDENT_PORT + 2i` and `RESIDENT_PORT + 2i + 1`:
+/// above every churn port, so a resident's mapping never collides with a
+/// churned pod's.
+pub const RESIDENT_PORT: u32 = 60000;
+/// As many residents as that port block holds.
+pub const MAX_RESIDENTS: u32 = (65536 - RESIDENT_PORT) / 2;
+const _: () = assert!(CHURN_PORTS.0 + CHURN_PORTS.1 <= RESIDENT_PORT as u64);
+/// Ports one Linux bridge can take (BR_MAX_PORTS − 1: port 0 is reserved).
+pub const BRIDGE_MAX_PORTS: usize = 1023;
+
 // ------------------------------------------------------------ chains
+
+/// The prefix of every setup's range: it holds more pods than a bridge can
+/// take, so residents plus the churn's pods in flight always fit.
+const PREFIX: u8 = 16;
+const _: () = assert!((1usize << (32 - PREFIX)) - 3 >= BRIDGE_MAX_PORTS);
 
 /// A distinct /16 per setup, so nothing is shared between the compared sets.
 fn subnet(variant: Variant, imp: Impl) -> u8 {
@@ -138,14 +170,14 @@ pub fn conflist(variant: Variant, imp: Impl) -> Value {
     let net = subnet(variant, imp);
     let ipam = match imp {
         Impl::Reference => json!({"type": "host-local", "dataDir": format!("{STATE}/host-local"),
-            "ranges": [[{"subnet": format!("10.{net}.0.0/16")}]]}),
+            "ranges": [[{"subnet": format!("10.{net}.0.0/{PREFIX}")}]]}),
         Impl::CnikitDaemon => json!({"type": "ipamd", "dataDir": daemon::DATA_DIR,
             "socket": daemon::SOCKET,
-            "ranges": [[{"subnet": format!("10.{net}.0.0/16")}]]}),
+            "ranges": [[{"subnet": format!("10.{net}.0.0/{PREFIX}")}]]}),
         _ => json!({"type": "ipamd", "dataDir": format!("{STATE}/ipamd"),
             // Nothing listens there: the embedded store, no daemon.
             "socket": format!("{STATE}/ipamd.sock"),
-            "ranges": [[{"subnet": format!("10.{net}.0.0/16")}]]}),
+            "ranges": [[{"subnet": format!("10.{net}.0.0/{PREFIX}")}]]}),
     };
     let full = variant == Variant::Full;
     let mut plugins = vec![json!({
@@ -184,35 +216,48 @@ impl Chain {
         })
     }
 
-    fn attachment(&self, n: u64, netns: &str) -> Attachment {
+    /// A churned pod: one unique host port, as a pod with one hostPort has.
+    fn churn_pod(&self, n: u64, netns: &str) -> Attachment {
+        let port = CHURN_PORTS.0 + n % CHURN_PORTS.1;
+        let ports = json!([{"hostPort": port, "containerPort": 80, "protocol": "tcp"}]);
+        self.attachment(format!("bench-{n}"), netns, ports)
+    }
+
+    /// A resident pod: two host ports from its own block.
+    fn resident(&self, i: u32, netns: &str) -> Attachment {
+        let port = RESIDENT_PORT + 2 * i;
+        let ports = json!([
+            {"hostPort": port, "containerPort": 80, "protocol": "tcp"},
+            {"hostPort": port + 1, "containerPort": 443, "protocol": "tcp"},
+        ]);
+        self.attachment(format!("resident-{i}"), netns, ports)
+    }
+
+    /// The same attachment (ID, netns, capability args) for ADD and DEL, as
+    /// a runtime passes them again at teardown; the runtime adds the cached
+    /// result as DEL's prevResult.
+    fn attachment(&self, container_id: String, netns: &str, ports: Value) -> Attachment {
         let mut att = Attachment {
-            container_id: format!("bench-{n}"),
+            container_id,
             netns: netns.to_string(),
             ifname: "eth0".into(),
             ..Attachment::default()
         };
         if self.with_ports {
-            // One unique host port per pod, as a pod with one hostPort has.
-            let port = 10000 + n % 50000;
-            att.cap_args.insert(
-                "portMappings".into(),
-                json!([{"hostPort": port, "containerPort": 80, "protocol": "tcp"}]),
-            );
+            att.cap_args.insert("portMappings".into(), ports);
         }
         att
     }
 
-    fn add(&self, n: u64, netns: &str) -> Result<(), String> {
+    fn add(&self, att: &Attachment) -> Result<(), String> {
         self.runtime
-            .add(&self.list, &self.attachment(n, netns))
+            .add(&self.list, att)
             .map(|_| ())
             .map_err(|e| e.to_string())
     }
 
-    fn del(&self, n: u64, netns: &str) -> Result<(), String> {
-        self.runtime
-            .del(&self.list, &self.attachment(n, netns))
-            .map_err(|e| e.to_string())
+    fn del(&self, att: &Attachment) -> Result<(), String> {
+        self.runtime.del(&self.list, att).map_err(|e| e.to_string())
     }
 }
 
@@ -232,16 +277,17 @@ fn link_cnikit(cnikit: &Path) -> Result<PathBuf, String> {
 
 // ------------------------------------------------------------ floor
 
-impl Floor {
-    const BRIDGE: &'static str = "br-floor";
+/// The floor's bridge (it runs no plugin, so no list names it).
+pub const FLOOR_BRIDGE: &str = "br-floor";
 
+impl Floor {
     fn new() -> Result<Floor, String> {
         let e = |e: cnikit::netlink::Error| e.to_string();
         let gateway = Ipv4Addr::new(10, 84, 0, 1);
         let mut nl = Netlink::open().map_err(e)?;
         let bridge = nl
             .ensure_bridge(BridgeSpec {
-                name: Floor::BRIDGE.into(),
+                name: FLOOR_BRIDGE.into(),
                 ..BridgeSpec::default()
             })
             .map_err(e)?;
@@ -257,13 +303,13 @@ impl Floor {
     /// What the bridge plugin does to the kernel, minus IPAM and exec: veth
     /// with the peer made in the pod, enslaved with hairpin, up; in the pod
     /// the address, eth0 up and the default route.
-    fn add(&self, n: u64, netns: &str) -> Result<(), String> {
+    fn add(&self, host_name: &str, address: IpNet, netns: &str) -> Result<(), String> {
         let e = |e: cnikit::netlink::Error| e.to_string();
         let pod = NetNs::open(netns).map_err(e)?;
         let mut host = Netlink::open().map_err(e)?;
         let pair = host
             .create_veth(VethSpec {
-                host_name: format!("vfl{n:x}"),
+                host_name: host_name.into(),
                 peer_name: "eth0".into(),
                 peer_netns: &pod,
                 mtu: None,
@@ -279,8 +325,7 @@ impl Floor {
         host.set_bridge_port(pair.host_index, port).map_err(e)?;
         host.set_up(pair.host_index).map_err(e)?;
         let mut cont = Netlink::open_in(&pod).map_err(e)?;
-        cont.add_address(pair.peer_index, floor_address(n)?)
-            .map_err(e)?;
+        cont.add_address(pair.peer_index, address).map_err(e)?;
         cont.set_up(pair.peer_index).map_err(e)?;
         let mut default = Route::new(
             IpNet::new(IpAddr::V4(Ipv4Addr::UNSPECIFIED), 0).map_err(|x| x.to_string())?,
@@ -304,7 +349,16 @@ impl Floor {
 
 /// 10.84.0.0/16 minus the gateway, one address per pod.
 fn floor_address(n: u64) -> Result<IpNet, String> {
-    let host = (n % 65000) as u32 + 2;
+    floor_host((n % 65000) as u32 + 2)
+}
+
+/// Residents from the top of the /16 (below broadcast), churned pods from
+/// the bottom: they meet only after 64,000 churned pods.
+fn floor_resident(i: u32) -> Result<IpNet, String> {
+    floor_host(65534 - i)
+}
+
+fn floor_host(host: u32) -> Result<IpNet, String> {
     let addr = Ipv4Addr::from(u32::from(Ipv4Addr::new(10, 84, 0, 0)) + host);
     IpNet::new(IpAddr::V4(addr), 16).map_err(|e| e.to_string())
 }

@@ -26,7 +26,7 @@ impl Check {
     }
 }
 
-fn check(what: &'static str, r: Result<Vec<String>, String>) -> Check {
+pub(crate) fn check(what: &'static str, r: Result<Vec<String>, String>) -> Check {
     match r {
         Ok(items) => Check {
             what,
@@ -80,6 +80,17 @@ fn run(cnikit: &Path, args: &[&str]) -> Result<(bool, String, String), String> {
 }
 
 fn leases(cnikit: &Path, network: &str) -> Result<Vec<String>, String> {
+    leases_at(cnikit, network, daemon::SOCKET, daemon::DATA_DIR)
+}
+
+/// Leases of `network` from the daemon on `socket`, or from the store files
+/// in `data_dir` when nothing answers there.
+pub(crate) fn leases_at(
+    cnikit: &Path,
+    network: &str,
+    socket: &str,
+    data_dir: &str,
+) -> Result<Vec<String>, String> {
     let (ok, stdout, stderr) = run(
         cnikit,
         &[
@@ -89,9 +100,9 @@ fn leases(cnikit: &Path, network: &str) -> Result<Vec<String>, String> {
             "--network",
             network,
             "--socket",
-            daemon::SOCKET,
+            socket,
             "--data-dir",
-            daemon::DATA_DIR,
+            data_dir,
         ],
     )?;
     if !ok {
@@ -125,7 +136,7 @@ fn fsck(cnikit: &Path, network: &str) -> Result<Vec<String>, String> {
 
 /// Every host link but lo and the bridge: a veth left by a pod, mostly.
 /// Read with `ip` (the library lists links only in its tests).
-fn links(bridge: &str) -> Result<Vec<String>, String> {
+pub(crate) fn links(bridge: &str) -> Result<Vec<String>, String> {
     let out = Command::new("ip")
         .args(["-j", "-d", "link", "show"])
         .output()
@@ -148,7 +159,7 @@ fn links(bridge: &str) -> Result<Vec<String>, String> {
         .collect())
 }
 
-fn dir_entries(dir: &Path) -> Result<Vec<String>, String> {
+pub(crate) fn dir_entries(dir: &Path) -> Result<Vec<String>, String> {
     match std::fs::read_dir(dir) {
         Ok(rd) => Ok(rd
             .filter_map(|e| e.ok())
@@ -162,7 +173,7 @@ fn dir_entries(dir: &Path) -> Result<Vec<String>, String> {
 
 /// Elements of every set and map in cnikit's tables, read back with nft
 /// (the product itself never execs nft; reading state in the bench is fine).
-fn nft_elements() -> Result<Vec<String>, String> {
+pub(crate) fn nft_elements() -> Result<Vec<String>, String> {
     let out = Command::new("nft")
         .args(["-j", "list", "ruleset"])
         .output()

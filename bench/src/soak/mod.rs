@@ -5,10 +5,10 @@
 //! end everything a pod ever had must be gone (check.rs). See bench/README.md
 //! "Soak".
 
-mod check;
+pub(crate) mod check;
 mod plot;
 mod report;
-mod sample;
+pub(crate) mod sample;
 
 use crate::daemon;
 use crate::podns::PodNs;

@@ -75,6 +75,38 @@ pub struct Metrics {
 /// `GET /metrics` from the daemon; None when it does not answer within a
 /// second (e.g. it is being restarted).
 pub fn scrape() -> Option<Metrics> {
+    scrape_text().map(|body| parse_metrics(&body))
+}
+
+/// The firewall operations the daemon answered, by op and outcome, e.g.
+/// `("firewall.portmap-del-keys", "ok", 1128)`: shows whether DELs went
+/// by key (prevResult and mappings given) or by tag.
+pub fn firewall_ops() -> Option<Vec<(String, String, u64)>> {
+    let body = scrape_text()?;
+    let label = |series: &str, name: &str| -> String {
+        let start = format!("{name}=\"");
+        series
+            .split_once(&start)
+            .and_then(|(_, rest)| rest.split_once('"'))
+            .map_or(String::new(), |(v, _)| v.to_string())
+    };
+    let mut ops = Vec::new();
+    for line in body.lines().filter(|l| !l.starts_with('#')) {
+        let Some((series, value)) = line.rsplit_once(' ') else {
+            continue;
+        };
+        if !series.starts_with("ipamd_ext_requests_total{") {
+            continue;
+        }
+        if let Ok(v) = value.parse::<f64>() {
+            ops.push((label(series, "op"), label(series, "outcome"), v as u64));
+        }
+    }
+    ops.sort();
+    Some(ops)
+}
+
+fn scrape_text() -> Option<String> {
     let mut s = std::os::unix::net::UnixStream::connect(daemon::SOCKET).ok()?;
     s.set_read_timeout(Some(Duration::from_secs(1))).ok()?;
     s.set_write_timeout(Some(Duration::from_secs(1))).ok()?;
@@ -86,7 +118,7 @@ pub fn scrape() -> Option<Metrics> {
     if !head.starts_with("HTTP/1.1 200") {
         return None;
     }
-    Some(parse_metrics(body))
+    Some(body.to_string())
 }
 
 /// Sums the series that matter here out of the Prometheus text.

@@ -1,0 +1,303 @@
+//! `--resident N`: N pods attached to every setup before its measured
+//! rounds and kept attached through the churn, so the churn runs on a node
+//! that already holds N attachments (netns, veth on the bridge, IPAM lease,
+//! firewall entries for 2 host ports each); deleted after the last round and
+//! checked to have left nothing. Set up and torn down in parallel; that time
+//! is reported apart and is not in the churn's figures.
+
+mod state;
+
+use crate::churn::Setups;
+use crate::hosts::Hosts;
+use crate::podns::PodNs;
+use crate::sandbox::stopping;
+use crate::setup::{Impl, Plugins, Setup, Variant, RESIDENT_PORT};
+use crate::soak::check::{self, Check};
+use crate::soak::sample;
+use serde::Serialize;
+use std::fmt::Write as _;
+use std::path::Path;
+use std::sync::atomic::{AtomicU32, Ordering};
+use std::sync::Mutex;
+use std::time::Instant;
+
+/// ADDs (and DELs) in flight while residents are set up (and torn down):
+/// as many as the churn's usual W=8, enough to keep both CPUs busy.
+pub const WORKERS: usize = 8;
+
+/// How one setup's residents went.
+#[derive(Debug, Serialize)]
+pub struct Report {
+    pub variant: Variant,
+    #[serde(rename = "implementation")]
+    pub imp: Impl,
+    pub attached: usize,
+    pub attach_failures: usize,
+    pub attach_s: f64,
+    pub detach_failures: usize,
+    pub detach_s: f64,
+    pub first_error: Option<String>,
+    /// What the setup's host held with the residents attached…
+    pub held: Vec<Check>,
+    /// …and after their DEL (all 0 when clean).
+    pub left: Vec<Check>,
+}
+
+/// The residents of one setup, until they are deleted.
+pub struct Residents {
+    key: (Variant, Impl),
+    pods: Vec<(u32, PodNs)>,
+    /// The setup, taken out of the churn when its residents did not all
+    /// attach: churn figures on fewer residents than asked would mislead.
+    own: Option<Setup>,
+    report: Report,
+}
+
+/// Everything `--resident` adds to the output.
+#[derive(Debug, Serialize)]
+#[serde(rename_all = "camelCase")]
+pub struct Summary {
+    pub residents: u32,
+    pub workers: usize,
+    pub setups: Vec<Report>,
+    pub portmap_markers_left: Check,
+    /// The daemon's firewall operations over the whole run, by op and
+    /// outcome: `*-del-keys` are DELs that had prevResult and mappings.
+    pub daemon_firewall_ops: Option<Vec<(String, String, u64)>>,
+}
+
+/// Attach `n` residents to every working setup, each in its host.
+pub fn attach_all(
+    n: u32,
+    setups: &mut Setups,
+    hosts: &Hosts,
+    plugins: &Plugins,
+    quiet: bool,
+) -> Result<Vec<Residents>, String> {
+    let mut keys: Vec<_> = setups.keys().copied().collect();
+    // In the table's order: full first, then the implementations as declared.
+    keys.sort_by_key(|&(v, i)| (v as u8, i as u8));
+    let mut out = Vec::new();
+    for key in keys {
+        let _in = hosts.enter(key)?;
+        let Some(Ok(setup)) = setups.get(&key) else {
+            continue;
+        };
+        let pb = crate::progress(u64::from(n), quiet, "residents");
+        pb.set_message(format!("attaching: {} {}", key.0.name(), key.1.name()));
+        let mut r = attach(setup, key, n, &pb);
+        pb.finish_and_clear();
+        r.report.held = state::read(key, plugins);
+        if r.report.attach_failures > 0 {
+            let why = format!(
+                "{} of {n} residents failed to attach: {}",
+                r.report.attach_failures,
+                r.report.first_error.as_deref().unwrap_or("")
+            );
+            r.own = setups.insert(key, Err(why)).and_then(Result::ok);
+        }
+        out.push(r);
+    }
+    Ok(out)
+}
+
+fn attach(setup: &Setup, key: (Variant, Impl), n: u32, pb: &indicatif::ProgressBar) -> Residents {
+    let next = AtomicU32::new(0);
+    let pods = Mutex::new(Vec::with_capacity(n as usize));
+    let errors = Mutex::new(Vec::new());
+    let prefix = state::netns_prefix(key);
+    let start = Instant::now();
+    std::thread::scope(|s| {
+        for _ in 0..WORKERS {
+            s.spawn(|| loop {
+                let i = next.fetch_add(1, Ordering::Relaxed);
+                if i >= n || stopping() {
+                    break;
+                }
+                match PodNs::create(&format!("{prefix}{i}")) {
+                    Ok(ns) => {
+                        let added = setup.add_resident(i, &ns.path_str());
+                        // Kept also after a failed ADD: DEL comes at the end, as for all.
+                        lock(&pods).push((i, ns));
+                        if let Err(e) = added {
+                            lock(&errors).push(format!("resident {i} ADD: {e}"));
+                        }
+                    }
+                    Err(e) => lock(&errors).push(format!("resident {i} netns: {e}")),
+                }
+                pb.inc(1);
+            });
+        }
+    });
+    let attach_s = start.elapsed().as_secs_f64();
+    let pods = pods.into_inner().unwrap_or_else(|e| e.into_inner());
+    let errors = errors.into_inner().unwrap_or_else(|e| e.into_inner());
+    Residents {
+        key,
+        report: Report {
+            variant: key.0,
+            imp: key.1,
+            attached: pods.len().saturating_sub(errors.len()),
+            attach_failures: errors.len(),
+            attach_s,
+            detach_failures: 0,
+            detach_s: 0.0,
+            first_error: errors.into_iter().next(),
+            held: Vec::new(),
+            left: Vec::new(),
+        },
+        pods,
+        own: None,
+    }
+}
+
+/// DEL every resident (as the runtime does: the same capability args, the
+/// cached result as prevResult), delete its netns, then read back what is
+/// left. Call while the daemon still runs: its leases are read from it.
+pub fn detach_all(
+    n: u32,
+    residents: Vec<Residents>,
+    setups: &Setups,
+    hosts: &Hosts,
+    plugins: &Plugins,
+    quiet: bool,
+) -> Result<Summary, String> {
+    let mut reports = Vec::new();
+    for mut r in residents {
+        let _in = hosts.enter(r.key)?;
+        let setup = match (&r.own, setups.get(&r.key)) {
+            (Some(own), _) => own,
+            (None, Some(Ok(s))) => s,
+            _ => return Err(format!("no setup for {:?}", r.key)),
+        };
+        let pb = crate::progress(r.pods.len() as u64, quiet, "residents");
+        pb.set_message(format!("deleting: {} {}", r.key.0.name(), r.key.1.name()));
+        let pods = std::mem::take(&mut r.pods);
+        let start = Instant::now();
+        let errors = detach(setup, pods, &pb);
+        r.report.detach_s = start.elapsed().as_secs_f64();
+        pb.finish_and_clear();
+        r.report.detach_failures = errors.len();
+        if r.report.first_error.is_none() {
+            r.report.first_error = errors.into_iter().next();
+        }
+        r.report.left = state::read(r.key, plugins);
+        reports.push(r.report);
+    }
+    Ok(Summary {
+        residents: n,
+        workers: WORKERS,
+        setups: reports,
+        // Shared by all cnikit setups (one /run), so checked once, at the end.
+        portmap_markers_left: check::check(
+            "portmap markers",
+            check::dir_entries(Path::new("/run/cnikit/portmap")),
+        ),
+        daemon_firewall_ops: sample::firewall_ops(),
+    })
+}
+
+fn detach(setup: &Setup, pods: Vec<(u32, PodNs)>, pb: &indicatif::ProgressBar) -> Vec<String> {
+    let queue = Mutex::new(pods);
+    let errors = Mutex::new(Vec::new());
+    std::thread::scope(|s| {
+        for _ in 0..WORKERS {
+            s.spawn(|| loop {
+                // Not stopped by Ctrl-C: leaving residents behind would only
+                // make the leftover counts lie (the sandbox goes anyway).
+                let Some((i, ns)) = lock(&queue).pop() else {
+                    break;
+                };
+                if let Err(e) = setup.del_resident(i, &ns.path_str()) {
+                    lock(&errors).push(format!("resident {i} DEL: {e}"));
+                }
+                ns.delete();
+                pb.inc(1);
+            });
+        }
+    });
+    errors.into_inner().unwrap_or_else(|e| e.into_inner())
+}
+
+fn lock<T>(m: &Mutex<T>) -> std::sync::MutexGuard<'_, T> {
+    m.lock().unwrap_or_else(|e| e.into_inner())
+}
+
+/// The block printed under the churn table.
+pub fn text(s: &Summary) -> String {
+    let mut t = String::new();
+    let last = RESIDENT_PORT + 2 * s.residents.max(1) - 1;
+    let _ = writeln!(
+        t,
+        "\nresidents: {} per setup, 2 host ports each ({RESIDENT_PORT}-{last}), every setup on a host \
+         netns of its own; attached before the churn and deleted after it, {} at a time (not in the \
+         figures above)",
+        s.residents, s.workers
+    );
+    let _ = writeln!(
+        t,
+        "{:<5} {:<13} {:>8} {:>7} {:>8} {:>4} | held with the residents → left after their DEL",
+        "var", "impl", "attach s", "pods/s", "detach s", "fail"
+    );
+    for r in &s.setups {
+        let rate = if r.attach_s > 0.0 {
+            r.attached as f64 / r.attach_s
+        } else {
+            0.0
+        };
+        let _ = writeln!(
+            t,
+            "{:<5} {:<13} {:>8.1} {:>7.1} {:>8.1} {:>4} | {} → {}",
+            r.variant.name(),
+            r.imp.name(),
+            r.attach_s,
+            rate,
+            r.detach_s,
+            r.attach_failures + r.detach_failures,
+            counts(&r.held),
+            left(&r.left)
+        );
+        if let Some(e) = &r.first_error {
+            let _ = writeln!(t, "      first error: {e}");
+        }
+    }
+    let _ = writeln!(
+        t,
+        "portmap markers: {}",
+        left(std::slice::from_ref(&s.portmap_markers_left))
+    );
+    if let Some(ops) = &s.daemon_firewall_ops {
+        let list: Vec<String> = ops
+            .iter()
+            .map(|(op, outcome, n)| format!("{op} {outcome} {n}"))
+            .collect();
+        let _ = writeln!(t, "daemon firewall ops (whole run): {}", list.join(", "));
+    }
+    t
+}
+
+fn counts(checks: &[Check]) -> String {
+    let parts: Vec<String> = checks
+        .iter()
+        .map(|c| match c.found {
+            Some(n) => format!("{} {n}", c.what),
+            None => format!("{} ? ({})", c.what, c.detail),
+        })
+        .collect();
+    parts.join(", ")
+}
+
+fn left(checks: &[Check]) -> String {
+    let dirty: Vec<&Check> = checks.iter().filter(|c| !c.clean()).collect();
+    if dirty.is_empty() {
+        return "none left".into();
+    }
+    let parts: Vec<String> = dirty
+        .iter()
+        .map(|c| match c.found {
+            Some(n) => format!("{} {n} ({})", c.what, c.detail),
+            None => format!("{} ? ({})", c.what, c.detail),
+        })
+        .collect();
+    format!("LEFT: {}", parts.join("; "))
+}
