@@ -63,6 +63,10 @@ struct Args {
     /// The reference plugins (Debian's containernetworking-plugins).
     #[arg(long, default_value = "/usr/lib/cni")]
     reference_dir: PathBuf,
+    /// The newest upstream reference plugins (e.g. a release tarball of
+    /// containernetworking/plugins unpacked), for `--impls upstream`.
+    #[arg(long)]
+    upstream_dir: Option<PathBuf>,
     /// No progress bar.
     #[arg(long)]
     quiet: bool,
@@ -101,7 +105,7 @@ fn main() {
 }
 
 fn run_soak(args: &soak::SoakArgs) -> Result<(), String> {
-    let plugins = locate_plugins(args.cnikit.as_deref(), None)?;
+    let plugins = locate_plugins(args.cnikit.as_deref(), None, None)?;
     let out = prepare_out_dir(&args.out)?;
     sandbox::enter()?;
     sandbox::loopback_up()?;
@@ -114,9 +118,15 @@ fn run_soak(args: &soak::SoakArgs) -> Result<(), String> {
 
 fn run(args: &Args) -> Result<(), String> {
     let reference = args.impls.contains(&Impl::Reference);
+    let upstream = match (args.impls.contains(&Impl::Upstream), &args.upstream_dir) {
+        (false, _) => None,
+        (true, Some(dir)) => Some(dir.as_path()),
+        (true, None) => return Err("--impls upstream needs --upstream-dir DIR".into()),
+    };
     let plugins = locate_plugins(
         args.cnikit.as_deref(),
         reference.then_some(args.reference_dir.as_path()),
+        upstream,
     )?;
     let plan = plan(args);
     check_resident(args.resident, &plan)?;
@@ -196,8 +206,12 @@ fn plan(args: &Args) -> churn::Plan {
     }
 }
 
-/// The cnikit binary, and the reference plugins when they are compared.
-fn locate_plugins(cnikit: Option<&Path>, reference_dir: Option<&Path>) -> Result<Plugins, String> {
+/// The cnikit binary, and the reference plugin sets that are compared.
+fn locate_plugins(
+    cnikit: Option<&Path>,
+    reference_dir: Option<&Path>,
+    upstream_dir: Option<&Path>,
+) -> Result<Plugins, String> {
     let cnikit = match cnikit {
         Some(p) => p.to_path_buf(),
         None => std::env::current_exe()
@@ -210,17 +224,23 @@ fn locate_plugins(cnikit: Option<&Path>, reference_dir: Option<&Path>) -> Result
             cnikit.display()
         )
     })?;
-    if let Some(dir) = reference_dir {
-        if !dir.join("bridge").is_file() {
-            return Err(format!(
-                "no reference plugins in {} (apt-get install containernetworking-plugins)",
-                dir.display()
-            ));
+    let hints = [
+        (reference_dir, "apt-get install containernetworking-plugins"),
+        (
+            upstream_dir,
+            "unpack a containernetworking/plugins release there",
+        ),
+    ];
+    for (dir, hint) in hints {
+        if let Some(dir) = dir.filter(|d| !d.join("bridge").is_file()) {
+            return Err(format!("no plugins in {} ({hint})", dir.display()));
         }
     }
+    let dir_or_none = |d: Option<&Path>| d.map_or_else(PathBuf::new, Path::to_path_buf);
     Ok(Plugins {
         cnikit_bin,
-        reference_dir: reference_dir.map_or_else(PathBuf::new, Path::to_path_buf),
+        reference_dir: dir_or_none(reference_dir),
+        upstream_dir: dir_or_none(upstream_dir),
     })
 }
 

@@ -98,5 +98,7 @@ fn color(imp: Impl, variant: Variant) -> RGBColor {
         (Impl::CnikitDaemon, Variant::Full) => RGBColor(120, 40, 180),
         (Impl::CnikitDaemon, Variant::Bare) => RGBColor(190, 110, 230),
         (Impl::Floor, _) => RGBColor(30, 150, 60),
+        (Impl::Upstream, Variant::Full) => RGBColor(120, 80, 30),
+        (Impl::Upstream, Variant::Bare) => RGBColor(180, 140, 80),
     }
 }

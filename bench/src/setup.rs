@@ -23,6 +23,9 @@ pub enum Impl {
     CnikitDaemon,
     /// The kernel work of a bridge attach in one process: no exec, no IPAM.
     Floor,
+    /// The newest upstream reference plugins (`--upstream-dir`) with their
+    /// nftables backends: what a user would pick today instead of Debian's.
+    Upstream,
 }
 
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, clap::ValueEnum, serde::Serialize)]
@@ -41,6 +44,7 @@ impl Impl {
             Impl::Cnikit => "cnikit",
             Impl::CnikitDaemon => "cnikit-daemon",
             Impl::Floor => "floor",
+            Impl::Upstream => "upstream",
         }
     }
 
@@ -51,6 +55,7 @@ impl Impl {
             Impl::Cnikit => "cni",
             Impl::CnikitDaemon => "cnd",
             Impl::Floor => "flo",
+            Impl::Upstream => "up",
         }
     }
 }
@@ -85,6 +90,7 @@ pub struct Floor {
 pub struct Plugins {
     pub cnikit_bin: PathBuf,
     pub reference_dir: PathBuf,
+    pub upstream_dir: PathBuf,
 }
 
 impl Setup {
@@ -95,7 +101,7 @@ impl Setup {
                 daemon::start(&plugins.cnikit_bin, None)?;
                 Chain::new(variant, imp, plugins).map(|c| Setup::Chain(Box::new(c)))
             }
-            Impl::Cnikit | Impl::Reference => {
+            Impl::Cnikit | Impl::Reference | Impl::Upstream => {
                 Chain::new(variant, imp, plugins).map(|c| Setup::Chain(Box::new(c)))
             }
         }
@@ -156,9 +162,11 @@ fn subnet(variant: Variant, imp: Impl) -> u8 {
     match (variant, imp) {
         (Variant::Full, Impl::Reference) => 80,
         (Variant::Full, Impl::CnikitDaemon) => 84,
+        (Variant::Full, Impl::Upstream) => 86,
         (Variant::Full, _) => 81,
         (Variant::Bare, Impl::Reference) => 82,
         (Variant::Bare, Impl::CnikitDaemon) => 85,
+        (Variant::Bare, Impl::Upstream) => 87,
         (Variant::Bare, _) => 83,
     }
 }
@@ -169,8 +177,10 @@ pub fn conflist(variant: Variant, imp: Impl) -> Value {
     let tag = format!("{}-{}", imp.short(), variant.name());
     let net = subnet(variant, imp);
     let ipam = match imp {
-        Impl::Reference => json!({"type": "host-local", "dataDir": format!("{STATE}/host-local"),
-            "ranges": [[{"subnet": format!("10.{net}.0.0/{PREFIX}")}]]}),
+        Impl::Reference | Impl::Upstream => {
+            json!({"type": "host-local", "dataDir": format!("{STATE}/host-local"),
+            "ranges": [[{"subnet": format!("10.{net}.0.0/{PREFIX}")}]]})
+        }
         Impl::CnikitDaemon => json!({"type": "ipamd", "dataDir": daemon::DATA_DIR,
             "socket": daemon::SOCKET,
             "ranges": [[{"subnet": format!("10.{net}.0.0/{PREFIX}")}]]}),
@@ -187,6 +197,13 @@ pub fn conflist(variant: Variant, imp: Impl) -> Value {
     if full {
         plugins.push(json!({"type": "portmap", "capabilities": {"portMappings": true}}));
     }
+    if imp == Impl::Upstream {
+        // Their nftables backends are opt-in; iptables is what 1.1.1 measures.
+        plugins[0]["ipMasqBackend"] = json!("nftables");
+        if let Some(portmap) = plugins.get_mut(1) {
+            portmap["backend"] = json!("nftables");
+        }
+    }
     if imp == Impl::Cnikit {
         // The firewall work in-process too: not the daemon that cnikit-daemon
         // runs on the default socket.
@@ -201,6 +218,7 @@ impl Chain {
     fn new(variant: Variant, imp: Impl, plugins: &Plugins) -> Result<Chain, String> {
         let bin_dir = match imp {
             Impl::Reference => plugins.reference_dir.clone(),
+            Impl::Upstream => plugins.upstream_dir.clone(),
             _ => link_cnikit(&plugins.cnikit_bin)?,
         };
         let bytes = serde_json::to_vec(&conflist(variant, imp)).map_err(|e| e.to_string())?;

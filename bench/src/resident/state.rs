@@ -25,10 +25,17 @@ pub fn read(key: (Variant, Impl), plugins: &Plugins) -> Vec<Check> {
     let mut out = vec![check::check("host links", check::links(&bridge))];
     match imp {
         Impl::Floor => {}
-        Impl::Reference => {
+        Impl::Reference | Impl::Upstream => {
             let dir = Path::new(&text(&ipam["dataDir"])).join(&network);
             out.push(check::check("leases", host_local_leases(&dir)));
-            out.push(check::check("iptables", iptables(&network)));
+            if imp == Impl::Reference {
+                out.push(check::check("iptables", iptables(&network)));
+            } else {
+                out.push(check::check(
+                    "nft rules",
+                    check::nft_commented_rules(UPSTREAM_TABLES),
+                ));
+            }
         }
         Impl::Cnikit | Impl::CnikitDaemon => {
             let (socket, data_dir) = (text(&ipam["socket"]), text(&ipam["dataDir"]));
@@ -47,6 +54,10 @@ pub fn read(key: (Variant, Impl), plugins: &Plugins) -> Vec<Check> {
     out.push(check::check("netns", pins));
     out
 }
+
+/// The tables of the upstream plugins' nftables backends (bridge's ipMasq,
+/// portmap): every rule in them that names a container is per attachment.
+const UPSTREAM_TABLES: &[&str] = &["cni_plugins_masquerade", "cni_hostport"];
 
 /// Resident pod namespaces are `r-<impl>-<variant>-<i>`.
 pub fn netns_prefix((variant, imp): (Variant, Impl)) -> String {

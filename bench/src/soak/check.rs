@@ -171,9 +171,9 @@ pub(crate) fn dir_entries(dir: &Path) -> Result<Vec<String>, String> {
     }
 }
 
-/// Elements of every set and map in cnikit's tables, read back with nft
-/// (the product itself never execs nft; reading state in the bench is fine).
-pub(crate) fn nft_elements() -> Result<Vec<String>, String> {
+/// The whole ruleset as nft's JSON (the product itself never execs nft;
+/// reading state back in the bench is fine).
+fn nft_ruleset() -> Result<Value, String> {
     let out = Command::new("nft")
         .args(["-j", "list", "ruleset"])
         .output()
@@ -184,8 +184,32 @@ pub(crate) fn nft_elements() -> Result<Vec<String>, String> {
             String::from_utf8_lossy(&out.stderr).trim()
         ));
     }
-    let v: Value = serde_json::from_slice(&out.stdout).map_err(|e| format!("nft JSON: {e}"))?;
-    Ok(elements_of_cnikit(&v))
+    serde_json::from_slice(&out.stdout).map_err(|e| format!("nft JSON: {e}"))
+}
+
+/// Elements of every set and map in cnikit's tables.
+pub(crate) fn nft_elements() -> Result<Vec<String>, String> {
+    Ok(elements_of_cnikit(&nft_ruleset()?))
+}
+
+/// Rules with a comment in the named tables: the upstream plugins' nftables
+/// backends add one such rule per attachment (the comment names it).
+pub(crate) fn nft_commented_rules(tables: &[&str]) -> Result<Vec<String>, String> {
+    let v = nft_ruleset()?;
+    let objects = v["nftables"].as_array().cloned().unwrap_or_default();
+    Ok(objects
+        .iter()
+        .map(|o| &o["rule"])
+        .filter(|r| tables.iter().any(|t| r["table"] == *t))
+        .filter_map(|r| {
+            let comment = r["comment"].as_str()?;
+            Some(format!(
+                "{} {} ({comment})",
+                str_of(&r["table"]),
+                str_of(&r["chain"])
+            ))
+        })
+        .collect())
 }
 
 fn elements_of_cnikit(ruleset: &Value) -> Vec<String> {
@@ -213,11 +237,7 @@ fn elements_of_cnikit(ruleset: &Value) -> Vec<String> {
 /// Rules in cnikit's tables: not a leak check (the skeleton's rules stay),
 /// but it shows that the rule count did not grow with the pods.
 pub fn nft_rules() -> Option<usize> {
-    let out = Command::new("nft")
-        .args(["-j", "list", "ruleset"])
-        .output()
-        .ok()?;
-    let v: Value = serde_json::from_slice(&out.stdout).ok()?;
+    let v = nft_ruleset().ok()?;
     let objects = v["nftables"].as_array()?;
     Some(
         objects
