@@ -77,6 +77,10 @@ impl Error {
         Error::new(ErrorKind::InvalidConfig, message)
     }
 
+    pub(crate) fn conflict(message: impl Into<String>) -> Error {
+        Error::new(ErrorKind::Conflict, message)
+    }
+
     pub(crate) fn internal(message: impl Into<String>) -> Error {
         Error::new(ErrorKind::Internal, message)
     }

@@ -8,6 +8,7 @@ use std::net::IpAddr;
 
 use crate::addr::{from_u128, last_usable, to_u128};
 use crate::config::{Range, RangeSet};
+use crate::Error;
 
 /// A range resolved to numbers, with host-local's defaults filled in for unset bounds.
 #[derive(Debug, Clone)]
@@ -81,6 +82,22 @@ impl<'a> Pool<'a> {
         self.set.iter().any(|r| r.gateway == Some(ip))
     }
 
+    /// The range a requested `ip` (within the set's bounds) is taken from; the gateway
+    /// and a subnet's network or broadcast address are refused, by both stores alike.
+    pub(crate) fn requested_range(&self, ip: IpAddr) -> Result<usize, Error> {
+        self.range_for(ip).ok_or_else(|| {
+            let what = if self.is_gateway(ip) {
+                "the gateway"
+            } else {
+                "a network or broadcast address"
+            };
+            Error::conflict(format!(
+                "requested address {ip} is {what} of {}",
+                describe(self.set)
+            ))
+        })
+    }
+
     /// The range `idx` of the set.
     pub(crate) fn range(&self, idx: usize) -> Option<&'a Range> {
         self.set.get(idx)
@@ -150,6 +167,37 @@ fn advance(all: &[Bounds], idx: usize, cur: u128) -> (usize, u128) {
         let n = (idx + 1) % all.len();
         (n, all[n].start)
     }
+}
+
+/// The index of the set, among `pools`, that a requested `ip` goes to: the first whose
+/// ranges hold it; every requested address must find one (the reference: "failed to
+/// allocate all requested IPs").
+pub(crate) fn requested_set(pools: &[Pool<'_>], ip: IpAddr) -> Result<usize, Error> {
+    pools.iter().position(|p| p.in_bounds(ip)).ok_or_else(|| {
+        let all: Vec<String> = pools.iter().map(|p| describe(p.set)).collect();
+        Error::conflict(format!(
+            "requested address {ip} is not in any range set ({})",
+            all.join("; ")
+        ))
+    })
+}
+
+/// Records a requested `ip` as set `i`'s address in `wanted` (indexed like `pools`):
+/// at most one requested address per range set.
+pub(crate) fn want_once(
+    wanted: &mut [Option<IpAddr>],
+    pools: &[Pool<'_>],
+    i: usize,
+    ip: IpAddr,
+) -> Result<(), Error> {
+    if let Some(prev) = wanted[i] {
+        return Err(Error::conflict(format!(
+            "requested addresses {prev} and {ip} are both in range set {}: at most one address per range set",
+            describe(pools[i].set)
+        )));
+    }
+    wanted[i] = Some(ip);
+    Ok(())
 }
 
 /// Human description of a set for messages: `10.22.0.0/24` or `10.22.0.0/24, 10.23.0.0/24`.

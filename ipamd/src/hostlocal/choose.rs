@@ -8,7 +8,7 @@ use std::net::IpAddr;
 
 use super::dir::{Leases, Owner};
 use crate::config::RangeSet;
-use crate::pool::{describe, Pool};
+use crate::pool::{describe, requested_set, want_once, Pool};
 use crate::{Error, ErrorKind};
 
 /// The address one range set gives.
@@ -47,7 +47,7 @@ pub(crate) fn choose(
         let pick = match (wanted[i], held) {
             (Some(want), Some(h)) if want == h => reuse(pool, h),
             (Some(want), Some(h)) => {
-                return Err(conflict(format!(
+                return Err(Error::conflict(format!(
                     "{} already holds {h} in range set {}; requested address {want} differs (delete the attachment first)",
                     owner.describe(),
                     describe(&sets[i])
@@ -82,8 +82,7 @@ fn reuse(pool: &Pool<'_>, addr: IpAddr) -> Pick {
     }
 }
 
-/// Each requested address goes to the set whose ranges contain it; one per set, and
-/// every one must find a set (the reference: "failed to allocate all requested IPs").
+/// Each requested address goes to the set whose ranges contain it, one per set.
 fn assign_requested(
     sets: &[RangeSet],
     pools: &[Pool<'_>],
@@ -91,20 +90,8 @@ fn assign_requested(
 ) -> Result<Vec<Option<IpAddr>>, Error> {
     let mut wanted: Vec<Option<IpAddr>> = vec![None; sets.len()];
     for &ip in requested {
-        let Some(i) = pools.iter().position(|p| p.in_bounds(ip)) else {
-            let all: Vec<String> = sets.iter().map(describe).collect();
-            return Err(conflict(format!(
-                "requested address {ip} is not in any range set ({})",
-                all.join("; ")
-            )));
-        };
-        if let Some(prev) = wanted[i] {
-            return Err(conflict(format!(
-                "requested addresses {prev} and {ip} are both in range set {}: at most one address per range set",
-                describe(&sets[i])
-            )));
-        }
-        wanted[i] = Some(ip);
+        let i = requested_set(pools, ip)?;
+        want_once(&mut wanted, pools, i, ip)?;
     }
     Ok(wanted)
 }
@@ -115,19 +102,9 @@ fn requested_pick(
     leases: &Leases,
     ip: IpAddr,
 ) -> Result<Pick, Error> {
-    let Some(range) = pool.range_for(ip) else {
-        let what = if pool.is_gateway(ip) {
-            "the gateway"
-        } else {
-            "a network or broadcast address"
-        };
-        return Err(conflict(format!(
-            "requested address {ip} is {what} of {}",
-            describe(set)
-        )));
-    };
+    let range = pool.requested_range(ip)?;
     if let Some(holder) = leases.get(&ip) {
-        return Err(conflict(format!(
+        return Err(Error::conflict(format!(
             "requested address {ip} is not available in range set {}: it is held by {}",
             describe(set),
             holder.describe()
@@ -138,10 +115,6 @@ fn requested_pick(
         range,
         new: true,
     })
-}
-
-fn conflict(msg: String) -> Error {
-    Error::new(ErrorKind::Conflict, msg)
 }
 
 fn exhausted(set: &RangeSet, pool: &Pool<'_>, leases: &Leases) -> Error {

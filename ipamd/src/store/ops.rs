@@ -14,7 +14,7 @@ use crate::api::{AllocateRequest, Allocation, LeaseInfo};
 use crate::attachment::Attachment;
 use crate::config::{canonicalize_range_sets, RangeSet};
 use crate::journal::{Holder, Record, StoredLease};
-use crate::pool::{describe, Pool};
+use crate::pool::{describe, requested_set, want_once, Pool};
 use crate::store::State;
 use crate::{Error, ErrorKind};
 
@@ -351,39 +351,17 @@ fn choose(
     let pools: Vec<Pool<'_>> = sets.iter().map(Pool::new).collect();
     let mut wanted: Vec<Option<IpAddr>> = vec![None; sets.len()];
     for &ip in requested {
-        let Some(i) = pools.iter().position(|p| p.in_bounds(ip)) else {
-            let all: Vec<String> = sets.iter().map(describe).collect();
-            return Err(conflict(format!(
-                "requested address {ip} is not in any range set ({})",
-                all.join("; ")
-            )));
-        };
-        if pools[i].range_for(ip).is_none() {
-            let what = if pools[i].is_gateway(ip) {
-                "the gateway"
-            } else {
-                "a network or broadcast address"
-            };
-            return Err(conflict(format!(
-                "requested address {ip} is {what} of {}",
-                describe(&sets[i])
-            )));
-        }
-        if let Some(prev) = wanted[i] {
-            return Err(conflict(format!(
-                "requested addresses {prev} and {ip} are both in range set {}: at most one address per range set",
-                describe(&sets[i])
-            )));
-        }
+        let i = requested_set(&pools, ip)?;
+        pools[i].requested_range(ip)?;
+        want_once(&mut wanted, &pools, i, ip)?;
         if let Some(holder) = state.by_addr.get(&ip) {
             if holder != key {
-                return Err(conflict(format!(
+                return Err(Error::conflict(format!(
                     "requested address {ip} is held by container {}/{}",
                     holder.0, holder.1
                 )));
             }
         }
-        wanted[i] = Some(ip);
     }
 
     let mut out = Vec::with_capacity(sets.len());
@@ -414,10 +392,6 @@ fn choose(
         });
     }
     Ok(out)
-}
-
-fn conflict(msg: String) -> Error {
-    Error::new(ErrorKind::Conflict, msg)
 }
 
 fn exhausted(state: &State, boot: &str, set: &RangeSet, pool: &Pool<'_>, used: u128) -> Error {
