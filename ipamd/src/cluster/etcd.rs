@@ -9,7 +9,7 @@ use std::time::{Duration, Instant};
 
 use etcd_client::{
     Certificate, Client, Compare, CompareOp, ConnectOptions, DeleteOptions, GetOptions, Identity,
-    KeyValue, PutOptions, TlsOptions, Txn, TxnOp,
+    KeyValue, PutOptions, TlsOptions, Txn, TxnOp, TxnResponse,
 };
 
 use super::EtcdOptions;
@@ -194,15 +194,10 @@ impl Etcd {
                 Guard::Lease(k, lease) => Compare::lease(k.as_str(), CompareOp::Equal, *lease),
             });
         }
-        let txn = Txn::new()
-            .when(when)
-            .and_then(vec![TxnOp::put(key, value, None)]);
-        let mut c = self.client.kv_client();
-        let resp = self.call("create", key, c.txn(txn)).await?;
-        if !resp.succeeded() {
-            return Ok(None);
-        }
-        Ok(Some(resp.header().map(|h| h.revision()).unwrap_or(0)))
+        let resp = self
+            .txn("create", key, when, vec![TxnOp::put(key, value, None)])
+            .await?;
+        Ok(new_revision(&resp))
     }
 
     /// Replace `key` only if it was last changed at `mod_revision`. Returns the new mod
@@ -213,52 +208,60 @@ impl Etcd {
         mod_revision: i64,
         value: Vec<u8>,
     ) -> Result<Option<i64>, Error> {
-        let txn = Txn::new()
-            .when(vec![Compare::mod_revision(
-                key,
-                CompareOp::Equal,
-                mod_revision,
-            )])
-            .and_then(vec![TxnOp::put(key, value, None)]);
-        let mut c = self.client.kv_client();
-        let resp = self.call("replace", key, c.txn(txn)).await?;
-        if !resp.succeeded() {
-            return Ok(None);
-        }
-        let rev = resp.header().map(|h| h.revision()).unwrap_or(0);
-        Ok(Some(rev))
+        let put = vec![TxnOp::put(key, value, None)];
+        let resp = self
+            .txn_if_unchanged("replace", key, mod_revision, put)
+            .await?;
+        Ok(new_revision(&resp))
     }
 
     /// Delete `key` only if it was last changed at `mod_revision`; whether it was.
     pub(crate) async fn delete_if(&self, key: &str, mod_revision: i64) -> Result<bool, Error> {
-        let txn = Txn::new()
-            .when(vec![Compare::mod_revision(
-                key,
-                CompareOp::Equal,
-                mod_revision,
-            )])
-            .and_then(vec![TxnOp::delete(key, None)]);
-        let mut c = self.client.kv_client();
-        let resp = self.call("delete", key, c.txn(txn)).await?;
+        let delete = vec![TxnOp::delete(key, None)];
+        let resp = self
+            .txn_if_unchanged("delete", key, mod_revision, delete)
+            .await?;
         Ok(resp.succeeded())
     }
 
     /// Delete `key` and everything under `key/` in one transaction, if `key` was last
     /// changed at `mod_revision`.
     pub(crate) async fn delete_tree_if(&self, key: &str, mod_revision: i64) -> Result<bool, Error> {
-        let txn = Txn::new()
-            .when(vec![Compare::mod_revision(
-                key,
-                CompareOp::Equal,
-                mod_revision,
-            )])
-            .and_then(vec![
-                TxnOp::delete(format!("{key}/"), Some(DeleteOptions::new().with_prefix())),
-                TxnOp::delete(key, None),
-            ]);
-        let mut c = self.client.kv_client();
-        let resp = self.call("delete", key, c.txn(txn)).await?;
+        let delete = vec![
+            TxnOp::delete(format!("{key}/"), Some(DeleteOptions::new().with_prefix())),
+            TxnOp::delete(key, None),
+        ];
+        let resp = self
+            .txn_if_unchanged("delete", key, mod_revision, delete)
+            .await?;
         Ok(resp.succeeded())
+    }
+
+    /// `ops` in one transaction, done only when every comparison of `when` holds (the
+    /// answer says whether they did); `op` and `key` name the call in its errors.
+    async fn txn(
+        &self,
+        op: &str,
+        key: &str,
+        when: Vec<Compare>,
+        ops: Vec<TxnOp>,
+    ) -> Result<TxnResponse, Error> {
+        let txn = Txn::new().when(when).and_then(ops);
+        let mut c = self.client.kv_client();
+        self.call(op, key, c.txn(txn)).await
+    }
+
+    /// `ops` in one transaction, done only if `key` was last changed at `mod_revision`:
+    /// the compare-and-swap every update of a known key goes through.
+    async fn txn_if_unchanged(
+        &self,
+        op: &str,
+        key: &str,
+        mod_revision: i64,
+        ops: Vec<TxnOp>,
+    ) -> Result<TxnResponse, Error> {
+        let when = vec![Compare::mod_revision(key, CompareOp::Equal, mod_revision)];
+        self.txn(op, key, when, ops).await
     }
 
     /// A new lease of `ttl` seconds; its ID.
@@ -304,6 +307,13 @@ fn tls_options(opts: &EtcdOptions) -> Result<TlsOptions, Error> {
         }
     }
     Ok(tls)
+}
+
+/// The revision a transaction's writes made, or None when its conditions failed (and it
+/// wrote nothing).
+fn new_revision(resp: &TxnResponse) -> Option<i64> {
+    resp.succeeded()
+        .then(|| resp.header().map(|h| h.revision()).unwrap_or(0))
 }
 
 fn unavailable(endpoints: &str, op: &str, key: &str, why: &str) -> Error {
