@@ -14,6 +14,14 @@ fn sets(json: &str) -> Vec<RangeSet> {
     crate::config::IpamConfig::ranges_from_json(&v).unwrap()
 }
 
+/// A store in a temp dir of its own (kept as long as the dir), and the range sets of
+/// `json`.
+fn store(json: &str) -> (tempfile::TempDir, HostLocal, Vec<RangeSet>) {
+    let d = tempfile::tempdir().unwrap();
+    let hl = HostLocal::new(d.path());
+    (d, hl, sets(json))
+}
+
 fn key(cid: &str, ifname: &str) -> Attachment {
     Attachment::new(NET, cid, ifname)
 }
@@ -38,9 +46,7 @@ fn lease_names(dir: &Path) -> Vec<String> {
 
 #[test]
 fn files_are_the_reference_format() {
-    let d = tempfile::tempdir().unwrap();
-    let hl = HostLocal::new(d.path());
-    let s = sets(r#"[[{"subnet":"10.1.0.0/24"}],[{"subnet":"fd01::/64"}]]"#);
+    let (_dir, hl, s) = store(r#"[[{"subnet":"10.1.0.0/24"}],[{"subnet":"fd01::/64"}]]"#);
     let a = hl.allocate(&key("c1", "eth0"), &s, &[]).unwrap();
     assert_eq!(a[0].address.to_string(), "10.1.0.2/24");
     assert_eq!(a[0].gateway, Some(ip("10.1.0.1")));
@@ -61,9 +67,7 @@ fn files_are_the_reference_format() {
 
 #[test]
 fn repeated_add_returns_the_same_and_del_frees_exactly_its_own() {
-    let d = tempfile::tempdir().unwrap();
-    let hl = HostLocal::new(d.path());
-    let s = sets(r#"[[{"subnet":"10.1.0.0/24"}]]"#);
+    let (_dir, hl, s) = store(r#"[[{"subnet":"10.1.0.0/24"}]]"#);
     let a1 = hl.allocate(&key("c1", "eth0"), &s, &[]).unwrap();
     assert_eq!(hl.allocate(&key("c1", "eth0"), &s, &[]).unwrap(), a1);
     let b = hl.allocate(&key("c1", "eth1"), &s, &[]).unwrap();
@@ -79,9 +83,7 @@ fn repeated_add_returns_the_same_and_del_frees_exactly_its_own() {
 
 #[test]
 fn id_only_leases_are_kept_taken_and_freed_by_their_container() {
-    let d = tempfile::tempdir().unwrap();
-    let hl = HostLocal::new(d.path());
-    let s = sets(r#"[[{"subnet":"10.1.0.0/29"}]]"#);
+    let (_dir, hl, s) = store(r#"[[{"subnet":"10.1.0.0/29"}]]"#);
     let net = hl.network_dir(NET);
     std::fs::create_dir_all(&net).unwrap();
     std::fs::write(net.join("10.1.0.2"), "old-ctr").unwrap();
@@ -112,9 +114,7 @@ fn unknown_network_creates_nothing() {
 
 #[test]
 fn gc_frees_all_but_the_valid() {
-    let d = tempfile::tempdir().unwrap();
-    let hl = HostLocal::new(d.path());
-    let s = sets(r#"[[{"subnet":"10.1.0.0/24"}]]"#);
+    let (_dir, hl, s) = store(r#"[[{"subnet":"10.1.0.0/24"}]]"#);
     for c in ["c1", "c2", "c3"] {
         hl.allocate(&key(c, "eth0"), &s, &[]).unwrap();
     }
@@ -138,9 +138,7 @@ fn gc_frees_all_but_the_valid() {
 
 #[test]
 fn planted_link_is_taken_and_never_followed() {
-    let d = tempfile::tempdir().unwrap();
-    let hl = HostLocal::new(d.path());
-    let s = sets(r#"[[{"subnet":"10.1.0.0/29"}]]"#);
+    let (d, hl, s) = store(r#"[[{"subnet":"10.1.0.0/29"}]]"#);
     let net = hl.network_dir(NET);
     std::fs::create_dir_all(&net).unwrap();
     let target = d.path().join("target");
@@ -163,9 +161,7 @@ fn planted_link_is_taken_and_never_followed() {
 
 #[test]
 fn status_says_when_a_set_is_full() {
-    let d = tempfile::tempdir().unwrap();
-    let hl = HostLocal::new(d.path());
-    let s = sets(r#"[[{"subnet":"10.1.0.0/30"}]]"#);
+    let (_dir, hl, s) = store(r#"[[{"subnet":"10.1.0.0/30"}]]"#);
     hl.status(NET, &s).unwrap();
     hl.allocate(&key("c1", "eth0"), &s, &[]).unwrap();
     let e = hl.status(NET, &s).unwrap_err();
