@@ -70,14 +70,20 @@ pub(crate) fn encode(rec: &Record) -> Result<Vec<u8>, Error> {
         .ok()
         .filter(|l| *l <= MAX_FRAME)
         .ok_or_else(|| Error::internal("journal record too large"))?;
+    Ok(frame(len, &payload))
+}
+
+/// One frame: `len` (the payload's length, which the caller bounds), the checksum of
+/// length and payload, the payload.
+pub(crate) fn frame(len: u32, payload: &[u8]) -> Vec<u8> {
     let mut h = crc32fast::Hasher::new();
     h.update(&len.to_le_bytes());
-    h.update(&payload);
+    h.update(payload);
     let mut out = Vec::with_capacity(8 + payload.len());
     out.extend_from_slice(&len.to_le_bytes());
     out.extend_from_slice(&h.finalize().to_le_bytes());
-    out.extend_from_slice(&payload);
-    Ok(out)
+    out.extend_from_slice(payload);
+    out
 }
 
 /// What reading the journal from some offset found.

@@ -18,7 +18,7 @@ use crate::log::Level;
 use crate::{log_at, Error, ErrorKind};
 
 pub(crate) const VERSION: u32 = 2;
-const PREFIX: &[u8] = b"ipamd-snapshot ";
+pub(crate) const PREFIX: &[u8] = b"ipamd-snapshot ";
 /// The header line is far shorter; a longer one is not a header.
 const MAX_HEADER: usize = 128;
 
@@ -47,14 +47,19 @@ pub(crate) enum Fault {
 pub(crate) fn encode(snap: &Snapshot) -> Result<Vec<u8>, Error> {
     let json = serde_json::to_vec(snap)
         .map_err(|e| Error::internal(format!("cannot encode snapshot: {e}")))?;
+    Ok(with_header(&json))
+}
+
+/// `json` under the header of this version, with its checksum and length.
+pub(crate) fn with_header(json: &[u8]) -> Vec<u8> {
     let mut out = format!(
         "ipamd-snapshot v{VERSION} crc32={:08x} len={}\n",
-        crc32fast::hash(&json),
+        crc32fast::hash(json),
         json.len()
     )
     .into_bytes();
-    out.extend_from_slice(&json);
-    Ok(out)
+    out.extend_from_slice(json);
+    out
 }
 
 pub(crate) fn decode(bytes: &[u8]) -> Result<Snapshot, Fault> {
