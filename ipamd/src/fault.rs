@@ -32,15 +32,26 @@ pub(crate) fn check(path: &std::path::Path, call: Call) -> std::io::Result<()> {
 pub(crate) use imp::{fired, inject};
 
 #[cfg(feature = "fault-injection")]
+pub use by_env::nth_add_call;
+
+#[cfg(feature = "fault-injection")]
 mod by_env {
     use std::sync::atomic::{AtomicU32, Ordering};
 
+    /// Counts one more call in `calls`: its number when the environment of an ADD has
+    /// `var` = that number, so the caller fails it; None otherwise. The store's writes
+    /// (`CNIKIT_FAULT_STORE`) and cnikit's netlink sends (`CNIKIT_FAULT_NETLINK`) are
+    /// counted this way, each with its own counter.
+    pub fn nth_add_call(calls: &AtomicU32, var: &str) -> Option<u32> {
+        let n = calls.fetch_add(1, Ordering::Relaxed) + 1;
+        let at = std::env::var(var).ok();
+        let adding = std::env::var("CNI_COMMAND").is_ok_and(|c| c == "ADD");
+        (adding && at.and_then(|v| v.parse::<u32>().ok()) == Some(n)).then_some(n)
+    }
+
     pub(super) fn check(path: &std::path::Path, call: super::Call) -> std::io::Result<()> {
         static CALLS: AtomicU32 = AtomicU32::new(0);
-        let n = CALLS.fetch_add(1, Ordering::Relaxed) + 1;
-        let at = std::env::var("CNIKIT_FAULT_STORE").ok();
-        let adding = std::env::var("CNI_COMMAND").is_ok_and(|c| c == "ADD");
-        if adding && at.and_then(|v| v.parse::<u32>().ok()) == Some(n) {
+        if let Some(n) = nth_add_call(&CALLS, "CNIKIT_FAULT_STORE") {
             return Err(std::io::Error::other(format!(
                 "injected failure of store {call:?} {n} on {} (CNIKIT_FAULT_STORE)",
                 path.display()

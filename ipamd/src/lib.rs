@@ -44,6 +44,9 @@ mod store;
 mod systemd;
 
 pub use error::{Error, ErrorKind};
+/// For cnikit's own injected failures, which count the same way (see `fault`).
+#[cfg(feature = "fault-injection")]
+pub use fault::nth_add_call;
 #[cfg(test)]
 mod tests;
 #[cfg(test)]

@@ -14,14 +14,12 @@ pub(crate) fn before_send() -> std::io::Result<()> {
     Ok(())
 }
 
+/// Counted like the store's injected failures (`ipamd::nth_add_call`), on a counter of
+/// its own.
 #[cfg(feature = "fault-injection")]
 pub(crate) fn before_send() -> std::io::Result<()> {
-    use std::sync::atomic::{AtomicU32, Ordering};
-    static SENT: AtomicU32 = AtomicU32::new(0);
-    let n = SENT.fetch_add(1, Ordering::Relaxed) + 1;
-    let at = std::env::var("CNIKIT_FAULT_NETLINK").ok();
-    let adding = std::env::var("CNI_COMMAND").is_ok_and(|c| c == "ADD");
-    if adding && at.and_then(|v| v.parse::<u32>().ok()) == Some(n) {
+    static SENT: std::sync::atomic::AtomicU32 = std::sync::atomic::AtomicU32::new(0);
+    if let Some(n) = ipamd::nth_add_call(&SENT, "CNIKIT_FAULT_NETLINK") {
         return Err(std::io::Error::other(format!(
             "injected failure of netlink send {n} (CNIKIT_FAULT_NETLINK)"
         )));
