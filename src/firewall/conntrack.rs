@@ -4,9 +4,9 @@
 //! with a kernel-side filter where the kernel supports that (flush by
 //! filter), else by dumping the table and deleting the matches one by one.
 
-use super::nft::nla;
 use super::socket::{Failure, Nfnl, Sockets};
 use super::Result;
+use crate::netlink::nla;
 use netlink_packet_core::{DefaultNla, NLM_F_DUMP};
 use netlink_packet_netfilter::conntrack::{
     ConntrackAttribute, ConntrackMessage, IPTuple, ProtoTuple, Protocol, Tuple,

@@ -3,6 +3,7 @@
 //! expressions; `fib`, `nat`, `masq` and `ct`, which it lacks, are encoded
 //! here as raw attributes with the numbers of `linux/netfilter/nf_tables.h`.
 
+use crate::netlink::nla;
 use netlink_packet_core::{DefaultNla, NlaBuffer, NlasIterator};
 use netlink_packet_netfilter::nftables::{
     Bitwise, ChainAttribute, ChainMessage, Cmp, DataAttribute, ExpressionAttribute, Expressions,
@@ -449,17 +450,6 @@ pub(crate) fn dnat(nfproto: u8, port_reg: Register) -> Expr {
 /// `masquerade` (no attributes: the output interface's address, any port).
 pub(crate) fn masq() -> Expr {
     raw_expr("masq", &[])
-}
-
-/// One netlink attribute, padded: for nests the crate has no type for.
-pub(crate) fn nla(kind: u16, value: &[u8]) -> Vec<u8> {
-    let len = 4 + value.len();
-    let mut out = Vec::with_capacity((len + 3) & !3);
-    out.extend_from_slice(&(len as u16).to_ne_bytes());
-    out.extend_from_slice(&kind.to_ne_bytes());
-    out.extend_from_slice(value);
-    out.resize((len + 3) & !3, 0);
-    out
 }
 
 /// NFTA_DATA_VALUE holding `bytes`.

@@ -3,6 +3,7 @@
 //! iptables-nft's order.
 
 use super::*;
+use crate::netlink::nla;
 use netlink_packet_core::Emitable;
 use netlink_packet_netfilter::nftables::{ExpressionAttribute, ListAttribute};
 
@@ -12,16 +13,8 @@ fn answer(handle: u64, rule: &XtRule) -> Vec<u8> {
     let mut list = vec![0u8; exprs.as_slice().buffer_len()];
     exprs.as_slice().emit(&mut list);
     let mut out = vec![2, 0, 0, 0];
-    out.extend(attr(3, &handle.to_be_bytes()));
-    out.extend(attr(4 | 0x8000, &list));
-    out
-}
-
-fn attr(kind: u16, value: &[u8]) -> Vec<u8> {
-    let mut out = ((4 + value.len()) as u16).to_ne_bytes().to_vec();
-    out.extend(kind.to_ne_bytes());
-    out.extend(value);
-    out.resize((out.len() + 3) & !3, 0);
+    out.extend(nla(3, &handle.to_be_bytes()));
+    out.extend(nla(4 | 0x8000, &list));
     out
 }
 
@@ -112,9 +105,9 @@ fn expressions_come_in_iptables_order() {
 fn unknown_expressions_make_a_rule_foreign() {
     let mut bytes = answer(1, &XtRule::to(Target::Accept));
     // A native `ct state` expression (what iptables-nft cannot read) at the end.
-    let mut ct = attr(1, b"ct\0");
-    ct.extend(attr(2 | 0x8000, &attr(2, &0u32.to_be_bytes())));
-    let elem = attr(1 | 0x8000, &ct);
+    let mut ct = nla(1, b"ct\0");
+    ct.extend(nla(2 | 0x8000, &nla(2, &0u32.to_be_bytes())));
+    let elem = nla(1 | 0x8000, &ct);
     let list_at = 4 + 12;
     let len = u16::from_ne_bytes([bytes[list_at], bytes[list_at + 1]]) as usize;
     bytes.extend(&elem);

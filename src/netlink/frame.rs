@@ -142,6 +142,18 @@ pub(crate) fn align4(len: usize) -> usize {
     (len + 3) & !3
 }
 
+/// One netlink attribute (length, type, value), padded to 4 bytes: for nests the
+/// message crates have no type for, and for tests that lay out what the kernel sends.
+pub(crate) fn nla(kind: u16, value: &[u8]) -> Vec<u8> {
+    let len = 4 + value.len();
+    let mut out = Vec::with_capacity(align4(len));
+    out.extend_from_slice(&(len as u16).to_ne_bytes());
+    out.extend_from_slice(&kind.to_ne_bytes());
+    out.extend_from_slice(value);
+    out.resize(align4(len), 0);
+    out
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -170,11 +182,7 @@ mod tests {
             flags |= NLM_F_ACK_TLVS;
             let mut value = text.as_bytes().to_vec();
             value.push(0);
-            let len = 4 + value.len();
-            payload.extend((len as u16).to_ne_bytes());
-            payload.extend(NLMSGERR_ATTR_MSG.to_ne_bytes());
-            payload.extend(value);
-            payload.resize(align4(payload.len()), 0);
+            payload.extend(nla(NLMSGERR_ATTR_MSG, &value));
         }
         message(NLMSG_ERROR, flags, seq, &payload)
     }

@@ -46,6 +46,7 @@ mod tests;
 
 pub(crate) use error::Failure;
 pub use error::{Error, ErrorKind};
+pub(crate) use frame::nla;
 pub(crate) use link::random_bytes;
 pub use link::{
     BridgePort, BridgeSpec, IpvlanMode, IpvlanSpec, Link, MacvlanMode, MacvlanSpec, VethPair,

@@ -434,16 +434,8 @@ fn c_string(v: &[u8]) -> String {
 #[cfg(test)]
 mod tests {
     use super::*;
+    use crate::netlink::nla;
     use netlink_packet_core::Emitable;
-
-    /// One attribute as the kernel lays it out.
-    fn nla(kind: u16, value: &[u8]) -> Vec<u8> {
-        let mut out = ((4 + value.len()) as u16).to_ne_bytes().to_vec();
-        out.extend(kind.to_ne_bytes());
-        out.extend(value);
-        out.resize((out.len() + 3) & !3, 0);
-        out
-    }
 
     #[test]
     fn tbf_parameters_round_trip() {
