@@ -15,10 +15,8 @@ use super::*;
 /// dropped again; other software's rules are untouched throughout.
 #[test]
 fn pod_traffic_passes_a_drop_policy_only_with_the_plugin() {
-    let env = TestEnv::new("fwp-drop");
-    let w = World::new(&env, true);
-    let net = format!("fwp-{}", short_hash());
-    let (bridge, _) = w.bridge(&net);
+    let w = World::new("fwp-drop", true);
+    let (net, bridge) = w.network("fwp");
     let (id, pod, result) = w.pod(&bridge);
     let before = listing(&w, "iptables-nft");
     assert!(
@@ -86,15 +84,8 @@ fn pod_traffic_passes_a_drop_policy_only_with_the_plugin() {
         "iptables -L -v counts nothing for the pod:\n{counted}"
     );
 
-    w.call(
-        false,
-        "firewall",
-        "CHECK",
-        &id,
-        &pod,
-        &fw_conf(&net, json!({}), &result),
-    )
-    .ok_silent();
+    w.firewall(false, "CHECK", &net, &id, &pod, &result)
+        .ok_silent();
     let rules = w.iptables(&["-S", "CNI-FORWARD"]);
     let number = rules
         .lines()
@@ -103,15 +94,8 @@ fn pod_traffic_passes_a_drop_policy_only_with_the_plugin() {
         .expect("the pod's rule")
         + 1;
     w.iptables(&["-D", "CNI-FORWARD", &number.to_string()]);
-    w.call(
-        false,
-        "firewall",
-        "CHECK",
-        &id,
-        &pod,
-        &fw_conf(&net, json!({}), &result),
-    )
-    .expect_err(100, &["CHECK", &v4]);
+    w.firewall(false, "CHECK", &net, &id, &pod, &result)
+        .expect_err(100, &["CHECK", &v4]);
 
     let mut bare = conf.clone();
     bare.as_object_mut().unwrap().remove("prevResult");
@@ -146,31 +130,15 @@ fn pod_traffic_passes_a_drop_policy_only_with_the_plugin() {
 /// reference's rules of a pod it added (a node switching plugins).
 #[test]
 fn reference_and_cnikit_share_the_layout() {
-    let env = TestEnv::new("fwp-reference");
-    let w = World::new(&env, true);
-    let net = format!("fwr-{}", short_hash());
-    let (bridge, _) = w.bridge(&net);
+    let w = World::new("fwp-reference", true);
+    let (net, bridge) = w.network("fwr");
     let (id_a, pod_a, res_a) = w.pod(&bridge);
     let (id_b, pod_b, res_b) = w.pod(&bridge);
     // Ours first, then the reference's: it must find our jump.
-    w.call(
-        false,
-        "firewall",
-        "ADD",
-        &id_b,
-        &pod_b,
-        &fw_conf(&net, json!({}), &res_b),
-    )
-    .result();
-    w.call(
-        true,
-        "firewall",
-        "ADD",
-        &id_a,
-        &pod_a,
-        &fw_conf(&net, json!({}), &res_a),
-    )
-    .result();
+    w.firewall(false, "ADD", &net, &id_b, &pod_b, &res_b)
+        .result();
+    w.firewall(true, "ADD", &net, &id_a, &pod_a, &res_a)
+        .result();
     assert!(
         w.reaches_outside(&pod_a, false),
         "the reference's pod is dropped"
@@ -187,13 +155,7 @@ fn reference_and_cnikit_share_the_layout() {
     );
 
     // GC with no valid attachment takes our pod's rules, never the reference's.
-    w.env
-        .plugin("firewall")
-        .command("GC")
-        .conf(&json!({"cniVersion": "1.1.0", "name": net, "type": "firewall", "cni.dev/valid-attachments": []}))
-        .exec_in(&w.node)
-        .run()
-        .ok_silent();
+    w.gc(&json!({"cniVersion": "1.1.0", "name": net, "type": "firewall", "cni.dev/valid-attachments": []}));
     let s = listing(&w, "iptables-nft");
     assert!(
         !s.contains(&first_addr(&res_b, false)) && s.contains(&a4),
@@ -203,38 +165,17 @@ fn reference_and_cnikit_share_the_layout() {
         w.reaches_outside(&pod_a, false),
         "GC took the reference's rules"
     );
-    w.call(
-        false,
-        "firewall",
-        "ADD",
-        &id_b,
-        &pod_b,
-        &fw_conf(&net, json!({}), &res_b),
-    )
-    .result();
-    w.call(
-        true,
-        "firewall",
-        "DEL",
-        &id_a,
-        &pod_a,
-        &fw_conf(&net, json!({}), &res_a),
-    )
-    .ok_silent();
+    w.firewall(false, "ADD", &net, &id_b, &pod_b, &res_b)
+        .result();
+    w.firewall(true, "DEL", &net, &id_a, &pod_a, &res_a)
+        .ok_silent();
     assert!(!w.reaches_outside(&pod_a, false));
     assert!(
         w.reaches_outside(&pod_b, false),
         "the reference's DEL took our pod's rules"
     );
-    w.call(
-        false,
-        "firewall",
-        "DEL",
-        &id_b,
-        &pod_b,
-        &fw_conf(&net, json!({}), &res_b),
-    )
-    .ok_silent();
+    w.firewall(false, "DEL", &net, &id_b, &pod_b, &res_b)
+        .ok_silent();
     let s = listing(&w, "iptables-nft");
     assert!(
         !s.contains(&first_addr(&res_b, false)) && !s.contains(&a4),
@@ -242,11 +183,10 @@ fn reference_and_cnikit_share_the_layout() {
     );
     // A pod the reference added (before the node switched to cnikit): our
     // DEL with its prevResult removes the reference's untagged rules too.
-    let ref_conf = fw_conf(&net, json!({}), &res_a);
-    w.call(true, "firewall", "ADD", &id_a, &pod_a, &ref_conf)
+    w.firewall(true, "ADD", &net, &id_a, &pod_a, &res_a)
         .result();
     assert!(listing(&w, "iptables-nft").contains(&a4));
-    w.call(false, "firewall", "DEL", &id_a, &pod_a, &ref_conf)
+    w.firewall(false, "DEL", &net, &id_a, &pod_a, &res_a)
         .ok_silent();
     let s = listing(&w, "iptables-nft");
     assert!(!s.contains(&a4), "the reference's rules of {a4} stay:\n{s}");
@@ -261,10 +201,8 @@ fn reference_and_cnikit_share_the_layout() {
 #[cfg(feature = "fault-injection")]
 #[test]
 fn every_failure_point_of_an_add_leaves_the_rulesets_as_they_were() {
-    let env = TestEnv::new("fwp-fault");
-    let w = World::new(&env, true);
-    let net = format!("fwf-{}", short_hash());
-    let (bridge, _) = w.bridge(&net);
+    let w = World::new("fwp-fault", true);
+    let (net, bridge) = w.network("fwf");
     let (id, pod, result) = w.pod(&bridge);
     let conf = fw_conf(&net, json!({"ingressPolicy": "same-bridge"}), &result);
     let rulesets = || {
@@ -276,7 +214,8 @@ fn every_failure_point_of_an_add_leaves_the_rulesets_as_they_were() {
     };
     let before = rulesets();
     for n in 1..100 {
-        let out = env
+        let out = w
+            .env
             .plugin("firewall")
             .attach("ADD", &id, &pod, "eth0")
             .env("CNIKIT_FAULT_NETLINK", &n.to_string())

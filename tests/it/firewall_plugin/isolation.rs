@@ -11,12 +11,16 @@ pub(super) fn isolation(w: &World, policy: &str) -> (bool, bool, bool) {
     let (b1, _) = w.bridge(&net);
     let (b2, _) = w.bridge(&format!("{net}x"));
     let pods = [w.pod(&b1), w.pod(&b1), w.pod(&b2)];
-    for ((id, ns, res), b) in pods.iter().zip([&b1, &b1, &b2]) {
-        let conf = fw_conf(
+    // Each pod's firewall config, on its bridge's network.
+    let conf = |res: &Value, b: &Value| {
+        fw_conf(
             b["name"].as_str().unwrap(),
             json!({"ingressPolicy": policy}),
             res,
-        );
+        )
+    };
+    for ((id, ns, res), b) in pods.iter().zip([&b1, &b1, &b2]) {
+        let conf = conf(res, b);
         w.call(false, "firewall", "ADD", id, ns, &conf).result();
         w.call(false, "firewall", "CHECK", id, ns, &conf)
             .ok_silent();
@@ -31,12 +35,8 @@ pub(super) fn isolation(w: &World, policy: &str) -> (bool, bool, bool) {
     };
     let verdicts = (to(1), to(2), w.reaches_outside(&pods[0].1, false));
     for ((id, ns, res), b) in pods.iter().zip([&b1, &b1, &b2]) {
-        let conf = fw_conf(
-            b["name"].as_str().unwrap(),
-            json!({"ingressPolicy": policy}),
-            res,
-        );
-        w.call(false, "firewall", "DEL", id, ns, &conf).ok_silent();
+        w.call(false, "firewall", "DEL", id, ns, &conf(res, b))
+            .ok_silent();
         w.call(false, "bridge", "DEL", id, ns, b).ok_silent();
     }
     verdicts
@@ -48,8 +48,7 @@ pub(super) fn isolation(w: &World, policy: &str) -> (bool, bool, bool) {
 /// bridge apart. `iptables -S` lists the reference's isolation chains.
 #[test]
 fn same_bridge_isolation_with_iptables() {
-    let env = TestEnv::new("fwp-iso");
-    let w = World::new(&env, true);
+    let w = World::new("fwp-iso", true);
     assert_eq!(isolation(&w, "open"), (true, true, true), "open");
     assert_eq!(
         isolation(&w, "same-bridge"),
@@ -80,13 +79,7 @@ fn same_bridge_isolation_with_iptables() {
             b["ifname"].as_str().unwrap(),
         ]);
     }
-    w.env
-        .plugin("firewall")
-        .command("GC")
-        .conf(&json!({"cniVersion": "1.1.0", "name": "any", "type": "firewall", "cni.dev/valid-attachments": []}))
-        .exec_in(&w.node)
-        .run()
-        .ok_silent();
+    w.gc(&json!({"cniVersion": "1.1.0", "name": "any", "type": "firewall", "cni.dev/valid-attachments": []}));
     let s = listing(&w, "iptables-nft");
     let stage_rules: Vec<&str> = s
         .lines()

@@ -28,13 +28,15 @@ pub(super) const NODE_UPLINK6: &str = "2001:db8:51::1";
 /// Where the outside's servers listen.
 pub(super) const TCP_PORT: u16 = 7000;
 
-/// The node and the outside, connected; `iptables`: whether the node runs
-/// iptables-nft (policy drop and other software's rules) or nothing.
-pub(super) struct World<'e> {
-    pub env: &'e TestEnv,
+/// One test's world: the node and the outside, connected; `iptables`: whether
+/// the node runs iptables-nft (policy drop and other software's rules) or
+/// nothing.
+pub(super) struct World {
     pub node: Netns,
     pub outside: Netns,
     _servers: Servers,
+    /// Last: dropped after the servers in its namespaces.
+    pub env: TestEnv,
 }
 
 /// Run `cmd ARGS` inside netns `ns`; success, stdout and stderr.
@@ -51,8 +53,9 @@ pub(super) fn must(ns: &Netns, cmd: &str, args: &[&str]) -> String {
     out
 }
 
-impl<'e> World<'e> {
-    pub(super) fn new(env: &'e TestEnv, iptables: bool) -> World<'e> {
+impl World {
+    pub(super) fn new(test: &str, iptables: bool) -> World {
+        let env = TestEnv::new(test);
         let (node, outside) = (env.netns(), env.netns());
         let (up, down) = (ifname_with("fwup"), ifname_with("fwdn"));
         ip(&[
@@ -156,6 +159,14 @@ impl<'e> World<'e> {
         }
     }
 
+    /// A new network of a unique name starting with `prefix`, and its gateway
+    /// bridge's config ([`World::bridge`]).
+    pub(super) fn network(&self, prefix: &str) -> (String, Value) {
+        let net = format!("{prefix}-{}", short_hash());
+        let (bridge, _) = self.bridge(&net);
+        (net, bridge)
+    }
+
     /// A gateway bridge of a new network (dual-stack ipamd) and its name.
     pub(super) fn bridge(&self, net: &str) -> (Value, String) {
         let br = ifname_with("fwpb");
@@ -207,8 +218,39 @@ impl<'e> World<'e> {
         tcp_ask(Some(&pod.path), &addr).is_some_and(|a| a.starts_with("outside"))
     }
 
+    /// The firewall plugin (ours, or the reference's) for the pod `id` in
+    /// `pod` of network `net`, with no options, chained after `prev`.
+    pub(super) fn firewall(
+        &self,
+        reference: bool,
+        verb: &str,
+        net: &str,
+        id: &str,
+        pod: &Netns,
+        prev: &Value,
+    ) -> Outcome {
+        let conf = fw_conf(net, json!({}), prev);
+        self.call(reference, "firewall", verb, id, pod, &conf)
+    }
+
+    /// The firewall plugin's GC with `conf`, run in the node; it must pass silently.
+    pub(super) fn gc(&self, conf: &Value) {
+        self.env
+            .plugin("firewall")
+            .command("GC")
+            .conf(conf)
+            .exec_in(&self.node)
+            .run()
+            .ok_silent();
+    }
+
     pub(super) fn iptables(&self, args: &[&str]) -> String {
         must(&self.node, "iptables-nft", args)
+    }
+
+    /// `nft list table inet cnikit` in the node: cnikit's own table.
+    pub(super) fn own_table(&self) -> String {
+        must(&self.node, "nft", &["list", "table", "inet", "cnikit"])
     }
 }
 

@@ -9,8 +9,7 @@ use super::*;
 /// of theirs; GC also drops the isolation of bridges that are gone.
 #[test]
 fn own_table_without_iptables() {
-    let env = TestEnv::new("fwp-own");
-    let w = World::new(&env, false);
+    let w = World::new("fwp-own", false);
     assert_eq!(isolation(&w, "same-bridge"), (true, false, true));
     let net = format!("fwo-{}", short_hash());
     let (bridge, br) = w.bridge(&net);
@@ -26,7 +25,7 @@ fn own_table_without_iptables() {
         w.call(false, "firewall", "ADD", id, ns, &conf(res))
             .result();
     }
-    let table = must(&w.node, "nft", &["list", "table", "inet", "cnikit"]);
+    let table = w.own_table();
     assert!(
         table.contains("fw-forward") && table.contains(&pods[0].0),
         "{table}"
@@ -39,14 +38,8 @@ fn own_table_without_iptables() {
         "cniVersion": "1.1.0", "name": net, "type": "firewall",
         "cni.dev/valid-attachments": [{"containerID": pods[0].0, "ifname": "eth0"}],
     });
-    w.env
-        .plugin("firewall")
-        .command("GC")
-        .conf(&gc)
-        .exec_in(&w.node)
-        .run()
-        .ok_silent();
-    let table = must(&w.node, "nft", &["list", "table", "inet", "cnikit"]);
+    w.gc(&gc);
+    let table = w.own_table();
     assert!(
         table.contains(&pods[0].0) && !table.contains(&pods[1].0),
         "{table}"
@@ -57,21 +50,15 @@ fn own_table_without_iptables() {
     for (id, ns, _) in &pods {
         w.call(false, "bridge", "DEL", id, ns, &bridge).ok_silent();
     }
-    let table = must(&w.node, "nft", &["list", "table", "inet", "cnikit"]);
+    let table = w.own_table();
     assert!(!table.contains(&pods[0].0), "{table}");
     assert!(
         table.contains(&format!("\"{br}\"")),
         "the bridge's isolation stays:\n{table}"
     );
     ip(&["-n", &w.node.name, "link", "del", &br]);
-    w.env
-        .plugin("firewall")
-        .command("GC")
-        .conf(&gc)
-        .exec_in(&w.node)
-        .run()
-        .ok_silent();
-    let table = must(&w.node, "nft", &["list", "table", "inet", "cnikit"]);
+    w.gc(&gc);
+    let table = w.own_table();
     assert!(
         !table.contains(&format!("\"{br}\"")),
         "GC kept a gone bridge's isolation:\n{table}"
