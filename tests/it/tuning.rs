@@ -81,6 +81,55 @@ fn backups(dir: &Path) -> Vec<(String, String)> {
     v
 }
 
+/// One pod for the tests of our plugin alone: a netns whose `eth0` has a prevResult, a
+/// backup dir, and the link as it was before any ADD.
+struct Pod<'e> {
+    env: &'e TestEnv,
+    ns: Netns,
+    prev: Value,
+    dir: PathBuf,
+    before: Value,
+}
+
+impl<'e> Pod<'e> {
+    fn new(env: &'e TestEnv) -> Pod<'e> {
+        let (ns, prev) = pod_with(env, "eth0");
+        let before = link_state(&ns, "eth0");
+        Pod {
+            env,
+            ns,
+            prev,
+            dir: env.dir("tun"),
+            before,
+        }
+    }
+
+    /// A 1.0.0 configuration with `extra`, chained after the pod's prevResult.
+    fn conf(&self, extra: Value) -> Value {
+        conf("1.0.0", &self.dir, &self.prev, extra)
+    }
+
+    /// Our plugin's `verb` of container `id` with `conf`.
+    fn ours(&self, verb: &str, id: &str, conf: &Value) -> Call {
+        call(self.env, false, verb, id, &self.ns, conf)
+    }
+
+    /// Our ADD of container `c` with the configuration `extra` makes.
+    fn add(&self, extra: Value) -> Call {
+        self.ours("ADD", "c", &self.conf(extra))
+    }
+
+    /// The link is as it was before any ADD, and no backup is left.
+    fn assert_restored(&self, what: &str) {
+        assert_eq!(
+            link_state(&self.ns, "eth0"),
+            self.before,
+            "{what}: link put back"
+        );
+        assert!(backups(&self.dir).is_empty(), "{what}: a backup is left");
+    }
+}
+
 /// Proves: with the same configuration (sysctls with IFNAME, mac, mtu, promisc, allmulti)
 /// ours and the reference set the same sysctls and link settings, print the same result
 /// (the interface's new MAC in it), write the same backup file (`<cid>_<ifname>.json`,
@@ -232,10 +281,8 @@ fn args_capability_txqlen_and_dotted_names() {
 #[test]
 fn refusals_and_failures_leave_nothing() {
     let env = TestEnv::new("tuning_failures");
-    let (ns, prev) = pod_with(&env, "eth0");
-    let dir = env.dir("tun");
-    let before = link_state(&ns, "eth0");
-    let arp = || sysctl_in(&ns, "net.ipv4.conf.eth0.arp_notify");
+    let pod = Pod::new(&env);
+    let arp = || sysctl_in(&pod.ns, "net.ipv4.conf.eth0.arp_notify");
     assert_eq!(arp(), "0");
     for (extra, needle) in [
         (
@@ -245,72 +292,41 @@ fn refusals_and_failures_leave_nothing() {
         (json!({"sysctl": {"net/../kernel/hostname": "x"}}), ".."),
         (json!({"mtu": 20}), "mtu"),
     ] {
-        call(
-            &env,
-            false,
-            "ADD",
-            "c",
-            &ns,
-            &conf("1.0.0", &dir, &prev, extra),
-        )
-        .run()
-        .expect_err(7, &[needle]);
+        pod.add(extra).run().expect_err(7, &[needle]);
     }
     let dup = format!(
         r#"{{"cniVersion":"1.0.0","name":"tun","type":"tuning","dataDir":{},"prevResult":{},
             "sysctl":{{"net.core.somaxconn":"1","net.core.somaxconn":"2"}}}}"#,
-        json!(dir),
-        prev
+        json!(pod.dir),
+        pod.prev
     );
     env.plugin("tuning")
-        .attach("ADD", "c", &ns, "eth0")
+        .attach("ADD", "c", &pod.ns, "eth0")
         .stdin(dup)
         .run()
         .expect_err(7, &["twice"]);
-    let mut no_prev = conf("1.0.0", &dir, &prev, json!({"mtu": 1400}));
+    let mut no_prev = pod.conf(json!({"mtu": 1400}));
     no_prev.as_object_mut().unwrap().remove("prevResult");
-    call(&env, false, "ADD", "c", &ns, &no_prev)
+    pod.ours("ADD", "c", &no_prev)
         .run()
         .expect_err(7, &["prevResult"]);
-    call(
-        &env,
-        false,
-        "ADD",
-        "c",
-        &ns,
-        &conf("1.0.0", &dir, &prev, json!({"mtu": 1400})),
-    )
-    .netns_path("/proc/self/ns/net")
-    .run()
-    .expect_err(4, &["own network namespace"]);
+    pod.add(json!({"mtu": 1400}))
+        .netns_path("/proc/self/ns/net")
+        .run()
+        .expect_err(4, &["own network namespace"]);
 
     let unknown = json!({"sysctl": {"net.ipv4.conf.IFNAME.arp_notify": "1",
                                     "net.ipv4.no_such_setting": "1"}, "mtu": 1400});
-    call(
-        &env,
-        false,
-        "ADD",
-        "c",
-        &ns,
-        &conf("1.0.0", &dir, &prev, unknown),
-    )
-    .run()
-    .expect_err(100, &["net.ipv4.no_such_setting"]);
+    pod.add(unknown)
+        .run()
+        .expect_err(100, &["net.ipv4.no_such_setting"]);
     let multicast = json!({"sysctl": {"net.ipv4.conf.IFNAME.arp_notify": "1"},
                            "mtu": 1400, "promisc": true, "mac": "01:00:5e:00:00:01"});
-    call(
-        &env,
-        false,
-        "ADD",
-        "c",
-        &ns,
-        &conf("1.0.0", &dir, &prev, multicast),
-    )
-    .run()
-    .expect_err(100, &["01:00:5e:00:00:01"]);
+    pod.add(multicast)
+        .run()
+        .expect_err(100, &["01:00:5e:00:00:01"]);
     assert_eq!(arp(), "0", "sysctls put back");
-    assert_eq!(link_state(&ns, "eth0"), before, "link put back");
-    assert!(backups(&dir).is_empty(), "no backup left");
+    pod.assert_restored("the failed ADDs");
 }
 
 /// Proves: DEL never fails: with a configuration ADD would refuse it still restores
@@ -319,45 +335,25 @@ fn refusals_and_failures_leave_nothing() {
 #[test]
 fn del_never_fails() {
     let env = TestEnv::new("tuning_del");
-    let (ns, prev) = pod_with(&env, "eth0");
-    let dir = env.dir("tun");
-    let before = link_state(&ns, "eth0");
-    let c = conf("1.0.0", &dir, &prev, json!({"mtu": 1400}));
-    call(&env, false, "ADD", "c1", &ns, &c).run().result();
-    let broken = conf(
-        "1.0.0",
-        &dir,
-        &prev,
-        json!({"mtu": "big", "sysctl": {"kernel.x": 1}, "mac": 7}),
-    );
-    call(&env, false, "DEL", "c1", &ns, &broken)
-        .run()
-        .ok_silent();
-    assert_eq!(link_state(&ns, "eth0"), before);
+    let pod = Pod::new(&env);
+    let c = pod.conf(json!({"mtu": 1400}));
+    pod.ours("ADD", "c1", &c).run().result();
+    let broken = pod.conf(json!({"mtu": "big", "sysctl": {"kernel.x": 1}, "mac": 7}));
+    pod.ours("DEL", "c1", &broken).run().ok_silent();
+    assert_eq!(link_state(&pod.ns, "eth0"), pod.before);
 
-    call(&env, false, "ADD", "c2", &ns, &c).run().result();
-    assert_eq!(backups(&dir).len(), 1);
-    env.del_netns(&ns);
-    call(&env, false, "DEL", "c2", &ns, &c).run().ok_silent();
+    pod.ours("ADD", "c2", &c).run().result();
+    assert_eq!(backups(&pod.dir).len(), 1);
+    env.del_netns(&pod.ns);
+    pod.ours("DEL", "c2", &c).run().ok_silent();
     assert!(
-        backups(&dir).is_empty(),
+        backups(&pod.dir).is_empty(),
         "the backup of a gone pod is dropped"
     );
-    call(&env, false, "DEL", "c3", &ns, &c)
-        .netns_path("")
-        .run()
-        .ok_silent();
+    pod.ours("DEL", "c3", &c).netns_path("").run().ok_silent();
     let missing = PathBuf::from("/nonexistent/tuning");
-    call(
-        &env,
-        false,
-        "DEL",
-        "c4",
-        &ns,
-        &conf("1.0.0", &missing, &prev, json!({})),
-    )
-    .run()
-    .ok_silent();
+    let nowhere = conf("1.0.0", &missing, &pod.prev, json!({}));
+    pod.ours("DEL", "c4", &nowhere).run().ok_silent();
     assert!(!missing.exists());
 }
 
@@ -367,8 +363,7 @@ fn del_never_fails() {
 #[test]
 fn sysctl_allowlist() {
     let env = TestEnv::new("tuning_allowlist");
-    let (ns, prev) = pod_with(&env, "eth0");
-    let dir = env.dir("tun");
+    let pod = Pod::new(&env);
     let wrapper = env.tmp.join("tuning-with-allowlist");
     std::fs::write(
         &wrapper,
@@ -383,15 +378,15 @@ fn sysctl_allowlist() {
     use std::os::unix::fs::PermissionsExt;
     std::fs::set_permissions(&wrapper, std::fs::Permissions::from_mode(0o755)).unwrap();
     let run = |key: &str| {
-        let c = conf("1.0.0", &dir, &prev, json!({"sysctl": {key: "1"}}));
+        let c = pod.conf(json!({"sysctl": {key: "1"}}));
         Call::new(wrapper.clone())
             .env("ALLOW", "^net\\.ipv4\\.conf\\.IFNAME\\.[a-z_]+$")
-            .attach("ADD", "c", &ns, "eth0")
+            .attach("ADD", "c", &pod.ns, "eth0")
             .conf(&c)
             .run()
     };
     run("net.ipv4.conf.IFNAME.arp_notify").result();
-    assert_eq!(sysctl_in(&ns, "net.ipv4.conf.eth0.arp_notify"), "1");
+    assert_eq!(sysctl_in(&pod.ns, "net.ipv4.conf.eth0.arp_notify"), "1");
     run("net.ipv4.ip_forward").expect_err(7, &["not allowed", "net.ipv4.ip_forward"]);
-    assert_eq!(sysctl_in(&ns, "net.ipv4.ip_forward"), "0");
+    assert_eq!(sysctl_in(&pod.ns, "net.ipv4.ip_forward"), "0");
 }
