@@ -23,6 +23,20 @@ fn net_name() -> String {
     format!("hl-{}", short_hash())
 }
 
+/// One test's world: its subnets, a lease directory (`dataDir`, named after `what`) and
+/// a new network name.
+fn world(test: &str, what: &str) -> (TestEnv, Subnets, PathBuf, String) {
+    let env = TestEnv::new(test);
+    let nets = env.subnets();
+    let dir = env.dir(what);
+    (env, nets, dir, net_name())
+}
+
+/// The one range set of a /29 (five addresses and the gateway) at the start of `nets`.
+fn slash29(nets: &Subnets) -> Value {
+    json!([[{"subnet": format!("{}/29", nets.v4_addr(0))}]])
+}
+
 /// A call of ours or of the reference for attachment `id`/eth0.
 fn call(env: &TestEnv, reference: bool, verb: &str, id: &str, conf: &Value) -> Call {
     let p = if reference {
@@ -134,19 +148,9 @@ fn same_results_and_files_as_the_reference() {
 /// both agree when the set is full.
 #[test]
 fn each_uses_the_others_leases_without_double_allocation() {
-    let env = TestEnv::new("host_local_switch");
-    let nets = env.subnets();
-    let dir = env.dir("shared");
-    let name = net_name();
+    let (env, nets, dir, name) = world("host_local_switch", "shared");
     // .1 is the gateway: .2 - .6 are the five addresses of a /29.
-    let c = conf(
-        "1.0.0",
-        &name,
-        ipam(
-            &dir,
-            json!([[{"subnet": format!("{}/29", nets.v4_addr(0))}]]),
-        ),
-    );
+    let c = conf("1.0.0", &name, ipam(&dir, slash29(&nets)));
     let mut held: BTreeMap<String, String> = BTreeMap::new();
     for (i, reference) in [true, false, true, false, true].into_iter().enumerate() {
         let id = format!("ctr-{i}");
@@ -190,10 +194,7 @@ fn each_uses_the_others_leases_without_double_allocation() {
 /// taken; CHECK finds it and DEL frees it, as with the reference.
 #[test]
 fn id_only_leases_are_honoured_and_freed() {
-    let env = TestEnv::new("host_local_id_only");
-    let nets = env.subnets();
-    let dir = env.dir("old");
-    let name = net_name();
+    let (env, nets, dir, name) = world("host_local_id_only", "old");
     let c = conf("0.4.0", &name, ipam(&dir, nets.v4_ranges()));
     let net = dir.join(&name);
     std::fs::create_dir_all(&net).unwrap();
@@ -209,10 +210,7 @@ fn id_only_leases_are_honoured_and_freed() {
 /// different addresses, and the 40 DELs at once leave no lease.
 #[test]
 fn parallel_adds_of_both_never_share_an_address() {
-    let env = TestEnv::new("host_local_parallel");
-    let nets = env.subnets();
-    let dir = env.dir("par");
-    let name = net_name();
+    let (env, nets, dir, name) = world("host_local_parallel", "par");
     let c = conf("1.0.0", &name, ipam(&dir, nets.dual_ranges()));
     let results: Vec<Value> = std::thread::scope(|s| {
         let handles: Vec<_> = (0..40)
@@ -250,10 +248,7 @@ fn parallel_adds_of_both_never_share_an_address() {
 /// comes first, before the configured sets, as in the reference.
 #[test]
 fn requested_addresses_and_runtime_ranges() {
-    let env = TestEnv::new("host_local_requested");
-    let nets = env.subnets();
-    let dir = env.dir("req");
-    let name = net_name();
+    let (env, nets, dir, name) = world("host_local_requested", "req");
     let c = conf("1.0.0", &name, ipam(&dir, nets.dual_ranges()));
     let net = dir.join(&name);
     let r = call(&env, false, "ADD", "ctr-1", &c)
@@ -308,10 +303,7 @@ fn requested_addresses_and_runtime_ranges() {
 /// creates nothing.
 #[test]
 fn repeated_add_and_forgiving_del() {
-    let env = TestEnv::new("host_local_repeat");
-    let nets = env.subnets();
-    let dir = env.dir("rep");
-    let name = net_name();
+    let (env, nets, dir, name) = world("host_local_repeat", "rep");
     let c = conf("1.0.0", &name, ipam(&dir, nets.dual_ranges()));
     let r1 = add(&env, false, "ctr-1", &c);
     assert_eq!(add(&env, false, "ctr-1", &c), r1);
@@ -362,18 +354,8 @@ fn default_data_dir_is_the_references() {
 /// full; GC frees every lease but the valid attachments'; both need 1.1.0.
 #[test]
 fn status_and_gc() {
-    let env = TestEnv::new("host_local_status_gc");
-    let nets = env.subnets();
-    let dir = env.dir("gc");
-    let name = net_name();
-    let c = conf(
-        "1.1.0",
-        &name,
-        ipam(
-            &dir,
-            json!([[{"subnet": format!("{}/29", nets.v4_addr(0))}]]),
-        ),
-    );
+    let (env, nets, dir, name) = world("host_local_status_gc", "gc");
+    let c = conf("1.1.0", &name, ipam(&dir, slash29(&nets)));
     call(&env, false, "STATUS", "", &c).run().ok_silent();
     for i in 0..5 {
         add(&env, false, &format!("ctr-{i}"), &c);
@@ -404,11 +386,8 @@ fn status_and_gc() {
 /// directory, the reference host-local is run and its 1.1.0 refusal comes through.
 #[test]
 fn behind_bridge() {
-    let env = TestEnv::new("host_local_behind_bridge");
-    let nets = env.subnets();
-    let dir = env.dir("br");
+    let (env, nets, dir, name) = world("host_local_behind_bridge", "br");
     let br = env.link_name("hlb");
-    let name = net_name();
     let c = json!({"cniVersion": "1.1.0", "name": name, "type": "bridge", "bridge": br,
         "isGateway": true, "ipam": ipam(&dir, nets.dual_ranges())});
     let pod = env.pod("bridge", &c);
