@@ -26,7 +26,50 @@ struct Walk<'e> {
     host_ports: Option<String>,
 }
 
-impl Walk<'_> {
+impl<'e> Walk<'e> {
+    /// A walk of network `network` (IPAM `ipam`) in a new netns.
+    fn new(
+        env: &'e TestEnv,
+        network: &'static str,
+        ipam: Value,
+        host_ports: Option<String>,
+    ) -> Walk<'e> {
+        Walk {
+            env,
+            ns: env.netns(),
+            ipam,
+            network,
+            host_ports,
+        }
+    }
+
+    /// A gateway bridge of network `network` over `ipam`, with the `extra` keys: the walk
+    /// of its attachments (which also looks at the bridge's ports) and the bridge config.
+    fn bridge(
+        env: &'e TestEnv,
+        network: &'static str,
+        ipam: Value,
+        extra: Value,
+    ) -> (Walk<'e>, Value) {
+        let bridge = env.link_name("fbr");
+        let conf = merged(
+            json!({
+                "cniVersion": "1.0.0", "name": network, "type": "bridge", "bridge": bridge,
+                "isGateway": true, "ipam": ipam,
+            }),
+            extra,
+        );
+        (Walk::new(env, network, ipam, Some(bridge)), conf)
+    }
+
+    /// `verb` of `plugin` for container `id` in the walk's netns, with `conf`.
+    fn call(&self, plugin: &str, verb: &str, id: &str, conf: &Value) -> Call {
+        self.env
+            .plugin(plugin)
+            .attach(verb, id, &self.ns, "eth0")
+            .conf(conf)
+    }
+
     /// Nothing of container `id` is left: only lo in the netns, no lease, no
     /// nft element, no portmap marker, no port on the bridge.
     fn assert_clean(&self, id: &str, what: &str) {
@@ -60,11 +103,8 @@ impl Walk<'_> {
             let what = format!("{} ADD failing at {fault}={n}", steps.plugin);
             (steps.before)();
             let out = self
-                .env
-                .plugin(steps.plugin)
-                .attach("ADD", id, &self.ns, "eth0")
+                .call(steps.plugin, "ADD", id, &steps.conf)
                 .env(fault, &n.to_string())
-                .conf(&steps.conf)
                 .run();
             let failed = !out.success();
             if failed {
@@ -72,13 +112,8 @@ impl Walk<'_> {
                 let text = format!("{} {}", e.msg, e.details);
                 assert!(text.contains("injected failure"), "{what}: {e:?}");
             }
-            for del in &steps.dels {
-                self.env
-                    .plugin(del.0)
-                    .attach("DEL", id, &self.ns, "eth0")
-                    .conf(&del.1)
-                    .run()
-                    .ok_silent();
+            for (plugin, conf) in &steps.dels {
+                self.call(plugin, "DEL", id, conf).run().ok_silent();
             }
             self.assert_clean(id, &what);
             if !failed {
@@ -101,52 +136,38 @@ struct Steps<'a> {
     dels: Vec<(&'static str, Value)>,
 }
 
+impl Steps<'static> {
+    /// The ADD of `plugin` alone, with nothing before it and its own DEL after.
+    fn alone(plugin: &'static str, conf: &Value) -> Steps<'static> {
+        Steps {
+            plugin,
+            conf: conf.clone(),
+            before: &|| {},
+            dels: vec![(plugin, conf.clone())],
+        }
+    }
+}
+
 /// bridge with ipMasq and macspoofchk over in-process ipamd, then portmap
 /// chained after it: every send of each ADD fails once.
 #[test]
 fn every_failure_point_of_a_bridge_portmap_add_leaves_nothing() {
     let env = TestEnv::new("fault_bridge_portmap");
-    let bridge = env.link_name("fbr");
     let ipam = env.ipam(Ipam::Ipamd, env.subnets().v4_ranges());
-    let bridge_conf = json!({
-        "cniVersion": "1.0.0", "name": "faultnet", "type": "bridge", "bridge": bridge,
-        "isGateway": true, "ipMasq": true, "macspoofchk": true, "ipam": ipam,
-    });
-    let walk = Walk {
-        env: &env,
-        ns: env.netns(),
-        ipam,
-        network: "faultnet",
-        host_ports: Some(bridge.clone()),
-    };
+    let extra = json!({"ipMasq": true, "macspoofchk": true});
+    let (walk, bridge_conf) = Walk::bridge(&env, "faultnet", ipam, extra);
     let id = cid("fault-br");
-    let bridge_steps = Steps {
-        plugin: "bridge",
-        conf: bridge_conf.clone(),
-        before: &|| {},
-        dels: vec![("bridge", bridge_conf.clone())],
-    };
+    let bridge_steps = Steps::alone("bridge", &bridge_conf);
     let points = FAULTS.map(|fault| walk.every(fault, &id, &bridge_steps));
     eprintln!("bridge ADD: {points:?} failure points ({FAULTS:?}), each failed once");
     assert!(points[0] > 5 && points[1] > 0, "{points:?}");
 
     // portmap after a bridge ADD that works; the runtime then DELs both.
-    let add_bridge = || {
-        env.plugin("bridge")
-            .attach("ADD", &id, &walk.ns, "eth0")
-            .conf(&bridge_conf)
-            .run()
-            .result()
-    };
-    let del_bridge = || {
-        env.plugin("bridge")
-            .attach("DEL", &id, &walk.ns, "eth0")
-            .conf(&bridge_conf)
-            .run()
-            .ok_silent();
-    };
+    let add_bridge = || walk.call("bridge", "ADD", &id, &bridge_conf).run().result();
     let prev = add_bridge();
-    del_bridge();
+    walk.call("bridge", "DEL", &id, &bridge_conf)
+        .run()
+        .ok_silent();
     let mappings = json!([{"hostPort": host_port(), "containerPort": 80, "protocol": "tcp"}]);
     let pm = json!({
         "cniVersion": "1.0.0", "name": "faultnet", "type": "portmap",
@@ -173,19 +194,8 @@ fn every_failure_point_of_a_macvlan_add_leaves_nothing() {
         "cniVersion": "1.0.0", "name": "faultmv", "type": "macvlan", "master": master,
         "ipam": ipam,
     });
-    let walk = Walk {
-        env: &env,
-        ns: env.netns(),
-        ipam,
-        network: "faultmv",
-        host_ports: None,
-    };
-    let steps = Steps {
-        plugin: "macvlan",
-        conf: conf.clone(),
-        before: &|| {},
-        dels: vec![("macvlan", conf.clone())],
-    };
+    let walk = Walk::new(&env, "faultmv", ipam, None);
+    let steps = Steps::alone("macvlan", &conf);
     let id = cid("fault-mv");
     let points = FAULTS.map(|fault| walk.every(fault, &id, &steps));
     eprintln!("macvlan ADD: {points:?} failure points ({FAULTS:?}), each failed once");
@@ -199,37 +209,16 @@ fn every_failure_point_of_a_macvlan_add_leaves_nothing() {
 #[test]
 fn every_failure_point_of_host_local_and_tuning_adds_leaves_nothing() {
     let env = TestEnv::new("fault_host_local_tuning");
-    let bridge = env.link_name("fhl");
     let ipam = env.ipam(Ipam::HostLocal, env.subnets().dual_ranges());
-    let bridge_conf = json!({
-        "cniVersion": "1.0.0", "name": "faulthl", "type": "bridge", "bridge": bridge,
-        "isGateway": true, "ipam": ipam,
-    });
-    let walk = Walk {
-        env: &env,
-        ns: env.netns(),
-        ipam,
-        network: "faulthl",
-        host_ports: Some(bridge.clone()),
-    };
+    let (walk, bridge_conf) = Walk::bridge(&env, "faulthl", ipam, json!({}));
     let id = cid("fault-hl");
-    let steps = Steps {
-        plugin: "bridge",
-        conf: bridge_conf.clone(),
-        before: &|| {},
-        dels: vec![("bridge", bridge_conf.clone())],
-    };
+    let steps = Steps::alone("bridge", &bridge_conf);
     let points = FAULTS.map(|fault| walk.every(fault, &id, &steps));
     eprintln!("bridge + host-local ADD: {points:?} failure points ({FAULTS:?})");
     // Two lease files written and fsynced, two round-robin hints, the directory.
     assert!(points[0] > 5 && points[1] >= 5, "{points:?}");
 
-    let prev = env
-        .plugin("bridge")
-        .attach("ADD", &id, &walk.ns, "eth0")
-        .conf(&bridge_conf)
-        .run()
-        .result();
+    let prev = walk.call("bridge", "ADD", &id, &bridge_conf).run().result();
     let dir = env.dir("tuning");
     let tuning = json!({
         "cniVersion": "1.0.0", "name": "faulthl", "type": "tuning", "dataDir": dir,
@@ -251,11 +240,9 @@ fn every_failure_point_of_host_local_and_tuning_adds_leaves_nothing() {
     };
     let before = state();
     for n in 1..MAX_SENDS {
-        let out = env
-            .plugin("tuning")
-            .attach("ADD", &id, &walk.ns, "eth0")
+        let out = walk
+            .call("tuning", "ADD", &id, &tuning)
             .env("CNIKIT_FAULT_NETLINK", &n.to_string())
-            .conf(&tuning)
             .run();
         if out.success() {
             eprintln!("tuning ADD: {} failure points", n - 1);
@@ -271,17 +258,8 @@ fn every_failure_point_of_host_local_and_tuning_adds_leaves_nothing() {
             "{what}: a backup is left"
         );
     }
-    for plugin in ["tuning", "bridge"] {
-        let conf = if plugin == "tuning" {
-            &tuning
-        } else {
-            &bridge_conf
-        };
-        env.plugin(plugin)
-            .attach("DEL", &id, &walk.ns, "eth0")
-            .conf(conf)
-            .run()
-            .ok_silent();
+    for (plugin, conf) in [("tuning", &tuning), ("bridge", &bridge_conf)] {
+        walk.call(plugin, "DEL", &id, conf).run().ok_silent();
     }
     walk.assert_clean(&id, "after the DELs");
     assert_eq!(std::fs::read_dir(&dir).unwrap().count(), 0);
