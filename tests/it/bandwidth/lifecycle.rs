@@ -50,21 +50,15 @@ fn del_removes_qdiscs_and_ifb_also_without_netns() {
 #[test]
 fn check_finds_changed_or_missing_shaping() {
     let env = TestEnv::new("bw-check");
-    let (net, bridge) = network(&env);
-    let pod = env.pod("bridge", &bridge);
+    let (net, pod, veth) = pod_on_network(&env);
     let conf = bw_conf(&net, both_ways(), &pod.result);
     let bw = pod.chained("bandwidth", &conf);
     let result = bw.add();
     bw.check(&result);
-    let veth = host_veth(&pod.result);
-    let (ok, _, err) = sh(
-        "tc",
-        &[
-            "qdisc", "change", "dev", &veth, "root", "handle", "1:", "tbf", "rate", "1mbit",
-            "burst", "100000", "latency", "25ms",
-        ],
-    );
-    assert!(ok, "{err}");
+    tc_ok(&[
+        "qdisc", "change", "dev", &veth, "root", "handle", "1:", "tbf", "rate", "1mbit", "burst",
+        "100000", "latency", "25ms",
+    ]);
     let o = bw.call("CHECK").conf(&with_prev(&conf, &result)).run();
     o.expect_err(100, &["rate", &veth]);
     bw.del();
@@ -82,9 +76,7 @@ fn check_finds_changed_or_missing_shaping() {
 #[test]
 fn capability_with_go_keys_and_config_precedence() {
     let env = TestEnv::new("bw-capability");
-    let (net, bridge) = network(&env);
-    let pod = env.pod("bridge", &bridge);
-    let veth = host_veth(&pod.result);
+    let (net, pod, veth) = pod_on_network(&env);
     let cap = json!({"runtimeConfig": {"bandwidth": {"IngressRate": 16_000_000, "IngressBurst": 1_600_000}}});
     let bw = pod.chained("bandwidth", &bw_conf(&net, cap.clone(), &pod.result));
     let result = bw.add();
@@ -123,16 +115,10 @@ fn capability_with_go_keys_and_config_precedence() {
 #[test]
 fn a_failed_add_leaves_nothing() {
     let env = TestEnv::new("bw-failed-add");
-    let (net, bridge) = network(&env);
-    let pod = env.pod("bridge", &bridge);
-    let veth = host_veth(&pod.result);
-    let (ok, _, err) = sh(
-        "tc",
-        &[
-            "qdisc", "add", "dev", &veth, "root", "handle", "2:", "pfifo",
-        ],
-    );
-    assert!(ok, "{err}");
+    let (net, pod, veth) = pod_on_network(&env);
+    tc_ok(&[
+        "qdisc", "add", "dev", &veth, "root", "handle", "2:", "pfifo",
+    ]);
     let bw = pod.chained("bandwidth", &bw_conf(&net, both_ways(), &pod.result));
     bw.try_add().expect_err(100, &[&veth, "tbf"]);
     let kinds: Vec<Value> = qdiscs(&veth).iter().map(|q| q["kind"].clone()).collect();
@@ -204,9 +190,7 @@ fn gc_removes_ifbs_of_gone_containers() {
 #[test]
 fn every_failure_point_of_an_add_leaves_nothing() {
     let env = TestEnv::new("bw-fault");
-    let (net, bridge) = network(&env);
-    let pod = env.pod("bridge", &bridge);
-    let veth = host_veth(&pod.result);
+    let (net, pod, veth) = pod_on_network(&env);
     let ifb = ifb_name(&net, &pod.id);
     let bw = pod.chained("bandwidth", &bw_conf(&net, both_ways(), &pod.result));
     for n in 1..100 {
@@ -238,8 +222,7 @@ fn every_failure_point_of_an_add_leaves_nothing() {
 #[test]
 fn one_ifb_per_container_and_network() {
     let env = TestEnv::new("bw-two-ifaces");
-    let (net, bridge) = network(&env);
-    let pod = env.pod("bridge", &bridge);
+    let (net, pod, _) = pod_on_network(&env);
     let second = pod.att.clone().with_ifname("eth1");
     let res2 = second.add();
     let egress = json!({"egressRate": 8_000_000, "egressBurst": 800_000});

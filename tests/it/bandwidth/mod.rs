@@ -22,6 +22,15 @@ pub(super) fn network(env: &TestEnv) -> (String, Value) {
     (net, conf)
 }
 
+/// A pod on the bridge of a new network (see [`network`]): the network's name, the pod
+/// and the host end of its veth.
+pub(super) fn pod_on_network(env: &TestEnv) -> (String, Pod<'_>, String) {
+    let (net, bridge) = network(env);
+    let pod = env.pod("bridge", &bridge);
+    let veth = host_veth(&pod.result);
+    (net, pod, veth)
+}
+
 /// bandwidth of `net` with `keys`, chained after `prev`.
 pub(super) fn bw_conf(net: &str, keys: Value, prev: &Value) -> Value {
     merged(
@@ -46,12 +55,18 @@ pub(super) fn host_veth(result: &Value) -> String {
         .to_string()
 }
 
+/// `tc ARGS`, which must succeed; its stdout.
+pub(super) fn tc_ok(args: &[&str]) -> String {
+    let (ok, out, err) = sh("tc", args);
+    assert!(ok, "tc {args:?}: {err}");
+    out
+}
+
 /// `tc -j ARGS`, parsed (an empty answer is an empty list).
 pub(super) fn tc(args: &[&str]) -> Vec<Value> {
     let mut full = vec!["-j"];
     full.extend_from_slice(args);
-    let (ok, out, err) = sh("tc", &full);
-    assert!(ok, "tc {args:?}: {err}");
+    let out = tc_ok(&full);
     if out.trim().is_empty() {
         return Vec::new();
     }
@@ -199,8 +214,7 @@ fn secs(d: Duration) -> f64 {
 #[test]
 fn shaping_limits_throughput_both_ways() {
     let env = TestEnv::new("bw-throughput");
-    let (net, bridge) = network(&env);
-    let pod = env.pod("bridge", &bridge);
+    let (net, pod, _) = pod_on_network(&env);
     let pod_ip = first_addr(&pod.result, false);
     let gw = pod.result["ips"][0]["gateway"]
         .as_str()
