@@ -22,6 +22,16 @@ fn conf(env: &TestEnv, log: &Path) -> Value {
     })
 }
 
+/// A test's world for one logged network: the log file (not made yet), the network's
+/// config logging to it, and a netns.
+fn logged(test: &str) -> (TestEnv, PathBuf, Value, Netns) {
+    let env = TestEnv::new(test);
+    let log = env.dir("logs").join("cni.log");
+    let conf = conf(&env, &log);
+    let ns = env.netns();
+    (env, log, conf, ns)
+}
+
 /// `plugin` of the test bin dir, run through `sh` with umask 000 (the mode
 /// of a new log file must not depend on it) and `redirect` on its exec.
 fn wrapped(env: &TestEnv, plugin: &str, redirect: &str) -> Call {
@@ -69,10 +79,7 @@ fn parse_line(line: &str, plugin: &str) -> (String, String) {
 /// prints without `logFile`, and the runtime's stderr is what the file got.
 #[test]
 fn every_call_appends_its_stderr_and_outcome() {
-    let env = TestEnv::new("logfile_calls");
-    let log = env.dir("logs").join("cni.log");
-    let conf = conf(&env, &log);
-    let ns = env.netns();
+    let (env, log, conf, ns) = logged("logfile_calls");
     let id = cid("log");
 
     let add = under_umask_000(&env, "bridge")
@@ -192,10 +199,7 @@ fn an_unusable_log_file_never_fails_the_call() {
 /// so the file never becomes stderr itself).
 #[test]
 fn a_closed_stderr_still_logs_whole_lines() {
-    let env = TestEnv::new("logfile_no_stderr");
-    let log = env.dir("logs").join("cni.log");
-    let conf = conf(&env, &log);
-    let ns = env.netns();
+    let (env, log, conf, ns) = logged("logfile_no_stderr");
     wrapped(&env, "bridge", "2>&-")
         .attach("DEL", "no-stderr", &ns, "eth0")
         .cni_args("IgnoreUnknown=1;broken")
@@ -213,10 +217,7 @@ fn a_closed_stderr_still_logs_whole_lines() {
 /// outcome line (one write per line on an O_APPEND file).
 #[test]
 fn concurrent_calls_do_not_tear_lines() {
-    let env = TestEnv::new("logfile_concurrent");
-    let log = env.dir("logs").join("cni.log");
-    let conf = conf(&env, &log);
-    let ns = env.netns();
+    let (env, log, conf, ns) = logged("logfile_concurrent");
     std::thread::scope(|s| {
         for i in 0..12 {
             let (env, conf, ns) = (&env, &conf, &ns);
