@@ -51,6 +51,15 @@ impl Node {
         (out.status.code().expect("exit code"), stdout)
     }
 
+    /// A node whose links all point at the binary (the test bin dir), with the
+    /// network list `pods` and one lease on it.
+    fn with_pods(env: &TestEnv) -> Node {
+        let node = Node::new(env, &env.bin);
+        node.conflist("10-pods.conflist", "pods", pods_plugins());
+        node.lease(env, "pods");
+        node
+    }
+
     /// A network list in the conf dir.
     fn conflist(&self, file: &str, network: &str, plugins: Value) {
         let list = json!({"cniVersion": "1.0.0", "name": network, "plugins": plugins});
@@ -99,9 +108,7 @@ fn pods_plugins() -> Value {
 #[test]
 fn a_good_node_passes_every_check() {
     let env = TestEnv::new("doctor_good");
-    let node = Node::new(&env, &env.bin);
-    node.conflist("10-pods.conflist", "pods", pods_plugins());
-    node.lease(&env, "pods");
+    let node = Node::with_pods(&env);
     let _daemon = Daemon::start(&node.socket, &node.data, &[], &[]);
     let (ok, _, err) = sh(
         "ip",
@@ -152,12 +159,7 @@ fn a_good_node_passes_every_check() {
 fn a_broken_node_is_told_what_to_fix() {
     let env = TestEnv::new("doctor_broken");
     let bin = env.dir("bin");
-    let out = Command::new(cnikit_exe())
-        .args(["install", "--dir"])
-        .arg(&bin)
-        .output()
-        .expect("cnikit install");
-    assert!(out.status.success());
+    install_links(&bin);
     std::fs::remove_file(bin.join("bridge")).unwrap();
     std::os::unix::fs::symlink(Path::new(REF_DIR).join("bridge"), bin.join("bridge")).unwrap();
     let node = Node::new(&env, &bin);
@@ -231,9 +233,7 @@ fn a_broken_node_is_told_what_to_fix() {
 #[test]
 fn a_flushed_ruleset_under_running_pods_fails() {
     let env = TestEnv::new("doctor_flushed");
-    let node = Node::new(&env, &env.bin);
-    node.conflist("10-pods.conflist", "pods", pods_plugins());
-    node.lease(&env, "pods");
+    let node = Node::with_pods(&env);
     let (code, report) = node.doctor(&[]);
     assert_eq!(code, 1, "{report}");
     let nft = line(&report, "nftables");

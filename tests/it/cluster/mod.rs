@@ -177,14 +177,7 @@ pub fn pool(etcd: &str, args: &str) -> std::process::Output {
 
 /// `pool ARGS` must succeed; its stdout.
 pub fn pool_ok(etcd: &str, args: &str) -> String {
-    let out = pool(etcd, args);
-    assert!(
-        out.status.success(),
-        "cnikit ipamd pool {args} failed: {}{}",
-        String::from_utf8_lossy(&out.stdout),
-        String::from_utf8_lossy(&out.stderr)
-    );
-    String::from_utf8_lossy(&out.stdout).into_owned()
+    stdout_ok(&format!("cnikit ipamd pool {args}"), &pool(etcd, args))
 }
 
 /// `pool ARGS` must fail saying `needle`.
@@ -294,21 +287,7 @@ impl Node {
     /// Leases this node's store holds, address → container ID (the daemon answers, or
     /// the store files do without it).
     pub fn leases(&self) -> BTreeMap<IpAddr, String> {
-        let out = Command::new(cnikit_exe())
-            .args(["ipamd", "leases", "--json", "--socket"])
-            .arg(&self.sock)
-            .arg("--data-dir")
-            .arg(&self.data)
-            .output()
-            .expect("run cnikit ipamd leases");
-        assert!(
-            out.status.success(),
-            "{}",
-            String::from_utf8_lossy(&out.stderr)
-        );
-        let v: Value = serde_json::from_slice(&out.stdout).expect("leases --json");
-        v.as_array()
-            .expect("a list")
+        leases_json(&self.data, &self.sock, None)
             .iter()
             .map(|l| {
                 (

@@ -9,7 +9,7 @@ use super::kernel::{ip, sh};
 use super::names::{ifname_with, next_id, short_hash, Subnets};
 use serde_json::{json, Value};
 use std::path::{Path, PathBuf};
-use std::process::Command;
+use std::process::{Command, Output};
 use std::sync::Mutex;
 
 /// Where Debian's containernetworking-plugins put the reference plugins.
@@ -20,22 +20,33 @@ pub const ALL_VERSIONS: [&str; 7] = [
     "0.1.0", "0.2.0", "0.3.0", "0.3.1", "0.4.0", "1.0.0", "1.1.0",
 ];
 
-/// The names `cnikit install` links.
-pub const PLUGINS: [&str; 10] = [
-    "bridge",
-    "macvlan",
-    "ipvlan",
-    "portmap",
-    "ipamd",
-    "loopback",
-    "host-local",
-    "tuning",
-    "bandwidth",
-    "firewall",
-];
+/// The names `cnikit install` links: the library's list of plugins.
+pub use cnikit::plugins::NAMES as PLUGINS;
 
 pub fn cnikit_exe() -> PathBuf {
     PathBuf::from(env!("CARGO_BIN_EXE_cnikit"))
+}
+
+/// The output of the command `what`, which must have succeeded (else panic
+/// with its stdout and stderr): its stdout.
+pub fn stdout_ok(what: &str, out: &Output) -> String {
+    assert!(
+        out.status.success(),
+        "{what} failed: {}{}",
+        String::from_utf8_lossy(&out.stdout),
+        String::from_utf8_lossy(&out.stderr)
+    );
+    String::from_utf8_lossy(&out.stdout).into_owned()
+}
+
+/// `cnikit install --dir DIR`, which must succeed: our links in `dir`.
+pub fn install_links(dir: &Path) {
+    let out = Command::new(cnikit_exe())
+        .args(["install", "--dir"])
+        .arg(dir)
+        .output()
+        .expect("run cnikit install");
+    stdout_ok(&format!("cnikit install --dir {}", dir.display()), &out);
 }
 
 /// A named network namespace (`ip netns add`); `path` is what CNI_NETNS gets.
@@ -117,18 +128,7 @@ impl TestEnv {
             links: Mutex::new(Vec::new()),
             daemons: Mutex::new(Vec::new()),
         };
-        let out = Command::new(cnikit_exe())
-            .args(["install", "--dir"])
-            .arg(&env.bin)
-            .output()
-            .expect("run cnikit install");
-        assert!(
-            out.status.success(),
-            "cnikit install --dir {} failed: {}{}",
-            env.bin.display(),
-            String::from_utf8_lossy(&out.stdout),
-            String::from_utf8_lossy(&out.stderr)
-        );
+        install_links(&env.bin);
         assert!(
             Path::new(REF_DIR).join("host-local").is_file(),
             "the reference plugins are missing: apt install containernetworking-plugins"

@@ -2,7 +2,7 @@
 //! over the unix socket, its metrics, and the leases of a store.
 
 use super::call::wait_for;
-use super::fixture::{cnikit_exe, TestEnv};
+use super::fixture::{cnikit_exe, stdout_ok, TestEnv};
 use super::names::next_id;
 use serde_json::Value;
 use std::collections::BTreeMap;
@@ -222,31 +222,32 @@ pub struct Lease {
     pub addr: IpAddr,
 }
 
-/// `cnikit ipamd leases --json --network N` (from the daemon on `sock` if one
-/// answers, else from the files under `data`), checked: no address held twice.
-pub fn list_leases(data: &Path, sock: &Path, network: &str) -> Vec<Lease> {
-    let out = Command::new(cnikit_exe())
-        .args(["ipamd", "leases", "--json", "--network", network])
+/// `cnikit ipamd leases --json`, of network `network` or of all (from the daemon
+/// on `sock` if one answers, else from the files under `data`): the listed objects.
+pub fn leases_json(data: &Path, sock: &Path, network: Option<&str>) -> Vec<Value> {
+    let mut cmd = Command::new(cnikit_exe());
+    cmd.args(["ipamd", "leases", "--json"]);
+    if let Some(network) = network {
+        cmd.args(["--network", network]);
+    }
+    let out = cmd
         .arg("--data-dir")
         .arg(data)
         .arg("--socket")
         .arg(sock)
         .output()
         .expect("run cnikit ipamd leases");
-    assert!(
-        out.status.success(),
-        "cnikit ipamd leases failed: {}",
-        String::from_utf8_lossy(&out.stderr)
-    );
-    let v: Value = serde_json::from_slice(&out.stdout).unwrap_or_else(|e| {
-        panic!(
-            "cnikit ipamd leases --json printed invalid JSON ({e}): {}",
-            String::from_utf8_lossy(&out.stdout)
-        )
-    });
-    let mut leases: Vec<Lease> = v
-        .as_array()
-        .expect("leases --json prints a list")
+    let stdout = stdout_ok("cnikit ipamd leases", &out);
+    match serde_json::from_str(&stdout) {
+        Ok(Value::Array(leases)) => leases,
+        other => panic!("cnikit ipamd leases --json printed no list ({other:?}): {stdout}"),
+    }
+}
+
+/// `cnikit ipamd leases --json --network N` ([`leases_json`]), checked: no
+/// address held twice.
+pub fn list_leases(data: &Path, sock: &Path, network: &str) -> Vec<Lease> {
+    let mut leases: Vec<Lease> = leases_json(data, sock, Some(network))
         .iter()
         .map(|l| {
             assert_eq!(l["network"], network, "{l}");
