@@ -5,7 +5,7 @@
 use crate::hosts::Hosts;
 use crate::podns::PodNs;
 use crate::sandbox::stopping;
-use crate::setup::{Impl, Setup, Variant};
+use crate::setup::{Impl, Pod, Setup, Variant};
 use indicatif::ProgressBar;
 use serde::Serialize;
 use std::collections::HashMap;
@@ -227,10 +227,10 @@ fn one_pod(setup: &Setup) -> Sample {
     };
     let path = ns.path_str();
     let t0 = Instant::now();
-    let added = setup.add(n, &path);
+    let added = setup.add(Pod::Churn(n), &path);
     let t1 = Instant::now();
     // DEL also after a failed ADD, as the spec asks of runtimes.
-    let deleted = setup.del(n, &path);
+    let deleted = setup.del(Pod::Churn(n), &path);
     let t2 = Instant::now();
     ns.delete();
     let error = match (added, deleted) {

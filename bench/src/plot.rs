@@ -60,13 +60,24 @@ fn panel(area: &Area, runs: &[&Run], w: usize, add: bool) -> Result<(), String> 
             .draw_series(LineSeries::new(pts, color.stroke_width(2)))
             .map_err(text)?
             .label(format!("{} {}", run.imp.name(), run.variant.name()))
-            .legend(move |(x, y)| {
-                PathElement::new(vec![(x, y), (x + 18, y)], color.stroke_width(2))
-            });
+            .legend(legend_line(color));
     }
+    draw_legend(&mut chart, SeriesLabelPosition::LowerRight)
+}
+
+/// A legend entry's sample: a short line in the series' colour.
+pub fn legend_line(color: RGBColor) -> impl Fn((i32, i32)) -> PathElement<(i32, i32)> {
+    move |(x, y)| PathElement::new(vec![(x, y), (x + 18, y)], color.stroke_width(2))
+}
+
+/// The legend box, on a light background where it covers lines.
+pub fn draw_legend<'a, DB: DrawingBackend + 'a, CT: CoordTranslate>(
+    chart: &mut ChartContext<'a, DB, CT>,
+    at: SeriesLabelPosition,
+) -> Result<(), String> {
     chart
         .configure_series_labels()
-        .position(SeriesLabelPosition::LowerRight)
+        .position(at)
         .background_style(WHITE.mix(0.85))
         .border_style(BLACK)
         .draw()

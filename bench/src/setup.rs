@@ -107,35 +107,28 @@ impl Setup {
         }
     }
 
-    /// ADD pod `n` (its netns at `netns`).
-    pub fn add(&self, n: u64, netns: &str) -> Result<(), String> {
+    /// ADD `pod` (its netns at `netns`).
+    pub fn add(&self, pod: Pod, netns: &str) -> Result<(), String> {
         match self {
-            Setup::Chain(c) => c.add(&c.churn_pod(n, netns)),
-            Setup::Floor(f) => f.add(&format!("vfl{n:x}"), floor_address(n)?, netns),
+            Setup::Chain(c) => c.add(&c.attachment_of(pod, netns)),
+            Setup::Floor(f) => f.add(&floor_link(pod), floor_address(pod)?, netns),
         }
     }
 
-    pub fn del(&self, n: u64, netns: &str) -> Result<(), String> {
+    pub fn del(&self, pod: Pod, netns: &str) -> Result<(), String> {
         match self {
-            Setup::Chain(c) => c.del(&c.churn_pod(n, netns)),
+            Setup::Chain(c) => c.del(&c.attachment_of(pod, netns)),
             Setup::Floor(f) => f.del(netns),
         }
     }
+}
 
-    /// ADD resident pod `i` (< [`MAX_RESIDENTS`]).
-    pub fn add_resident(&self, i: u32, netns: &str) -> Result<(), String> {
-        match self {
-            Setup::Chain(c) => c.add(&c.resident(i, netns)),
-            Setup::Floor(f) => f.add(&format!("vflr{i:x}"), floor_resident(i)?, netns),
-        }
-    }
-
-    pub fn del_resident(&self, i: u32, netns: &str) -> Result<(), String> {
-        match self {
-            Setup::Chain(c) => c.del(&c.resident(i, netns)),
-            Setup::Floor(f) => f.del(netns),
-        }
-    }
+/// A pod of the benchmark: churned ones come and go, residents stay.
+#[derive(Debug, Clone, Copy)]
+pub enum Pod {
+    Churn(u64),
+    /// `i` < [`MAX_RESIDENTS`].
+    Resident(u32),
 }
 
 /// Host ports of churned pods: `CHURN_PORTS.0 + n % CHURN_PORTS.1`.
@@ -232,6 +225,13 @@ impl Chain {
             list,
             with_ports: variant == Variant::Full,
         })
+    }
+
+    fn attachment_of(&self, pod: Pod, netns: &str) -> Attachment {
+        match pod {
+            Pod::Churn(n) => self.churn_pod(n, netns),
+            Pod::Resident(i) => self.resident(i, netns),
+        }
     }
 
     /// A churned pod: one unique host port, as a pod with one hostPort has.
@@ -365,15 +365,22 @@ impl Floor {
     }
 }
 
-/// 10.84.0.0/16 minus the gateway, one address per pod.
-fn floor_address(n: u64) -> Result<IpNet, String> {
-    floor_host((n % 65000) as u32 + 2)
+/// 10.84.0.0/16 minus the gateway, one address per pod: residents from
+/// the top of the /16 (below broadcast), churned pods from the bottom; they
+/// meet only after 64,000 churned pods.
+fn floor_address(pod: Pod) -> Result<IpNet, String> {
+    floor_host(match pod {
+        Pod::Churn(n) => (n % 65000) as u32 + 2,
+        Pod::Resident(i) => 65534 - i,
+    })
 }
 
-/// Residents from the top of the /16 (below broadcast), churned pods from
-/// the bottom: they meet only after 64,000 churned pods.
-fn floor_resident(i: u32) -> Result<IpNet, String> {
-    floor_host(65534 - i)
+/// The floor's host-side veth name.
+fn floor_link(pod: Pod) -> String {
+    match pod {
+        Pod::Churn(n) => format!("vfl{n:x}"),
+        Pod::Resident(i) => format!("vflr{i:x}"),
+    }
 }
 
 fn floor_host(host: u32) -> Result<IpNet, String> {

@@ -11,7 +11,7 @@ use crate::churn::Setups;
 use crate::hosts::Hosts;
 use crate::podns::PodNs;
 use crate::sandbox::stopping;
-use crate::setup::{Impl, Plugins, Setup, Variant, RESIDENT_PORT};
+use crate::setup::{Impl, Plugins, Pod, Setup, Variant, RESIDENT_PORT};
 use crate::soak::check::{self, Check};
 use crate::soak::sample;
 use serde::Serialize;
@@ -116,7 +116,7 @@ fn attach(setup: &Setup, key: (Variant, Impl), n: u32, pb: &indicatif::ProgressB
                 }
                 match PodNs::create(&format!("{prefix}{i}")) {
                     Ok(ns) => {
-                        let added = setup.add_resident(i, &ns.path_str());
+                        let added = setup.add(Pod::Resident(i), &ns.path_str());
                         // Kept also after a failed ADD: DEL comes at the end, as for all.
                         lock(&pods).push((i, ns));
                         if let Err(e) = added {
@@ -208,7 +208,7 @@ fn detach(setup: &Setup, pods: Vec<(u32, PodNs)>, pb: &indicatif::ProgressBar) -
                 let Some((i, ns)) = lock(&queue).pop() else {
                     break;
                 };
-                if let Err(e) = setup.del_resident(i, &ns.path_str()) {
+                if let Err(e) = setup.del(Pod::Resident(i), &ns.path_str()) {
                     lock(&errors).push(format!("resident {i} DEL: {e}"));
                 }
                 ns.delete();

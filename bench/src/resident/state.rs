@@ -8,7 +8,6 @@ use crate::setup::{conflist, Impl, Plugins, Variant};
 use crate::soak::check::{self, Check};
 use serde_json::Value;
 use std::path::Path;
-use std::process::Command;
 
 /// Every check of one setup, in the namespace of the calling thread.
 pub fn read(key: (Variant, Impl), plugins: &Plugins) -> Vec<Check> {
@@ -83,17 +82,9 @@ fn host_local_leases(dir: &Path) -> Result<Vec<String>, String> {
 /// the network (ipMasq and portmap tag theirs with it), and the per-container
 /// chains `CNI-<hash>` and `CNI-DN-<hash>` (the shared CNI-HOSTPORT-* stay).
 fn iptables(network: &str) -> Result<Vec<String>, String> {
-    let out = Command::new("iptables-save")
-        .output()
-        .map_err(|e| format!("iptables-save: {e}"))?;
-    if !out.status.success() {
-        return Err(format!(
-            "iptables-save: {}",
-            String::from_utf8_lossy(&out.stderr).trim()
-        ));
-    }
+    let out = check::stdout_of("iptables-save", &[])?;
     let quoted = format!("\\\"{network}\\\"");
-    Ok(String::from_utf8_lossy(&out.stdout)
+    Ok(String::from_utf8_lossy(&out)
         .lines()
         .filter(|l| {
             l.contains(&quoted) || (l.starts_with(":CNI-") && !l.starts_with(":CNI-HOSTPORT-"))

@@ -137,17 +137,8 @@ fn fsck(cnikit: &Path, network: &str) -> Result<Vec<String>, String> {
 /// Every host link but lo and the bridge: a veth left by a pod, mostly.
 /// Read with `ip` (the library lists links only in its tests).
 pub(crate) fn links(bridge: &str) -> Result<Vec<String>, String> {
-    let out = Command::new("ip")
-        .args(["-j", "-d", "link", "show"])
-        .output()
-        .map_err(|e| format!("ip: {e}"))?;
-    if !out.status.success() {
-        return Err(format!(
-            "ip -j link show: {}",
-            String::from_utf8_lossy(&out.stderr).trim()
-        ));
-    }
-    let v: Value = serde_json::from_slice(&out.stdout).map_err(|e| format!("ip JSON: {e}"))?;
+    let out = stdout_of("ip", &["-j", "-d", "link", "show"])?;
+    let v: Value = serde_json::from_slice(&out).map_err(|e| format!("ip JSON: {e}"))?;
     Ok(v.as_array()
         .into_iter()
         .flatten()
@@ -174,17 +165,24 @@ pub(crate) fn dir_entries(dir: &Path) -> Result<Vec<String>, String> {
 /// The whole ruleset as nft's JSON (the product itself never execs nft;
 /// reading state back in the bench is fine).
 fn nft_ruleset() -> Result<Value, String> {
-    let out = Command::new("nft")
-        .args(["-j", "list", "ruleset"])
+    let out = stdout_of("nft", &["-j", "list", "ruleset"])?;
+    serde_json::from_slice(&out).map_err(|e| format!("nft JSON: {e}"))
+}
+
+/// What a state-reading tool printed; its stderr as the error when it fails.
+pub(crate) fn stdout_of(program: &str, args: &[&str]) -> Result<Vec<u8>, String> {
+    let out = Command::new(program)
+        .args(args)
         .output()
-        .map_err(|e| format!("nft: {e}"))?;
+        .map_err(|e| format!("{program}: {e}"))?;
     if !out.status.success() {
         return Err(format!(
-            "nft -j list ruleset: {}",
+            "{program} {}: {}",
+            args.join(" "),
             String::from_utf8_lossy(&out.stderr).trim()
         ));
     }
-    serde_json::from_slice(&out.stdout).map_err(|e| format!("nft JSON: {e}"))
+    Ok(out.stdout)
 }
 
 /// Elements of every set and map in cnikit's tables.

@@ -13,7 +13,7 @@ pub(crate) mod sample;
 use crate::daemon;
 use crate::podns::PodNs;
 use crate::sandbox::stopping;
-use crate::setup::{conflist, Impl, Plugins, Setup, Variant};
+use crate::setup::{conflist, Impl, Plugins, Pod, Setup, Variant};
 use indicatif::ProgressBar;
 use sample::Sample;
 use serde::Serialize;
@@ -210,7 +210,7 @@ fn cycle(setup: &Setup, n: u64, del_retries: u32, sh: &Shared) {
         Err(e) => return sh.fail(n, "netns", 0, e),
     };
     let path = ns.path_str();
-    if let Err(e) = setup.add(n, &path) {
+    if let Err(e) = setup.add(Pod::Churn(n), &path) {
         sh.fail(n, "ADD", 0, e);
     }
     // DEL also after a failed ADD, as the spec asks of runtimes; a failed
@@ -220,7 +220,7 @@ fn cycle(setup: &Setup, n: u64, del_retries: u32, sh: &Shared) {
         if attempt > 0 {
             std::thread::sleep(Duration::from_millis(100 << attempt.min(6)));
         }
-        match setup.del(n, &path) {
+        match setup.del(Pod::Churn(n), &path) {
             Ok(()) => break,
             Err(e) => sh.fail(n, "DEL", attempt, e),
         }
@@ -231,7 +231,7 @@ fn cycle(setup: &Setup, n: u64, del_retries: u32, sh: &Shared) {
 fn abandon(setup: &Setup, n: u64, sh: &Shared) {
     match PodNs::create(&format!("s{n}")) {
         Ok(ns) => {
-            if let Err(e) = setup.add(n, &ns.path_str()) {
+            if let Err(e) = setup.add(Pod::Churn(n), &ns.path_str()) {
                 sh.fail(n, "ADD", 0, e);
             }
         }

@@ -7,6 +7,7 @@
 
 use super::sample::Sample;
 use super::Restart;
+use crate::plot::{draw_legend, legend_line};
 use plotters::prelude::*;
 use std::path::Path;
 
@@ -118,9 +119,7 @@ impl Ctx<'_> {
                     .map_err(text)?;
                 // One legend entry per quantity, not per daemon instance.
                 if !labelled && series.len() > 1 {
-                    drawn.label(s.name).legend(move |(x, y)| {
-                        PathElement::new(vec![(x, y), (x + 18, y)], color.stroke_width(2))
-                    });
+                    drawn.label(s.name).legend(legend_line(color));
                     labelled = true;
                 }
             }
@@ -141,19 +140,11 @@ impl Ctx<'_> {
             if restart_legend && first {
                 drawn
                     .label(format!("restart, {}", r.signal))
-                    .legend(move |(x, y)| {
-                        PathElement::new(vec![(x, y), (x + 18, y)], color.stroke_width(2))
-                    });
+                    .legend(legend_line(color));
             }
         }
         if (restart_legend && !self.restarts.is_empty()) || series.len() > 1 {
-            chart
-                .configure_series_labels()
-                .position(SeriesLabelPosition::UpperRight)
-                .background_style(WHITE.mix(0.85))
-                .border_style(BLACK)
-                .draw()
-                .map_err(text)?;
+            draw_legend(&mut chart, SeriesLabelPosition::UpperRight)?;
         }
         Ok(())
     }
