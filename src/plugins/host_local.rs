@@ -3,8 +3,8 @@
 //! node keeps every lease when it switches between the reference and cnikit, either way.
 //! The `ipam` object is parsed and validated by the same code as ipamd's.
 
-use super::ipam::requested_ips;
-use crate::cni::{CniResult, Code, Error, IpConfig, Plugin, Request, Route, Version};
+use super::ipam::{add_result, check_held, gc_valid_attachments, read_dns, requested_ips};
+use crate::cni::{CniResult, Code, Error, Plugin, Request, Version};
 use ipamd::config::{IpamConfig, RangeSet, RouteSpec};
 use ipamd::hostlocal::{HostLocal as Store, DEFAULT_DATA_DIR};
 use serde_json::{Map, Value};
@@ -67,31 +67,12 @@ impl Plugin for HostLocal {
     fn add(&self, req: &Request) -> Result<CniResult, Error> {
         let call = Call::new(req)?;
         // Read resolvConf first: failing after the allocation would leave leases.
-        let dns = match &call.resolv_conf {
-            Some(path) => ipamd::config::parse_resolv_conf(path)?,
-            None => Default::default(),
-        };
+        let dns = read_dns(call.resolv_conf.as_deref())?;
         let requested = requested_ips(req)?;
         let allocations = call
             .store
             .allocate(&req.attachment(), &call.sets, &requested)?;
-        Ok(CniResult {
-            interfaces: Vec::new(),
-            ips: allocations
-                .into_iter()
-                .map(|a| IpConfig {
-                    address: a.address,
-                    gateway: a.gateway,
-                    interface: None,
-                })
-                .collect(),
-            routes: call
-                .routes
-                .iter()
-                .map(|r| Route::new(r.dst, r.gw))
-                .collect(),
-            dns,
-        })
+        Ok(add_result(allocations, &call.routes, dns))
     }
 
     // ---------------------------------------------------------------- CHECK
@@ -100,30 +81,12 @@ impl Plugin for HostLocal {
     fn check(&self, req: &Request) -> Result<(), Error> {
         let call = Call::new(req)?;
         let held = call.store.held(&req.attachment())?;
-        if held.is_empty() {
-            return Err(Error::new(
-                Code::AddressUnavailable,
-                format!(
-                    "CHECK: no lease for container {} interface {} in {}",
-                    req.container_id(),
-                    req.ifname(),
-                    call.store.network_dir(&req.conf.name).display()
-                ),
-            ));
-        }
-        let Some(prev) = &req.conf.prev_result else {
-            return Ok(());
-        };
-        if let Some(lost) = held
-            .iter()
-            .find(|a| !prev.ips.iter().any(|ip| ip.address.addr() == **a))
-        {
-            return Err(Error::new(
-                Code::AddressUnavailable,
-                format!("CHECK: lease {lost} is not among prevResult's addresses"),
-            ));
-        }
-        Ok(())
+        check_held(
+            req,
+            &held,
+            |addr| *addr,
+            call.store.network_dir(&req.conf.name).display(),
+        )
     }
 
     // ---------------------------------------------------------------- DEL
@@ -149,12 +112,7 @@ impl Plugin for HostLocal {
     // ---------------------------------------------------------------- GC
     fn gc(&self, req: &Request) -> Result<(), Error> {
         let call = Call::new(req)?;
-        let Some(valid) = req.conf.valid_attachments()? else {
-            return Err(Error::invalid_config(
-                "GC needs cni.dev/valid-attachments (or cni.dev/attachments)",
-            ));
-        };
-        let freed = call.store.gc(&req.conf.name, &valid)?;
+        let freed = call.store.gc(&req.conf.name, &gc_valid_attachments(req)?)?;
         if freed > 0 {
             eprintln!(
                 "host-local: GC freed {freed} lease(s) in {}",

@@ -2,11 +2,14 @@
 //! daemon running, of the same store in-process); see the `ipamd` crate.
 //! Configuration keys are host-local's, so migrating is a change of `type`.
 
-use crate::cni::{CniResult, Code, Error, IpConfig, Plugin, Request, Route};
-use ipamd::api::AllocateRequest;
+use crate::cni::{Attachment, CniResult, Code, Dns, Error, IpConfig, Plugin, Request, Route};
+use ipamd::api::{AllocateRequest, Allocation};
 use ipamd::client::Client;
-use ipamd::config::{IpamConfig, RangeSet};
+use ipamd::config::{IpamConfig, RangeSet, RouteSpec};
+use ipnet::IpNet;
+use std::fmt::Display;
 use std::net::IpAddr;
+use std::path::Path;
 
 pub struct Ipamd;
 
@@ -78,70 +81,31 @@ impl Plugin for Ipamd {
     fn add(&self, req: &Request) -> Result<CniResult, Error> {
         let call = Call::new(req)?;
         // Read resolvConf first: failing after the allocation would leave a lease.
-        let dns = match &call.conf.resolv_conf {
-            Some(path) => ipamd::config::parse_resolv_conf(path)?,
-            None => Default::default(),
-        };
+        let dns = read_dns(call.conf.resolv_conf.as_deref())?;
         let allocations = call.client.allocate(&AllocateRequest {
             key: req.attachment(),
             range_sets: call.conf.range_sets.clone(),
             requested: requested_ips(req)?,
             pools: call.conf.pools.clone(),
         })?;
-        Ok(CniResult {
-            interfaces: Vec::new(),
-            ips: allocations
-                .into_iter()
-                .map(|a| IpConfig {
-                    address: a.address,
-                    gateway: a.gateway,
-                    interface: None,
-                })
-                .collect(),
-            routes: call
-                .conf
-                .routes
-                .iter()
-                .map(|r| Route::new(r.dst, r.gw))
-                .collect(),
-            dns,
-        })
+        Ok(add_result(allocations, &call.conf.routes, dns))
     }
 
     // ---------------------------------------------------------------- CHECK
     fn check(&self, req: &Request) -> Result<(), Error> {
         let call = Call::new(req)?;
-        let held = call.client.check(&req.attachment())?;
-        if held.is_empty() {
-            return Err(Error::new(
-                Code::AddressUnavailable,
-                format!(
-                    "CHECK: no lease for container {} interface {} in network {}",
-                    req.container_id(),
-                    req.ifname(),
-                    call.network
-                ),
-            ));
-        }
-        let Some(prev) = &req.conf.prev_result else {
-            return Ok(());
-        };
-        for lease in &held {
-            if !prev
-                .ips
-                .iter()
-                .any(|ip| ip.address.addr() == lease.address.addr())
-            {
-                return Err(Error::new(
-                    Code::AddressUnavailable,
-                    format!(
-                        "CHECK: lease {} is not among prevResult's addresses",
-                        lease.address
-                    ),
-                ));
-            }
-        }
-        Ok(())
+        let held: Vec<IpNet> = call
+            .client
+            .check(&req.attachment())?
+            .into_iter()
+            .map(|lease| lease.address)
+            .collect();
+        check_held(
+            req,
+            &held,
+            IpNet::addr,
+            format_args!("network {}", call.network),
+        )
     }
 
     // ---------------------------------------------------------------- DEL
@@ -171,12 +135,7 @@ impl Plugin for Ipamd {
     // ---------------------------------------------------------------- GC
     fn gc(&self, req: &Request) -> Result<(), Error> {
         let call = Call::new(req)?;
-        let Some(valid) = req.conf.valid_attachments()? else {
-            return Err(Error::invalid_config(
-                "GC needs cni.dev/valid-attachments (or cni.dev/attachments)",
-            ));
-        };
-        let freed = call.client.gc(&call.network, &valid)?;
+        let freed = call.client.gc(&call.network, &gc_valid_attachments(req)?)?;
         if freed > 0 {
             eprintln!(
                 "ipamd: GC freed {freed} lease(s) in network {}",
@@ -185,6 +144,80 @@ impl Plugin for Ipamd {
         }
         Ok(())
     }
+}
+
+/// `ipam.resolvConf` read into the result's `dns`, or none. Both IPAM plugins call it
+/// before allocating: failing after the allocation would leave leases.
+pub(super) fn read_dns(resolv_conf: Option<&Path>) -> Result<Dns, Error> {
+    Ok(match resolv_conf {
+        Some(path) => ipamd::config::parse_resolv_conf(path)?,
+        None => Dns::default(),
+    })
+}
+
+/// ADD's result of an IPAM plugin (ipamd and host-local alike): the allocated addresses
+/// with their gateways, the configured routes and `dns`; no interfaces.
+pub(super) fn add_result(
+    allocations: Vec<Allocation>,
+    routes: &[RouteSpec],
+    dns: Dns,
+) -> CniResult {
+    CniResult {
+        interfaces: Vec::new(),
+        ips: allocations
+            .into_iter()
+            .map(|a| IpConfig {
+                address: a.address,
+                gateway: a.gateway,
+                interface: None,
+            })
+            .collect(),
+        routes: routes.iter().map(|r| Route::new(r.dst, r.gw)).collect(),
+        dns,
+    }
+}
+
+/// CHECK of an IPAM plugin: the attachment holds a lease (`held`, from the store at
+/// `place`), and every lease it holds is among prevResult's addresses when there is one.
+/// `addr` reads a lease's address; the error names the lease as it is displayed (with
+/// its prefix length where the store keeps one).
+pub(super) fn check_held<L: Display>(
+    req: &Request,
+    held: &[L],
+    addr: impl Fn(&L) -> IpAddr,
+    place: impl Display,
+) -> Result<(), Error> {
+    if held.is_empty() {
+        return Err(Error::new(
+            Code::AddressUnavailable,
+            format!(
+                "CHECK: no lease for container {} interface {} in {place}",
+                req.container_id(),
+                req.ifname(),
+            ),
+        ));
+    }
+    let Some(prev) = &req.conf.prev_result else {
+        return Ok(());
+    };
+    if let Some(lost) = held
+        .iter()
+        .find(|lease| !prev.ips.iter().any(|ip| ip.address.addr() == addr(lease)))
+    {
+        return Err(Error::new(
+            Code::AddressUnavailable,
+            format!("CHECK: lease {lost} is not among prevResult's addresses"),
+        ));
+    }
+    Ok(())
+}
+
+/// GC's list of attachments still in use, which an IPAM plugin needs: without it every
+/// lease of the network would look stale.
+pub(super) fn gc_valid_attachments(req: &Request) -> Result<Vec<Attachment>, Error> {
+    req.conf.valid_attachments()?.ok_or_else(|| {
+        Error::invalid_config("GC needs cni.dev/valid-attachments (or cni.dev/attachments)")
+    })
 }
 
 /// Explicitly requested addresses: `CNI_ARGS IP=a,b`, `args.cni.ips`,
