@@ -23,6 +23,20 @@ pub fn open_netns(path: &str) -> Result<NetNs, Error> {
     Ok(ns)
 }
 
+/// The netns for DEL: None when CNI_NETNS is empty or names a namespace that is gone,
+/// since runtimes call DEL more than once and after the container is gone. What DEL does
+/// in the plugin's own namespace is each caller's to say.
+pub fn netns_for_del(path: &str) -> Result<Option<NetNs>, Error> {
+    if path.is_empty() {
+        return Ok(None);
+    }
+    match NetNs::open(path) {
+        Ok(ns) => Ok(Some(ns)),
+        Err(e) if e.is_not_found() => Ok(None),
+        Err(e) => Err(e.into()),
+    }
+}
+
 /// Which container link a DEL may remove: one of `kind`, and for a veth with
 /// `bridge` given (and existing), one whose host end is a port of it. Anything
 /// else named like CNI_IFNAME is someone else's and stays.
@@ -37,13 +51,8 @@ pub struct OwnLink<'a> {
 /// `/proc/<pid>/ns/net`, a hostile runtime) and a link that is not ours are
 /// reported on stderr and left alone: DEL succeeds, removing nothing there.
 pub fn delete_container_link(netns_path: &str, ifname: &str, ours: OwnLink) -> Result<(), Error> {
-    if netns_path.is_empty() {
+    let Some(ns) = netns_for_del(netns_path)? else {
         return Ok(());
-    }
-    let ns = match NetNs::open(netns_path) {
-        Ok(ns) => ns,
-        Err(e) if e.is_not_found() => return Ok(()),
-        Err(e) => return Err(e.into()),
     };
     if is_own_netns(&ns)? {
         eprintln!(

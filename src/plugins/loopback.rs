@@ -2,9 +2,9 @@
 //! call it for every pod with `CNI_IFNAME=lo`; whatever ifname is given, only
 //! `lo` is touched, as in the reference plugin.
 
-use super::container::{is_own_netns, open_netns};
+use super::container::{is_own_netns, netns_for_del, open_netns};
 use crate::cni::{CniResult, Code, Error, Interface, IpConfig, Plugin, Request};
-use crate::netlink::{Link, NetNs, Netlink};
+use crate::netlink::{Link, Netlink};
 use ipnet::IpNet;
 
 pub struct Loopback;
@@ -53,13 +53,8 @@ impl Plugin for Loopback {
     /// Sets `lo` down like the reference; a netns that is already gone (or
     /// none given) is success, since runtimes call DEL more than once.
     fn del(&self, req: &Request) -> Result<(), Error> {
-        if req.netns().is_empty() {
+        let Some(ns) = netns_for_del(req.netns())? else {
             return Ok(());
-        }
-        let ns = match NetNs::open(req.netns()) {
-            Ok(ns) => ns,
-            Err(e) if e.is_not_found() => return Ok(()),
-            Err(e) => return Err(e.into()),
         };
         // Setting the host's own lo down would cut every local service off.
         if is_own_netns(&ns)? {

@@ -8,7 +8,7 @@
 
 mod conf;
 
-use super::container::{is_own_netns, open_netns};
+use super::container::{is_own_netns, netns_for_del, open_netns};
 use crate::cni::{Attachment, CniResult, Code, Error, Interface, Plugin, Request};
 use crate::netlink::{Ifb, Link, NetNs, Netlink, Qdisc, Tbf, INGRESS_HANDLE};
 use conf::Shaping;
@@ -280,13 +280,8 @@ fn host_veth(
 /// The host veth of the container's interface for DEL, when the netns and
 /// the interface still exist (never in the plugin's own netns).
 fn container_veth_for_del(req: &Request, host: &mut Netlink) -> Result<Option<Link>, Error> {
-    if req.netns().is_empty() {
+    let Some(ns) = netns_for_del(req.netns())? else {
         return Ok(None);
-    }
-    let ns = match NetNs::open(req.netns()) {
-        Ok(ns) => ns,
-        Err(e) if e.is_not_found() => return Ok(None),
-        Err(e) => return Err(e.into()),
     };
     if is_own_netns(&ns)? {
         return Ok(None);

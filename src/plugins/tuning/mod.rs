@@ -5,7 +5,7 @@
 //! are not restored (they die with the pod's netns), as in the reference.
 
 use super::common::{configured_mtu, open_netns, validate_mac};
-use super::container::is_own_netns;
+use super::container::{is_own_netns, netns_for_del};
 use crate::cni::{CniResult, Code, Error, Plugin, Request};
 use crate::netlink::{sysctl, Link, NetNs, Netlink};
 use backup::{Backup, BackupFile, DEFAULT_DIR};
@@ -345,13 +345,8 @@ fn restore(req: &Request, file: &BackupFile) -> Result<(), Error> {
     let Some(backup) = file.read()? else {
         return Ok(());
     };
-    if req.netns().is_empty() {
+    let Some(ns) = netns_for_del(req.netns())? else {
         return Ok(());
-    }
-    let ns = match NetNs::open(req.netns()) {
-        Ok(ns) => ns,
-        Err(e) if e.is_not_found() => return Ok(()),
-        Err(e) => return Err(e.into()),
     };
     if is_own_netns(&ns)? {
         return Err(Error::invalid_config(format!(
