@@ -30,7 +30,7 @@ pub fn delegate(
 ) -> Result<Option<CniResult>, Error> {
     let path = find_plugin(plugin_type, &req.env.path)?;
     if let Some(builtin) = builtin_for(req, plugin_type, &path) {
-        return run_builtin(builtin, &req.with_command(command));
+        return builtin.call(&req.with_command(command));
     }
     exec(&path, req, command)
 }
@@ -41,17 +41,6 @@ fn builtin_for(req: &Request, plugin_type: &str, path: &Path) -> Option<&'static
     let plugin = (req.ctx.builtins)(plugin_type)?;
     let me = std::env::current_exe().ok()?.canonicalize().ok()?;
     (path.canonicalize().ok()? == me).then_some(plugin)
-}
-
-fn run_builtin(plugin: &dyn Plugin, req: &Request) -> Result<Option<CniResult>, Error> {
-    match req.env.command {
-        Command::Add => plugin.add(req).map(Some),
-        Command::Check => plugin.check(req).map(|()| None),
-        Command::Del => plugin.del(req).map(|()| None),
-        Command::Status => plugin.status(req).map(|()| None),
-        Command::Gc => plugin.gc(req).map(|()| None),
-        Command::Version => Ok(None),
-    }
 }
 
 /// Search CNI_PATH for an executable named `plugin_type`.

@@ -32,14 +32,7 @@ fn run(command: Command, c: Value) -> (Result<(), Error>, Vec<FwRequest>) {
         firewall: FirewallBackend::fixed(rec.clone()),
     };
     let req = test_request(command, c);
-    let out = match command {
-        Command::Add => plugin.add(&req).map(drop),
-        Command::Check => plugin.check(&req),
-        Command::Del => plugin.del(&req),
-        Command::Gc => plugin.gc(&req),
-        _ => plugin.status(&req),
-    };
-    (out, rec.taken())
+    (plugin.call(&req).map(drop), rec.taken())
 }
 
 #[test]

@@ -35,10 +35,7 @@ fn att() -> Attachment {
 
 #[test]
 fn add_maps_then_flushes_udp_conntrack() {
-    let fw = Arc::new(Recording::default());
-    let req = test_request(Command::Add, conf(json!({})));
-    with(&fw).add(&req).expect("add");
-    let got = fw.taken();
+    let got = requests(Command::Add, conf(json!({})));
     assert_eq!(got.len(), 2, "{got:?}");
     let Request::Portmap(Op::Add(Spec {
         att: a,
@@ -107,12 +104,18 @@ fn with(fw: &Arc<Recording>) -> Portmap {
     }
 }
 
+/// What portmap asks of its firewall for `command`, which must succeed.
+fn requests(command: Command, conf: serde_json::Value) -> Vec<Request> {
+    let fw = Arc::new(Recording::default());
+    with(&fw)
+        .call(&test_request(command, conf))
+        .expect("portmap");
+    fw.taken()
+}
+
 #[test]
 fn del_with_mappings_and_prev_result_goes_by_key() {
-    let fw = Arc::new(Recording::default());
-    let req = test_request(Command::Del, conf(json!({})));
-    with(&fw).del(&req).expect("del");
-    let got = fw.taken();
+    let got = requests(Command::Del, conf(json!({})));
     let [Request::Portmap(Op::DelKeys(spec))] = got.as_slice() else {
         panic!("{got:?}")
     };
