@@ -48,6 +48,8 @@ pub use error::{Error, ErrorKind};
 #[cfg(feature = "fault-injection")]
 pub use fault::nth_add_call;
 #[cfg(test)]
+mod store_tests;
+#[cfg(test)]
 mod tests;
 #[cfg(test)]
 mod testutil;

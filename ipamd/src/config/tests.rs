@@ -325,7 +325,10 @@ fn leading_zero_octets_refused_wherever_addresses_are_parsed() {
 
 #[test]
 fn resolv_conf_only_from_bounded_regular_files() {
-    let d = crate::testutil::temp_dir("resolv");
+    let d = tempfile::Builder::new()
+        .prefix("ipamd-test-resolv-")
+        .tempdir()
+        .unwrap();
     let real = d.path().join("real.conf");
     std::fs::write(&real, "nameserver 10.0.0.2\n").unwrap();
     // A link to a regular file is followed, as /etc/resolv.conf often is one.

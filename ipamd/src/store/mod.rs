@@ -8,15 +8,9 @@
 //! that fsync fails is in `commit.rs`; how damaged files are refused, in `integrity.rs`.
 
 mod commit;
-#[cfg(test)]
-mod commit_tests;
 mod integrity;
-#[cfg(test)]
-mod integrity_tests;
 mod ops;
 mod state;
-#[cfg(test)]
-mod testkit;
 #[cfg(test)]
 mod tests;
 
@@ -33,6 +27,8 @@ use crate::log::Level;
 use crate::{log_at, Error, ErrorKind};
 
 use crate::repair_hint::fsck_hint;
+#[cfg(test)]
+pub(crate) use commit::UNSYNCED;
 pub(crate) use commit::{read_marker, remove_marker, Batch};
 pub(crate) use ops::usage;
 pub(crate) use ops::{answer_empty, unexpected, Op, Reply};
@@ -112,6 +108,12 @@ pub(crate) struct Store {
 }
 
 impl Store {
+    /// The network this store holds the leases of.
+    #[cfg(test)]
+    pub(crate) fn network(&self) -> &str {
+        &self.network
+    }
+
     /// Open (creating if needed) the store of `network` under `data_dir`. Nothing is read
     /// until the first operation, which does it under the lock.
     pub(crate) fn open(data_dir: &Path, network: &str, opts: StoreOptions) -> Result<Store, Error> {

@@ -4,10 +4,11 @@
 //! success as they go, `call` gives the bare [`Call`] for anything else.
 
 use super::call::{Call, Outcome};
-use super::fixture::{Netns, TestEnv};
+use super::fixture::TestEnv;
 use super::json::with_prev;
 use super::kernel::wait_ipv6_ready;
 use super::names::cid;
+use super::process::Netns;
 use serde_json::Value;
 
 #[derive(Clone)]

@@ -1,7 +1,7 @@
 //! One plugin execution built like a runtime builds it ([`Call`]), and what
 //! it produced ([`Outcome`]), checked against the protocol's invariants.
 
-use super::fixture::{cnikit_exe, Netns};
+use super::process::{cnikit_exe, Netns};
 use serde_json::Value;
 use std::io::{Read, Write};
 use std::os::unix::process::ExitStatusExt;

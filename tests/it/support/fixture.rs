@@ -3,13 +3,14 @@
 //! on drop.
 
 use super::call::Call;
-use super::ipamd::Daemon;
+use super::ipamd::{list_leases, Daemon};
 use super::isolation::{host_uplink, require_isolation};
 use super::kernel::{ip, sh};
 use super::names::{ifname_with, next_id, short_hash, Subnets};
+use super::process::{install_links, Netns};
 use serde_json::{json, Value};
+use std::net::IpAddr;
 use std::path::{Path, PathBuf};
-use std::process::{Command, Output};
 use std::sync::Mutex;
 
 /// Where Debian's containernetworking-plugins put the reference plugins.
@@ -22,39 +23,6 @@ pub const ALL_VERSIONS: [&str; 7] = [
 
 /// The names `cnikit install` links: the library's list of plugins.
 pub use cnikit::plugins::NAMES as PLUGINS;
-
-pub fn cnikit_exe() -> PathBuf {
-    PathBuf::from(env!("CARGO_BIN_EXE_cnikit"))
-}
-
-/// The output of the command `what`, which must have succeeded (else panic
-/// with its stdout and stderr): its stdout.
-pub fn stdout_ok(what: &str, out: &Output) -> String {
-    assert!(
-        out.status.success(),
-        "{what} failed: {}{}",
-        String::from_utf8_lossy(&out.stdout),
-        String::from_utf8_lossy(&out.stderr)
-    );
-    String::from_utf8_lossy(&out.stdout).into_owned()
-}
-
-/// `cnikit install --dir DIR`, which must succeed: our links in `dir`.
-pub fn install_links(dir: &Path) {
-    let out = Command::new(cnikit_exe())
-        .args(["install", "--dir"])
-        .arg(dir)
-        .output()
-        .expect("run cnikit install");
-    stdout_ok(&format!("cnikit install --dir {}", dir.display()), &out);
-}
-
-/// A named network namespace (`ip netns add`); `path` is what CNI_NETNS gets.
-#[derive(Debug, Clone)]
-pub struct Netns {
-    pub name: String,
-    pub path: String,
-}
 
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub enum Ipam {
@@ -279,4 +247,31 @@ pub fn failing_plugin(dir: &Path, name: &str, log: &Path) {
     std::fs::write(&path, script).expect("write plugin");
     use std::os::unix::fs::PermissionsExt;
     std::fs::set_permissions(&path, std::fs::Permissions::from_mode(0o755)).expect("chmod");
+}
+
+impl TestEnv {
+    /// Number of leases the IPAM state of `ipam` holds for network `network`.
+    pub fn lease_count(&self, ipam: &Value, network: &str) -> usize {
+        let data = PathBuf::from(ipam["dataDir"].as_str().expect("ipam.dataDir"));
+        match ipam["type"].as_str() {
+            // host-local: one file per address, named after it, plus `lock`
+            // and `last_reserved_ip.N`.
+            Some("host-local") => match std::fs::read_dir(data.join(network)) {
+                Err(_) => 0,
+                Ok(rd) => rd
+                    .filter_map(Result::ok)
+                    .filter(|e| {
+                        e.file_name()
+                            .to_str()
+                            .is_some_and(|n| n.parse::<IpAddr>().is_ok())
+                    })
+                    .count(),
+            },
+            Some("ipamd") => {
+                let socket = Path::new(ipam["socket"].as_str().expect("ipam.socket"));
+                list_leases(&data, socket, network).len()
+            }
+            other => panic!("lease_count: unknown ipam type {other:?}"),
+        }
+    }
 }

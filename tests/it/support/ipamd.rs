@@ -2,8 +2,8 @@
 //! over the unix socket, its metrics, and the leases of a store.
 
 use super::call::wait_for;
-use super::fixture::{cnikit_exe, stdout_ok, TestEnv};
 use super::names::next_id;
+use super::process::{cnikit_exe, stdout_ok};
 use serde_json::Value;
 use std::collections::BTreeMap;
 use std::io::{Read, Write};
@@ -269,31 +269,4 @@ pub fn list_leases(data: &Path, sock: &Path, network: &str) -> Vec<Lease> {
         }
     }
     leases
-}
-
-impl TestEnv {
-    /// Number of leases the IPAM state of `ipam` holds for network `network`.
-    pub fn lease_count(&self, ipam: &Value, network: &str) -> usize {
-        let data = PathBuf::from(ipam["dataDir"].as_str().expect("ipam.dataDir"));
-        match ipam["type"].as_str() {
-            // host-local: one file per address, named after it, plus `lock`
-            // and `last_reserved_ip.N`.
-            Some("host-local") => match std::fs::read_dir(data.join(network)) {
-                Err(_) => 0,
-                Ok(rd) => rd
-                    .filter_map(Result::ok)
-                    .filter(|e| {
-                        e.file_name()
-                            .to_str()
-                            .is_some_and(|n| n.parse::<IpAddr>().is_ok())
-                    })
-                    .count(),
-            },
-            Some("ipamd") => {
-                let socket = Path::new(ipam["socket"].as_str().expect("ipam.socket"));
-                list_leases(&data, socket, network).len()
-            }
-            other => panic!("lease_count: unknown ipam type {other:?}"),
-        }
-    }
 }

@@ -1,7 +1,7 @@
 //! Kernel state read back with `ip -j`, reachability by ping, and waiting
 //! for what the kernel does asynchronously.
 
-use super::fixture::Netns;
+use super::process::Netns;
 use serde_json::Value;
 use std::collections::BTreeSet;
 use std::process::{Command, Stdio};

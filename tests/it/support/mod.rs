@@ -17,6 +17,7 @@
 //!
 //! - [`isolation`]: the proof that we run in the throwaway namespace, and the
 //!   test host's uplink;
+//! - [`process`]: the binary under test, checked command output, [`Netns`];
 //! - [`names`]: unique names, container IDs, subnets and host ports;
 //! - [`fixture`]: [`TestEnv`], one test's world, and [`Netns`], [`Ipam`];
 //! - [`call`]: one plugin execution ([`Call`]) and what it produced ([`Outcome`]);
@@ -35,6 +36,7 @@ pub mod isolation;
 pub mod json;
 pub mod kernel;
 pub mod names;
+pub mod process;
 pub mod rng;
 pub mod traffic;
 
@@ -46,6 +48,7 @@ pub use isolation::*;
 pub use json::*;
 pub use kernel::*;
 pub use names::*;
+pub use process::*;
 pub use rng::*;
 pub use traffic::*;
 

@@ -8,10 +8,12 @@ use std::path::{Path, PathBuf};
 use tempfile::TempDir;
 
 use super::testkit::{alloc, daemon, held, open, opts, Net1};
-use super::*;
 use crate::config::RangeSet;
 use crate::fsck::{self, FsckOptions};
+use crate::journal::{self, HEADER_LEN};
+use crate::store::*;
 use crate::testutil::req;
+use crate::ErrorKind;
 
 /// The journal's bytes and the offset of each record.
 fn record_starts(journal: &Path) -> (Vec<u8>, Vec<usize>) {

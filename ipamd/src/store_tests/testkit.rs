@@ -7,12 +7,13 @@ use std::time::Duration;
 
 use tempfile::TempDir;
 
-use super::*;
 use crate::client::Client;
 use crate::config::RangeSet;
 use crate::daemon::{DaemonHandle, DaemonOptions};
 use crate::fault::{self, Call};
+use crate::store::*;
 use crate::testutil::{req, sets, temp_dir};
+use crate::Error;
 
 /// A fixed boot ID (no reclaim between the handles of one test) and no compaction.
 pub(super) fn opts() -> StoreOptions {
@@ -29,7 +30,7 @@ pub(super) fn open(dir: &Path, network: &str) -> Store {
 }
 
 pub(super) fn alloc(s: &mut Store, cid: &str, rs: &[RangeSet]) -> Result<IpAddr, Error> {
-    let net = s.network.clone();
+    let net = s.network().to_string();
     s.allocate(&req(&net, cid, rs)).map(|a| a[0].address.addr())
 }
 

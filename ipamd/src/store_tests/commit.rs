@@ -4,9 +4,10 @@ use std::collections::HashSet;
 use std::net::IpAddr;
 
 use super::testkit::{alloc, alloc_all, daemon, held, open, opts, Net1};
-use super::*;
 use crate::fault::{self, Call};
+use crate::store::*;
 use crate::testutil::{req, sets, temp_dir};
+use crate::ErrorKind;
 
 /// Every address in `held` has one holder.
 fn unique(held: &[(String, IpAddr)]) {
@@ -37,7 +38,7 @@ fn failed_fsync_of_an_add_is_not_acknowledged_and_rolled_back() {
     assert_eq!(e.kind(), ErrorKind::Io, "{e}");
     assert!(e.to_string().contains("not made"), "{e}");
     assert_eq!(held(&mut t.s), t.acked, "the failed ADD is in memory");
-    assert!(!t.dir.path().join("net1").join(commit::UNSYNCED).exists());
+    assert!(!t.dir.path().join("net1").join(UNSYNCED).exists());
 
     // Later answers, then the files read afresh: every acknowledged lease, never c4.
     for c in ["c5", "c6"] {
@@ -90,7 +91,7 @@ fn failed_rewrite_refuses_every_process_until_it_succeeds() {
     let e = t.alloc("c4").unwrap_err();
     assert_eq!(e.kind(), ErrorKind::Io);
     assert!(e.to_string().contains("rewriting"), "{e}");
-    let marker = t.dir.path().join("net1").join(commit::UNSYNCED);
+    let marker = t.dir.path().join("net1").join(UNSYNCED);
     assert!(marker.exists());
     // This handle and any other (another process, a restarted daemon) refuse, reads too.
     for e in [
