@@ -69,8 +69,10 @@ if [ "${1:-}" != --inner ]; then
       cat > "$WORK/bin/$p" << 'EOF'
 #!/bin/bash
 in=$(cat)
+t0=$(date +%s%N)
 out=$("$(dirname "$0")/.real/${0##*/}" <<< "$in"); rc=$?
-log=$(printf '== %s %s\n' "${0##*/}" "$CNI_COMMAND"; env | grep '^CNI_' | sort
+t1=$(date +%s%N)
+log=$(printf '== %s %s %d us\n' "${0##*/}" "$CNI_COMMAND" $(((t1 - t0) / 1000)); env | grep '^CNI_' | sort
   printf 'stdin: %s\nexit %s, stdout: %s' "$in" "$rc" "$out")
 echo "$log" >> "$(dirname "$0")/../trace.log" # one write: calls run in parallel
 printf '%s\n' "$out"
@@ -129,7 +131,7 @@ EOF
   fi
   if [ -s "$WORK/trace.log" ]; then
     echo "== CRI_TRACE: the first call of each plugin and command (all in $WORK/trace.log)"
-    awk '/^== /{show = !seen[$0]++} show' "$WORK/trace.log"
+    awk '/^== /{show = !seen[$2 " " $3]++} show' "$WORK/trace.log"
   fi
   [ "${KEEP:-0}" = 1 ] && echo "work dir kept: $WORK" || rm -rf "$WORK"
   echo "cri suite: $((SECONDS - T_START)) s"
