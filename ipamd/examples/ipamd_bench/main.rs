@@ -3,7 +3,7 @@
 //! ```text
 //! cargo build --release                       # for the plugin-process round trips
 //! cargo run --release -p ipamd --example ipamd_bench -- [--dir DIR] [--seconds N]
-//!     [--iterations N] [--clients N] [--cnikit PATH]
+//!     [--iterations N] [--clients N] [--cnikit PATH] [--cluster [--etcd PATH]]
 //! ```
 //!
 //! Measures, on the file system of `--dir` (default: the temp dir):
@@ -15,6 +15,9 @@
 //! 4. the full plugin process (exec of `cnikit` as `ipamd`, ADD then DEL), with and without
 //!    the daemon, if the `cnikit` binary is found (default: next to this example's
 //!    directory, i.e. `target/release/cnikit`).
+//!
+//! `--cluster` runs only the cluster mode instead (see `cluster.rs`): a real etcd and three
+//! `cnikit ipamd daemon` nodes as child processes.
 //!
 //! Must run as root (the daemon serves root only) or it allows the caller's group.
 
@@ -32,12 +35,16 @@ use ipamd::client::Client;
 use ipamd::config::{IpamConfig, RangeSet};
 use ipamd::daemon::{DaemonHandle, DaemonOptions};
 
+mod cluster;
+
 struct Args {
     dir: PathBuf,
     seconds: u64,
     iterations: usize,
     clients: usize,
     cnikit: Option<PathBuf>,
+    cluster: bool,
+    etcd: PathBuf,
 }
 
 fn parse_args() -> Result<Args, String> {
@@ -50,6 +57,9 @@ fn parse_args() -> Result<Args, String> {
             .ok()
             .and_then(|p| Some(p.parent()?.parent()?.join("cnikit")))
             .filter(|p| p.is_file()),
+        cluster: false,
+        // Debian's etcd-server.
+        etcd: PathBuf::from("/usr/bin/etcd"),
     };
     let mut it = std::env::args().skip(1);
     while let Some(flag) = it.next() {
@@ -62,8 +72,10 @@ fn parse_args() -> Result<Args, String> {
             }
             "--clients" => a.clients = value()?.parse().map_err(|e| format!("--clients: {e}"))?,
             "--cnikit" => a.cnikit = Some(PathBuf::from(value()?)),
+            "--cluster" => a.cluster = true,
+            "--etcd" => a.etcd = PathBuf::from(value()?),
             "-h" | "--help" => {
-                println!("ipamd_bench [--dir DIR] [--seconds N] [--iterations N] [--clients N] [--cnikit PATH]");
+                println!("ipamd_bench [--dir DIR] [--seconds N] [--iterations N] [--clients N] [--cnikit PATH] [--cluster [--etcd PATH]]");
                 std::process::exit(0);
             }
             other => return Err(format!("unknown argument {other}")),
@@ -84,7 +96,11 @@ fn run() -> Result<(), String> {
     let root = args.dir.join(format!("ipamd-bench-{}", std::process::id()));
     let _ = std::fs::remove_dir_all(&root);
     std::fs::create_dir_all(&root).map_err(|e| format!("creating {}: {e}", root.display()))?;
-    let res = bench(&args, &root);
+    let res = if args.cluster {
+        cluster::run(&args, &root)
+    } else {
+        bench(&args, &root)
+    };
     let _ = std::fs::remove_dir_all(&root);
     res
 }
@@ -226,16 +242,28 @@ fn throughput(
     seconds: u64,
     step: impl Fn(&Client, usize, u64) -> bool + Send + Sync + 'static,
 ) -> (u64, Duration, u64) {
+    let clients = (0..clients).map(|_| Client::new(sock, data)).collect();
+    throughput_with(clients, seconds, step)
+}
+
+/// [`throughput`] with one thread per given client (the cluster mode spreads them over
+/// the nodes' sockets).
+fn throughput_with(
+    clients: Vec<Client>,
+    seconds: u64,
+    step: impl Fn(&Client, usize, u64) -> bool + Send + Sync + 'static,
+) -> (u64, Duration, u64) {
     let step = Arc::new(step);
     let stop = Arc::new(AtomicBool::new(false));
     let done = Arc::new(AtomicU64::new(0));
     let errors = Arc::new(AtomicU64::new(0));
     let started = Instant::now();
-    let threads: Vec<_> = (0..clients)
-        .map(|t| {
+    let threads: Vec<_> = clients
+        .into_iter()
+        .enumerate()
+        .map(|(t, client)| {
             let (stop, done, errors) = (Arc::clone(&stop), Arc::clone(&done), Arc::clone(&errors));
             let step = Arc::clone(&step);
-            let client = Client::new(sock, data);
             std::thread::spawn(move || {
                 let mut i = 0u64;
                 while !stop.load(Ordering::Relaxed) {
@@ -328,49 +356,52 @@ fn plugin_round_trips(
         "ipam": {"type": "ipamd", "subnet": "10.129.0.0/16", "dataDir": data, "socket": sock},
     })
     .to_string();
-    let exec = |cmd: &str, cid: &str| -> Result<Duration, String> {
-        let t = Instant::now();
-        let mut child = Command::new(exe)
-            .arg0("ipamd")
-            .env_clear()
-            .env("CNI_COMMAND", cmd)
-            .env("CNI_CONTAINERID", cid)
-            .env("CNI_NETNS", "/var/run/netns/bench")
-            .env("CNI_IFNAME", "eth0")
-            .env("CNI_PATH", exe.parent().unwrap_or(Path::new("/")))
-            .stdin(Stdio::piped())
-            .stdout(Stdio::piped())
-            .stderr(Stdio::null())
-            .spawn()
-            .map_err(|e| format!("exec {}: {e}", exe.display()))?;
-        if let Some(mut stdin) = child.stdin.take() {
-            stdin
-                .write_all(conf.as_bytes())
-                .map_err(|e| format!("writing the config: {e}"))?;
-        }
-        let out = child
-            .wait_with_output()
-            .map_err(|e| format!("waiting for the plugin: {e}"))?;
-        let took = t.elapsed();
-        if !out.status.success() {
-            return Err(format!(
-                "plugin {cmd} failed: {}",
-                String::from_utf8_lossy(&out.stdout)
-            ));
-        }
-        Ok(took)
-    };
     let (mut add, mut del) = (Vec::with_capacity(n), Vec::with_capacity(n));
     for i in 0..n + n / 10 {
         let cid = format!("p{i}");
-        let a = exec("ADD", &cid)?;
-        let d = exec("DEL", &cid)?;
+        let a = exec_plugin(exe, &conf, "ADD", &cid)?;
+        let d = exec_plugin(exe, &conf, "DEL", &cid)?;
         if i >= n / 10 {
             add.push(a);
             del.push(d);
         }
     }
     Ok((add, del))
+}
+
+/// One exec of `cnikit` as the `ipamd` plugin with network config `conf`, timed from spawn
+/// to exit; an error if it fails (its CNI error is on stdout).
+fn exec_plugin(exe: &Path, conf: &str, cmd: &str, cid: &str) -> Result<Duration, String> {
+    let t = Instant::now();
+    let mut child = Command::new(exe)
+        .arg0("ipamd")
+        .env_clear()
+        .env("CNI_COMMAND", cmd)
+        .env("CNI_CONTAINERID", cid)
+        .env("CNI_NETNS", "/var/run/netns/bench")
+        .env("CNI_IFNAME", "eth0")
+        .env("CNI_PATH", exe.parent().unwrap_or(Path::new("/")))
+        .stdin(Stdio::piped())
+        .stdout(Stdio::piped())
+        .stderr(Stdio::null())
+        .spawn()
+        .map_err(|e| format!("exec {}: {e}", exe.display()))?;
+    if let Some(mut stdin) = child.stdin.take() {
+        stdin
+            .write_all(conf.as_bytes())
+            .map_err(|e| format!("writing the config: {e}"))?;
+    }
+    let out = child
+        .wait_with_output()
+        .map_err(|e| format!("waiting for the plugin: {e}"))?;
+    let took = t.elapsed();
+    if !out.status.success() {
+        return Err(format!(
+            "plugin {cmd} failed: {}",
+            String::from_utf8_lossy(&out.stdout)
+        ));
+    }
+    Ok(took)
 }
 
 fn percentile(sorted: &[Duration], p: f64) -> Duration {
