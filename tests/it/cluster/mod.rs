@@ -4,11 +4,13 @@
 //!
 //! - [`pool_cli`]: the pool commands, errors without a daemon, release-node rules;
 //! - [`nodes`]: three nodes sharing pools: blocks, usage counts, exhaustion, restart;
-//! - [`faults`]: etcd members and node daemons killed under concurrent ADDs, quorum loss.
+//! - [`faults`]: etcd members and node daemons killed under concurrent ADDs, quorum loss;
+//! - [`tls`]: an etcd that requires client certificates.
 
 mod faults;
 mod nodes;
 mod pool_cli;
+mod tls;
 
 use crate::support::*;
 use serde_json::{json, Value};
