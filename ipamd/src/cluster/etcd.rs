@@ -322,8 +322,14 @@ fn unavailable(endpoints: &str, op: &str, key: &str, why: &str) -> Error {
     } else {
         format!("{op} {key}")
     };
+    // A TLS handshake etcd refused shows up only as a broken transport: say what to check.
+    let tls = if endpoints.contains("https://") {
+        " and that --etcd-ca-file (and --etcd-cert-file/--etcd-key-file, if etcd requires client certificates) are given"
+    } else {
+        ""
+    };
     Error::new(
         ErrorKind::Unavailable,
-        format!("etcd ({endpoints}) {what}: {why}; check that a quorum of etcd members is up and reachable"),
+        format!("etcd ({endpoints}) {what}: {why}; check that a quorum of etcd members is up and reachable{tls}"),
     )
 }

@@ -124,7 +124,7 @@ impl Drop for TlsEtcd {
 /// Proves: with the CA and a client certificate, `pool create` / `pool show` work against
 /// an etcd that requires client certificates, and a node daemon given the same flags
 /// claims a block and serves an ADD from it; with the CA alone (no client certificate)
-/// the pool commands fail, naming the endpoint.
+/// the pool commands fail, naming the endpoint and the certificate flags.
 #[test]
 fn pools_on_an_etcd_that_requires_client_certificates() {
     let env = TestEnv::new("cluster_tls");
