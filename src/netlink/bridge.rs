@@ -42,23 +42,29 @@ fn bridge_message(index: u32, attrs: Vec<LinkAttribute>) -> LinkMessage {
 }
 
 impl Netlink {
-    /// Creates the bridge or adopts an existing one of that name. Concurrent
-    /// first ADDs race here: the loser gets EEXIST and simply re-reads the
+    /// Adopts the bridge of that name, or creates it when there is none. Every
+    /// ADD after the first finds it, so it is looked up first. Concurrent first
+    /// ADDs race on the create: the loser gets EEXIST and simply re-reads the
     /// winner's bridge. An existing non-bridge link of that name is an
     /// `AlreadyExists` error. The bridge is set up (and promisc if asked);
     /// an existing bridge's MTU and VLAN filtering are left as they are.
     pub fn ensure_bridge(&mut self, spec: BridgeSpec) -> Result<Link> {
-        match self.create_bridge(&spec) {
-            Err(e) if e.kind != ErrorKind::AlreadyExists => return Err(e),
-            _ => {}
-        }
         let gone = || {
             Error::new(
                 ErrorKind::NotFound,
                 format!("bridge {} disappeared while being set up", spec.name),
             )
         };
-        let link = self.link_by_name(&spec.name)?.ok_or_else(gone)?;
+        let link = match self.link_by_name(&spec.name)? {
+            Some(link) => link,
+            None => {
+                match self.create_bridge(&spec) {
+                    Err(e) if e.kind != ErrorKind::AlreadyExists => return Err(e),
+                    _ => {}
+                }
+                self.link_by_name(&spec.name)?.ok_or_else(gone)?
+            }
+        };
         if !link.is_kind("bridge") {
             return Err(Error::new(
                 ErrorKind::AlreadyExists,
