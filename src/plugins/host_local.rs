@@ -3,30 +3,33 @@
 //! node keeps every lease when it switches between the reference and cnikit, either way.
 //! The `ipam` object is parsed and validated by the same code as ipamd's.
 
-use super::ipam::{add_result, check_held, gc_valid_attachments, read_dns, requested_ips};
-use crate::cni::{CniResult, Code, Error, Plugin, Request, Version};
+use super::ipam::{ipam_object, Ipam, Leases};
+use crate::cni::{Attachment, Error, Request, Version};
+use ipamd::api::Allocation;
 use ipamd::config::{IpamConfig, RangeSet, RouteSpec};
 use ipamd::hostlocal::{HostLocal as Store, DEFAULT_DATA_DIR};
 use serde_json::{Map, Value};
-use std::path::PathBuf;
+use std::net::IpAddr;
+use std::path::{Path, PathBuf};
 
-pub struct HostLocal;
+/// The `host-local` plugin.
+pub type HostLocal = Ipam<LeaseFiles>;
 
-/// Everything one call needs: the range sets in the reference's order and the store.
-struct Call {
+/// host-local's leases: the range sets in the reference's order and the lease files.
+pub struct LeaseFiles {
     store: Store,
     sets: Vec<RangeSet>,
     routes: Vec<RouteSpec>,
     resolv_conf: Option<PathBuf>,
 }
 
-impl Call {
-    fn new(req: &Request) -> Result<Call, Error> {
-        let ipam = req
-            .conf
-            .raw
-            .get("ipam")
-            .ok_or_else(|| Error::invalid_config("missing \"ipam\" section"))?;
+impl Leases for LeaseFiles {
+    const NAME: &'static str = "host-local";
+    /// An address alone: the lease files keep no prefix length.
+    type Lease = IpAddr;
+
+    fn new(req: &Request) -> Result<LeaseFiles, Error> {
+        let ipam = ipam_object(req)?;
         if req.conf.name.is_empty() {
             return Err(Error::invalid_config(
                 "the network configuration needs a \"name\" (it names the lease directory)",
@@ -43,7 +46,7 @@ impl Call {
             ));
         }
         one_per_family_before_0_3_0(req.conf.version, &conf.range_sets)?;
-        Ok(Call {
+        Ok(LeaseFiles {
             store: Store::new(data_dir(req)),
             sets: conf.range_sets,
             routes: conf.routes,
@@ -52,74 +55,53 @@ impl Call {
     }
 
     /// DEL with an `ipam` section `new` refuses: freeing needs only where the leases are.
-    fn del_fallback(req: &Request) -> Call {
-        Call {
+    fn del_fallback(req: &Request) -> LeaseFiles {
+        LeaseFiles {
             store: Store::new(data_dir(req)),
             sets: Vec::new(),
             routes: Vec::new(),
             resolv_conf: None,
         }
     }
-}
 
-impl Plugin for HostLocal {
-    // ---------------------------------------------------------------- ADD
-    fn add(&self, req: &Request) -> Result<CniResult, Error> {
-        let call = Call::new(req)?;
-        // Read resolvConf first: failing after the allocation would leave leases.
-        let dns = read_dns(call.resolv_conf.as_deref())?;
-        let requested = requested_ips(req)?;
-        let allocations = call
-            .store
-            .allocate(&req.attachment(), &call.sets, &requested)?;
-        Ok(add_result(allocations, &call.routes, dns))
+    fn resolv_conf(&self) -> Option<&Path> {
+        self.resolv_conf.as_deref()
     }
 
-    // ---------------------------------------------------------------- CHECK
-    /// The attachment holds a lease (the reference's check), and every lease it holds is
-    /// among prevResult's addresses when there is one.
-    fn check(&self, req: &Request) -> Result<(), Error> {
-        let call = Call::new(req)?;
-        let held = call.store.held(&req.attachment())?;
-        check_held(
-            req,
-            &held,
-            |addr| *addr,
-            call.store.network_dir(&req.conf.name).display(),
-        )
+    fn routes(&self) -> &[RouteSpec] {
+        &self.routes
     }
 
-    // ---------------------------------------------------------------- DEL
-    fn del(&self, req: &Request) -> Result<(), Error> {
-        if req.conf.name.is_empty() {
-            // No ADD can have succeeded without a network name: nothing to free.
-            return Ok(());
-        }
-        let call = req.conf_or_del_fallback(Call::new, Call::del_fallback)?;
-        call.store.release(&req.attachment())?;
-        Ok(())
+    fn allocate(
+        &self,
+        key: Attachment,
+        requested: Vec<IpAddr>,
+    ) -> Result<Vec<Allocation>, ipamd::Error> {
+        self.store.allocate(&key, &self.sets, &requested)
     }
 
-    // ---------------------------------------------------------------- STATUS
-    /// Any failure means "cannot serve ADD now": code 50, with the reason.
-    fn status(&self, req: &Request) -> Result<(), Error> {
-        let call = Call::new(req)?;
-        call.store
-            .status(&req.conf.name, &call.sets)
-            .map_err(|e| Error::new(Code::NotAvailable, e.to_string()))
+    fn held(&self, key: &Attachment) -> Result<Vec<IpAddr>, ipamd::Error> {
+        self.store.held(key)
     }
 
-    // ---------------------------------------------------------------- GC
-    fn gc(&self, req: &Request) -> Result<(), Error> {
-        let call = Call::new(req)?;
-        let freed = call.store.gc(&req.conf.name, &gc_valid_attachments(req)?)?;
-        if freed > 0 {
-            eprintln!(
-                "host-local: GC freed {freed} lease(s) in {}",
-                call.store.network_dir(&req.conf.name).display()
-            );
-        }
-        Ok(())
+    fn address(lease: &IpAddr) -> IpAddr {
+        *lease
+    }
+
+    fn release(&self, key: &Attachment) -> Result<(), ipamd::Error> {
+        self.store.release(key).map(drop)
+    }
+
+    fn status(&self, network: &str) -> Result<(), ipamd::Error> {
+        self.store.status(network, &self.sets)
+    }
+
+    fn gc(&self, network: &str, valid: &[Attachment]) -> Result<usize, ipamd::Error> {
+        self.store.gc(network, valid)
+    }
+
+    fn place(&self, network: &str) -> String {
+        self.store.network_dir(network).display().to_string()
     }
 }
 
@@ -244,25 +226,5 @@ mod tests {
         let e = one_per_family_before_0_3_0(Version::V020, &two_v4).unwrap_err();
         assert_eq!(e.code, 7);
         one_per_family_before_0_3_0(Version::V030, &two_v4).unwrap();
-    }
-
-    /// The `ipam` object is walked by hand in the ipamd crate; its typed parts and
-    /// hand-read keys get Go's key matching.
-    #[test]
-    fn ipam_keys_get_go_matching() {
-        use crate::cni::gojson::{assert_known, struct_fields};
-        assert_known(&[
-            struct_fields::<ipamd::config::Range>(),
-            struct_fields::<ipamd::config::RouteSpec>(),
-            &[
-                "subnet",
-                "ranges",
-                "routes",
-                "dataDir",
-                "resolvConf",
-                "ipRanges",
-                "ips",
-            ],
-        ]);
     }
 }

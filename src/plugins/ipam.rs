@@ -1,32 +1,147 @@
-//! ipamd: the IPAM plugin. A thin client of the lease daemon (or, with no
-//! daemon running, of the same store in-process); see the `ipamd` crate.
-//! Configuration keys are host-local's, so migrating is a change of `type`.
+//! The IPAM plugins: one plugin, [`Ipam`], over two places to keep leases. `ipamd` is a
+//! thin client of the lease daemon (or, with no daemon running, of the same store
+//! in-process; see the `ipamd` crate); `host-local` keeps the reference's lease files
+//! (host_local.rs). Configuration keys are host-local's, so migrating is a change of
+//! `type`.
 
 use crate::cni::{Attachment, CniResult, Code, Dns, Error, IpConfig, Plugin, Request, Route};
 use ipamd::api::{AllocateRequest, Allocation};
 use ipamd::client::Client;
-use ipamd::config::{IpamConfig, RangeSet, RouteSpec};
+use ipamd::config::{IpamConfig, RouteSpec};
 use ipnet::IpNet;
 use std::fmt::Display;
+use std::marker::PhantomData;
 use std::net::IpAddr;
 use std::path::Path;
 
-pub struct Ipamd;
+/// An IPAM plugin keeping its leases in `L`.
+pub struct Ipam<L>(PhantomData<fn() -> L>);
 
-/// Everything one call needs: the parsed `ipam` object and the client.
-struct Call {
-    conf: IpamConfig,
-    client: Client,
-    network: String,
+impl<L> Ipam<L> {
+    pub const PLUGIN: Ipam<L> = Ipam(PhantomData);
 }
 
-impl Call {
-    fn new(req: &Request) -> Result<Call, Error> {
-        let ipam = req
-            .conf
-            .raw
-            .get("ipam")
-            .ok_or_else(|| Error::invalid_config("missing \"ipam\" section"))?;
+/// The `ipamd` plugin.
+pub type Ipamd = Ipam<DaemonLeases>;
+
+/// One call's leases, as the IPAM plugin's commands use them. Each store parses the
+/// `ipam` object itself: their keys differ (pools and the daemon's socket are ipamd's).
+pub trait Leases: Sized {
+    /// The plugin's name, for log lines.
+    const NAME: &'static str;
+    /// A held lease as CHECK names it.
+    type Lease: Display;
+
+    fn new(req: &Request) -> Result<Self, Error>;
+    /// The call DEL makes when `new` refuses the configuration: releasing needs only
+    /// where the leases are, not the ranges.
+    fn del_fallback(req: &Request) -> Self;
+    fn resolv_conf(&self) -> Option<&Path>;
+    fn routes(&self) -> &[RouteSpec];
+    fn allocate(
+        &self,
+        key: Attachment,
+        requested: Vec<IpAddr>,
+    ) -> Result<Vec<Allocation>, ipamd::Error>;
+    fn held(&self, key: &Attachment) -> Result<Vec<Self::Lease>, ipamd::Error>;
+    fn address(lease: &Self::Lease) -> IpAddr;
+    fn release(&self, key: &Attachment) -> Result<(), ipamd::Error>;
+    /// Whether ADD could allocate in `network` now.
+    fn status(&self, network: &str) -> Result<(), ipamd::Error>;
+    /// Frees the leases of `network` held by no attachment in `valid`; how many.
+    fn gc(&self, network: &str, valid: &[Attachment]) -> Result<usize, ipamd::Error>;
+    /// Where `network`'s leases are, as errors and log lines name it.
+    fn place(&self, network: &str) -> String;
+}
+
+impl<L: Leases> Plugin for Ipam<L> {
+    // ---------------------------------------------------------------- ADD
+    fn add(&self, req: &Request) -> Result<CniResult, Error> {
+        let call = L::new(req)?;
+        // Read resolvConf first: failing after the allocation would leave leases.
+        let dns = read_dns(call.resolv_conf())?;
+        let allocations = call.allocate(req.attachment(), requested_ips(req)?)?;
+        Ok(add_result(allocations, call.routes(), dns))
+    }
+
+    // ---------------------------------------------------------------- CHECK
+    /// The attachment holds a lease (the reference's check), and every lease it holds is
+    /// among prevResult's addresses when there is one.
+    fn check(&self, req: &Request) -> Result<(), Error> {
+        let call = L::new(req)?;
+        let held = call.held(&req.attachment())?;
+        let place = call.place(&req.conf.name);
+        if held.is_empty() {
+            return Err(Error::new(
+                Code::AddressUnavailable,
+                format!(
+                    "CHECK: no lease for container {} interface {} in {place}",
+                    req.container_id(),
+                    req.ifname(),
+                ),
+            ));
+        }
+        let Some(prev) = &req.conf.prev_result else {
+            return Ok(());
+        };
+        let in_prev = |a: IpAddr| prev.ips.iter().any(|ip| ip.address.addr() == a);
+        match held.iter().find(|lease| !in_prev(L::address(lease))) {
+            Some(lost) => Err(Error::new(
+                Code::AddressUnavailable,
+                format!("CHECK: lease {lost} is not among prevResult's addresses"),
+            )),
+            None => Ok(()),
+        }
+    }
+
+    // ---------------------------------------------------------------- DEL
+    /// Releases the attachment's leases, whatever the rest of the configuration says.
+    fn del(&self, req: &Request) -> Result<(), Error> {
+        if req.conf.name.is_empty() {
+            // No ADD can have succeeded without a network name: nothing to release.
+            return Ok(());
+        }
+        let call = req.conf_or_del_fallback(L::new, L::del_fallback)?;
+        call.release(&req.attachment())?;
+        Ok(())
+    }
+
+    // ---------------------------------------------------------------- STATUS
+    /// Any failure means "cannot serve ADD now": code 50, with the reason.
+    fn status(&self, req: &Request) -> Result<(), Error> {
+        L::new(req)?
+            .status(&req.conf.name)
+            .map_err(|e| Error::new(Code::NotAvailable, e.to_string()))
+    }
+
+    // ---------------------------------------------------------------- GC
+    fn gc(&self, req: &Request) -> Result<(), Error> {
+        let call = L::new(req)?;
+        let freed = call.gc(&req.conf.name, &gc_valid_attachments(req)?)?;
+        if freed > 0 {
+            eprintln!(
+                "{}: GC freed {freed} lease(s) in {}",
+                L::NAME,
+                call.place(&req.conf.name)
+            );
+        }
+        Ok(())
+    }
+}
+
+/// ipamd's leases: the parsed `ipam` object and the daemon's client.
+pub struct DaemonLeases {
+    conf: IpamConfig,
+    client: Client,
+}
+
+impl Leases for DaemonLeases {
+    const NAME: &'static str = "ipamd";
+    /// With its prefix length, as the store keeps it.
+    type Lease = IpNet;
+
+    fn new(req: &Request) -> Result<DaemonLeases, Error> {
+        let ipam = ipam_object(req)?;
         let mut conf = IpamConfig::from_json(ipam)?;
         // Capability ipRanges replaces the configured range sets (CONVENTIONS).
         if let Some(ranges) = req.conf.runtime_config("ipRanges") {
@@ -42,16 +157,12 @@ impl Call {
             ));
         }
         let client = Client::new(&conf.socket, &conf.data_dir);
-        Ok(Call {
-            conf,
-            client,
-            network: req.conf.name.clone(),
-        })
+        Ok(DaemonLeases { conf, client })
     }
 
     /// DEL with an `ipam` section `new` refuses: a release needs only where
     /// the store is, and ranges are irrelevant to it.
-    fn del_fallback(req: &Request) -> Call {
+    fn del_fallback(req: &Request) -> DaemonLeases {
         let ipam = req.conf.raw.get("ipam");
         let path = |key: &str, default: &str| -> std::path::PathBuf {
             ipam.and_then(|i| i.get(key))
@@ -68,100 +179,76 @@ impl Call {
             resolv_conf: None,
         };
         let client = Client::new(&conf.socket, &conf.data_dir);
-        Call {
-            conf,
-            client,
-            network: req.conf.name.clone(),
-        }
-    }
-}
-
-impl Plugin for Ipamd {
-    // ---------------------------------------------------------------- ADD
-    fn add(&self, req: &Request) -> Result<CniResult, Error> {
-        let call = Call::new(req)?;
-        // Read resolvConf first: failing after the allocation would leave a lease.
-        let dns = read_dns(call.conf.resolv_conf.as_deref())?;
-        let allocations = call.client.allocate(&AllocateRequest {
-            key: req.attachment(),
-            range_sets: call.conf.range_sets.clone(),
-            requested: requested_ips(req)?,
-            pools: call.conf.pools.clone(),
-        })?;
-        Ok(add_result(allocations, &call.conf.routes, dns))
+        DaemonLeases { conf, client }
     }
 
-    // ---------------------------------------------------------------- CHECK
-    fn check(&self, req: &Request) -> Result<(), Error> {
-        let call = Call::new(req)?;
-        let held: Vec<IpNet> = call
-            .client
-            .check(&req.attachment())?
-            .into_iter()
-            .map(|lease| lease.address)
-            .collect();
-        check_held(
-            req,
-            &held,
-            IpNet::addr,
-            format_args!("network {}", call.network),
-        )
+    fn resolv_conf(&self) -> Option<&Path> {
+        self.conf.resolv_conf.as_deref()
     }
 
-    // ---------------------------------------------------------------- DEL
-    fn del(&self, req: &Request) -> Result<(), Error> {
-        if req.conf.name.is_empty() {
-            // No ADD can have succeeded without a network name: nothing to release.
-            return Ok(());
-        }
-        let call = req.conf_or_del_fallback(Call::new, Call::del_fallback)?;
-        call.client.release(&req.attachment())?;
-        Ok(())
+    fn routes(&self) -> &[RouteSpec] {
+        &self.conf.routes
     }
 
-    // ---------------------------------------------------------------- STATUS
-    /// Any failure means "cannot serve ADD now": code 50, with the reason.
-    fn status(&self, req: &Request) -> Result<(), Error> {
-        let call = Call::new(req)?;
-        let sets: &[RangeSet] = &call.conf.range_sets;
-        let status = if call.conf.pools.is_empty() {
-            call.client.status(&call.network, sets)
+    fn allocate(
+        &self,
+        key: Attachment,
+        requested: Vec<IpAddr>,
+    ) -> Result<Vec<Allocation>, ipamd::Error> {
+        self.client.allocate(&AllocateRequest {
+            key,
+            range_sets: self.conf.range_sets.clone(),
+            requested,
+            pools: self.conf.pools.clone(),
+        })
+    }
+
+    fn held(&self, key: &Attachment) -> Result<Vec<IpNet>, ipamd::Error> {
+        let leases = self.client.check(key)?;
+        Ok(leases.into_iter().map(|lease| lease.address).collect())
+    }
+
+    fn address(lease: &IpNet) -> IpAddr {
+        lease.addr()
+    }
+
+    fn release(&self, key: &Attachment) -> Result<(), ipamd::Error> {
+        self.client.release(key)
+    }
+
+    fn status(&self, network: &str) -> Result<(), ipamd::Error> {
+        if self.conf.pools.is_empty() {
+            self.client.status(network, &self.conf.range_sets)
         } else {
-            call.client.status_pools(&call.network, &call.conf.pools)
-        };
-        status.map_err(|e| Error::new(Code::NotAvailable, e.to_string()))
+            self.client.status_pools(network, &self.conf.pools)
+        }
     }
 
-    // ---------------------------------------------------------------- GC
-    fn gc(&self, req: &Request) -> Result<(), Error> {
-        let call = Call::new(req)?;
-        let freed = call.client.gc(&call.network, &gc_valid_attachments(req)?)?;
-        if freed > 0 {
-            eprintln!(
-                "ipamd: GC freed {freed} lease(s) in network {}",
-                call.network
-            );
-        }
-        Ok(())
+    fn gc(&self, network: &str, valid: &[Attachment]) -> Result<usize, ipamd::Error> {
+        self.client.gc(network, valid)
+    }
+
+    fn place(&self, network: &str) -> String {
+        format!("network {network}")
     }
 }
 
-/// `ipam.resolvConf` read into the result's `dns`, or none. Both IPAM plugins call it
-/// before allocating: failing after the allocation would leave leases.
-pub(super) fn read_dns(resolv_conf: Option<&Path>) -> Result<Dns, Error> {
+/// The configuration's `ipam` object, which every command but DEL needs.
+pub(super) fn ipam_object(req: &Request) -> Result<&serde_json::Value, Error> {
+    (req.conf.raw.get("ipam")).ok_or_else(|| Error::invalid_config("missing \"ipam\" section"))
+}
+
+/// `ipam.resolvConf` read into the result's `dns`, or none.
+fn read_dns(resolv_conf: Option<&Path>) -> Result<Dns, Error> {
     Ok(match resolv_conf {
         Some(path) => ipamd::config::parse_resolv_conf(path)?,
         None => Dns::default(),
     })
 }
 
-/// ADD's result of an IPAM plugin (ipamd and host-local alike): the allocated addresses
+/// ADD's result: the allocated addresses
 /// with their gateways, the configured routes and `dns`; no interfaces.
-pub(super) fn add_result(
-    allocations: Vec<Allocation>,
-    routes: &[RouteSpec],
-    dns: Dns,
-) -> CniResult {
+fn add_result(allocations: Vec<Allocation>, routes: &[RouteSpec], dns: Dns) -> CniResult {
     CniResult {
         interfaces: Vec::new(),
         ips: allocations
@@ -177,44 +264,9 @@ pub(super) fn add_result(
     }
 }
 
-/// CHECK of an IPAM plugin: the attachment holds a lease (`held`, from the store at
-/// `place`), and every lease it holds is among prevResult's addresses when there is one.
-/// `addr` reads a lease's address; the error names the lease as it is displayed (with
-/// its prefix length where the store keeps one).
-pub(super) fn check_held<L: Display>(
-    req: &Request,
-    held: &[L],
-    addr: impl Fn(&L) -> IpAddr,
-    place: impl Display,
-) -> Result<(), Error> {
-    if held.is_empty() {
-        return Err(Error::new(
-            Code::AddressUnavailable,
-            format!(
-                "CHECK: no lease for container {} interface {} in {place}",
-                req.container_id(),
-                req.ifname(),
-            ),
-        ));
-    }
-    let Some(prev) = &req.conf.prev_result else {
-        return Ok(());
-    };
-    if let Some(lost) = held
-        .iter()
-        .find(|lease| !prev.ips.iter().any(|ip| ip.address.addr() == addr(lease)))
-    {
-        return Err(Error::new(
-            Code::AddressUnavailable,
-            format!("CHECK: lease {lost} is not among prevResult's addresses"),
-        ));
-    }
-    Ok(())
-}
-
 /// GC's list of attachments still in use, which an IPAM plugin needs: without it every
 /// lease of the network would look stale.
-pub(super) fn gc_valid_attachments(req: &Request) -> Result<Vec<Attachment>, Error> {
+fn gc_valid_attachments(req: &Request) -> Result<Vec<Attachment>, Error> {
     req.conf.valid_attachments()?.ok_or_else(|| {
         Error::invalid_config("GC needs cni.dev/valid-attachments (or cni.dev/attachments)")
     })
@@ -222,7 +274,7 @@ pub(super) fn gc_valid_attachments(req: &Request) -> Result<Vec<Attachment>, Err
 
 /// Explicitly requested addresses: `CNI_ARGS IP=a,b`, `args.cni.ips`,
 /// `runtimeConfig.ips` (capability `ips`), in that order, without duplicates.
-pub(super) fn requested_ips(req: &Request) -> Result<Vec<IpAddr>, Error> {
+fn requested_ips(req: &Request) -> Result<Vec<IpAddr>, Error> {
     let mut out: Vec<IpAddr> = Vec::new();
     let mut push = |raw: &str, key: &str| -> Result<(), Error> {
         // Accept "10.0.0.5" and "10.0.0.5/24" (CONVENTIONS uses both).
@@ -265,7 +317,7 @@ mod tests {
     use crate::cni::gojson::{assert_known, struct_fields};
 
     /// The `ipam` object is walked by hand in the ipamd crate; these are its
-    /// typed parts, and the hand-read keys are in `gojson::KEYS` by name.
+    /// typed parts, and the keys either plugin reads by hand are in `gojson::KEYS`.
     #[test]
     fn ipam_keys_get_go_matching() {
         assert_known(&[
@@ -280,6 +332,8 @@ mod tests {
                 "dataDir",
                 "socket",
                 "resolvConf",
+                "ipRanges",
+                "ips",
             ],
         ]);
     }
