@@ -298,13 +298,13 @@ fn restart(sh: &Shared, last: &Sample, kill: bool, pause: Duration) -> Restart {
         t_s,
         cycles,
         signal: name,
-        old_pid: last.pid,
+        old_pid: last.daemon.as_ref().map(|d| d.pid),
         new_pid: None,
         exit_ms: 0.0,
         down_ms: 0.0,
         status: String::new(),
-        ipam_served: last.ipam_served,
-        fw_served: last.fw_served,
+        ipam_served: last.metrics().map(|m| m.ipam),
+        fw_served: last.metrics().map(|m| m.fw),
     };
     match daemon::restart(signal, pause) {
         Ok(x) => {

@@ -35,13 +35,13 @@ pub fn write(svg: &Path, samples: &[Sample], restarts: &[Restart]) -> Result<(),
     let rss = [Series {
         name: "RSS",
         color: LINE,
-        value: |s| kib(s.rss_kib),
+        value: |s| kib(s.daemon.as_ref()?.rss_kib),
         per_daemon: true,
     }];
     let fds = [Series {
         name: "open fds",
         color: LINE,
-        value: |s| s.fds.map(|v| v as f64),
+        value: |s| s.daemon.as_ref()?.fds.map(|v| v as f64),
         per_daemon: true,
     }];
     let files = [
@@ -159,8 +159,8 @@ impl Ctx<'_> {
                 continue;
             };
             let owner = if series.per_daemon {
-                match s.pid {
-                    Some(pid) => Some(pid),
+                match &s.daemon {
+                    Some(d) => Some(d.pid),
                     None => continue,
                 }
             } else {

@@ -2,7 +2,7 @@
 //! sample and restart CSVs, every failure, and the plot.
 
 use super::check::Check;
-use super::sample::{self, Sample};
+use super::sample::Sample;
 use super::{plot, Failure, Restart, SoakArgs};
 use crate::report::Machine;
 use serde::Serialize;
@@ -90,7 +90,7 @@ impl Report<'_> {
             .iter()
             .filter(|f| f.op == "DEL" && f.attempt == self.args.del_retries)
             .count();
-        let last = self.samples.iter().rev().find(|s| s.pid.is_some());
+        let last = self.samples.iter().rev().find(|s| s.daemon.is_some());
         let served = |f: fn(&Restart) -> Option<u64>, g: fn(&Sample) -> Option<u64>| {
             self.restarts.iter().filter_map(f).sum::<u64>() + last.and_then(g).unwrap_or(0)
         };
@@ -106,13 +106,13 @@ impl Report<'_> {
             add_failures: count("ADD"),
             del_failures: count("DEL"),
             del_given_up: given_up,
-            rss_kib: range(self.samples, |s| s.rss_kib),
-            fds: range(self.samples, |s| s.fds),
-            threads: range(self.samples, |s| s.threads),
+            rss_kib: range(self.samples, |s| s.daemon.as_ref()?.rss_kib),
+            fds: range(self.samples, |s| s.daemon.as_ref()?.fds),
+            threads: range(self.samples, |s| s.daemon.as_ref()?.threads),
             journal_bytes: range(self.samples, |s| s.journal_bytes),
             snapshot_bytes: range(self.samples, |s| s.snapshot_bytes),
-            ipam_served_by_daemons: served(|r| r.ipam_served, |s| s.ipam_served),
-            fw_served_by_daemons: served(|r| r.fw_served, |s| s.fw_served),
+            ipam_served_by_daemons: served(|r| r.ipam_served, |s| Some(s.metrics()?.ipam)),
+            fw_served_by_daemons: served(|r| r.fw_served, |s| Some(s.metrics()?.fw)),
             nft_rules_at_end: self.nft_rules,
             final_daemon_status: self.final_status.as_deref(),
             daemon_log_lines: self.daemon_log.lines().count(),
@@ -130,7 +130,7 @@ impl Report<'_> {
             let p = out.join(name);
             std::fs::write(&p, bytes).map_err(|e| format!("{}: {e}", p.display()))
         };
-        sample::write_csv(&out.join("soak.csv"), self.samples)?;
+        w("soak.csv", samples_csv(self.samples).as_bytes())?;
         w("restarts.csv", restarts_csv(self.restarts).as_bytes())?;
         w("failures.txt", failures_txt(self.failures).as_bytes())?;
         let json = serde_json::to_vec_pretty(&fig).map_err(|e| e.to_string())?;
@@ -277,11 +277,43 @@ impl Report<'_> {
     }
 }
 
+/// A CSV field of a quantity that may be missing: empty then.
+fn opt(v: Option<impl ToString>) -> String {
+    v.map(|v| v.to_string()).unwrap_or_default()
+}
+
+fn samples_csv(samples: &[Sample]) -> String {
+    let mut s = String::from(
+        "t_s,cycles,failures,pid,rss_kib,fds,threads,journal_bytes,snapshot_bytes,\
+         ipam_served,fw_served,leases_in_use\n",
+    );
+    for x in samples {
+        let d = x.daemon.as_ref();
+        let m = x.metrics();
+        let _ = writeln!(
+            s,
+            "{:.2},{},{},{},{},{},{},{},{},{},{},{}",
+            x.t_s,
+            x.cycles,
+            x.failures,
+            opt(d.map(|d| d.pid)),
+            opt(d.and_then(|d| d.rss_kib)),
+            opt(d.and_then(|d| d.fds)),
+            opt(d.and_then(|d| d.threads)),
+            opt(x.journal_bytes),
+            opt(x.snapshot_bytes),
+            opt(m.map(|m| m.ipam)),
+            opt(m.map(|m| m.fw)),
+            opt(m.and_then(|m| m.leases)),
+        );
+    }
+    s
+}
+
 fn restarts_csv(restarts: &[Restart]) -> String {
     let mut s = String::from(
         "t_s,cycles,signal,old_pid,new_pid,exit_ms,down_ms,status,ipam_served,fw_served\n",
     );
-    let opt = |v: Option<u64>| v.map(|v| v.to_string()).unwrap_or_default();
     for r in restarts {
         let _ = writeln!(
             s,
@@ -289,8 +321,8 @@ fn restarts_csv(restarts: &[Restart]) -> String {
             r.t_s,
             r.cycles,
             r.signal,
-            opt(r.old_pid.map(u64::from)),
-            opt(r.new_pid.map(u64::from)),
+            opt(r.old_pid),
+            opt(r.new_pid),
             r.exit_ms,
             r.down_ms,
             r.status.replace('"', "'"),

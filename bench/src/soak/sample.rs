@@ -3,12 +3,11 @@
 //! snapshot, and what it says about itself on `GET /metrics`.
 
 use crate::daemon;
-use serde::Serialize;
 use std::io::{Read, Write};
 use std::path::Path;
 use std::time::Duration;
 
-#[derive(Debug, Clone, Default, Serialize)]
+#[derive(Debug, Clone)]
 pub struct Sample {
     /// Seconds since the soak started.
     pub t_s: f64,
@@ -16,38 +15,51 @@ pub struct Sample {
     /// Failed operations so far (every failed ADD or DEL attempt).
     pub failures: u64,
     /// None while no daemon runs (between a kill and the new start).
-    pub pid: Option<u32>,
+    pub daemon: Option<DaemonSample>,
+    /// The network's store files: there with or without a daemon.
+    pub journal_bytes: Option<u64>,
+    pub snapshot_bytes: Option<u64>,
+}
+
+/// The running daemon as /proc and its `GET /metrics` show it.
+#[derive(Debug, Clone)]
+pub struct DaemonSample {
+    pub pid: u32,
+    /// None when the process went away before /proc was read.
     pub rss_kib: Option<u64>,
     pub fds: Option<u64>,
     pub threads: Option<u64>,
-    pub journal_bytes: Option<u64>,
-    pub snapshot_bytes: Option<u64>,
-    /// allocate + release requests this daemon instance answered so far.
-    pub ipam_served: Option<u64>,
-    /// Firewall operations this daemon instance answered so far.
-    pub fw_served: Option<u64>,
-    pub leases_in_use: Option<u64>,
+    /// None when it did not answer (e.g. it is being restarted).
+    pub metrics: Option<Metrics>,
+}
+
+impl Sample {
+    pub fn metrics(&self) -> Option<&Metrics> {
+        self.daemon.as_ref()?.metrics.as_ref()
+    }
 }
 
 /// One sample now. `store` is the network's directory in the data dir.
 pub fn take(t_s: f64, cycles: u64, failures: u64, store: &Path) -> Sample {
-    let pid = daemon::pid();
-    let status = pid.and_then(|p| std::fs::read_to_string(format!("/proc/{p}/status")).ok());
-    let field = |name: &str| status.as_deref().and_then(|s| status_field(s, name));
-    let metrics = pid.and_then(|_| scrape());
     Sample {
         t_s,
         cycles,
         failures,
-        pid,
-        rss_kib: field("VmRSS:"),
-        fds: pid.and_then(count_fds),
-        threads: field("Threads:"),
+        daemon: daemon::pid().map(daemon_sample),
         journal_bytes: file_size(&store.join("journal")),
         snapshot_bytes: file_size(&store.join("snapshot")),
-        ipam_served: metrics.as_ref().map(|m| m.ipam),
-        fw_served: metrics.as_ref().map(|m| m.fw),
-        leases_in_use: metrics.and_then(|m| m.leases),
+    }
+}
+
+fn daemon_sample(pid: u32) -> DaemonSample {
+    let status = std::fs::read_to_string(format!("/proc/{pid}/status")).ok();
+    let field = |name: &str| status.as_deref().and_then(|s| status_field(s, name));
+    DaemonSample {
+        pid,
+        rss_kib: field("VmRSS:"),
+        fds: count_fds(pid),
+        threads: field("Threads:"),
+        metrics: scrape(),
     }
 }
 
@@ -66,15 +78,20 @@ fn file_size(path: &Path) -> Option<u64> {
     std::fs::metadata(path).ok().map(|m| m.len())
 }
 
+/// What the daemon says about itself, summed over the series that matter here.
+#[derive(Debug, Clone)]
 pub struct Metrics {
+    /// allocate + release requests this daemon instance answered so far.
     pub ipam: u64,
+    /// Firewall operations this daemon instance answered so far.
     pub fw: u64,
+    /// Leases in use over all networks; None when no series reports them.
     pub leases: Option<u64>,
 }
 
 /// `GET /metrics` from the daemon; None when it does not answer within a
-/// second (e.g. it is being restarted).
-pub fn scrape() -> Option<Metrics> {
+/// second.
+fn scrape() -> Option<Metrics> {
     scrape_text().map(|body| parse_metrics(&body))
 }
 
@@ -90,18 +107,10 @@ pub fn firewall_ops() -> Option<Vec<(String, String, u64)>> {
             .and_then(|(_, rest)| rest.split_once('"'))
             .map_or(String::new(), |(v, _)| v.to_string())
     };
-    let mut ops = Vec::new();
-    for line in body.lines().filter(|l| !l.starts_with('#')) {
-        let Some((series, value)) = line.rsplit_once(' ') else {
-            continue;
-        };
-        if !series.starts_with("ipamd_ext_requests_total{") {
-            continue;
-        }
-        if let Ok(v) = value.parse::<f64>() {
-            ops.push((label(series, "op"), label(series, "outcome"), v as u64));
-        }
-    }
+    let mut ops: Vec<_> = series_values(&body)
+        .filter(|(series, _)| series.starts_with("ipamd_ext_requests_total{"))
+        .map(|(series, v)| (label(series, "op"), label(series, "outcome"), v))
+        .collect();
     ops.sort();
     Some(ops)
 }
@@ -121,6 +130,17 @@ fn scrape_text() -> Option<String> {
     Some(body.to_string())
 }
 
+/// The value lines of Prometheus text: (series with its labels, value);
+/// comments and lines that do not parse are skipped.
+fn series_values(body: &str) -> impl Iterator<Item = (&str, u64)> {
+    body.lines()
+        .filter(|l| !l.starts_with('#'))
+        .filter_map(|line| {
+            let (series, value) = line.rsplit_once(' ')?;
+            Some((series, value.parse::<f64>().ok()? as u64))
+        })
+}
+
 /// Sums the series that matter here out of the Prometheus text.
 fn parse_metrics(body: &str) -> Metrics {
     let mut m = Metrics {
@@ -128,14 +148,7 @@ fn parse_metrics(body: &str) -> Metrics {
         fw: 0,
         leases: None,
     };
-    for line in body.lines().filter(|l| !l.starts_with('#')) {
-        let Some((series, value)) = line.rsplit_once(' ') else {
-            continue;
-        };
-        let Ok(v) = value.parse::<f64>() else {
-            continue;
-        };
-        let v = v as u64;
+    for (series, v) in series_values(body) {
         if series.starts_with("ipamd_requests_total{")
             && (series.contains("verb=\"allocate\"") || series.contains("verb=\"release\""))
         {
@@ -147,30 +160,4 @@ fn parse_metrics(body: &str) -> Metrics {
         }
     }
     m
-}
-
-pub fn write_csv(path: &Path, samples: &[Sample]) -> Result<(), String> {
-    let opt = |v: Option<u64>| v.map(|v| v.to_string()).unwrap_or_default();
-    let mut out = String::from(
-        "t_s,cycles,failures,pid,rss_kib,fds,threads,journal_bytes,snapshot_bytes,\
-         ipam_served,fw_served,leases_in_use\n",
-    );
-    for s in samples {
-        out.push_str(&format!(
-            "{:.2},{},{},{},{},{},{},{},{},{},{},{}\n",
-            s.t_s,
-            s.cycles,
-            s.failures,
-            opt(s.pid.map(u64::from)),
-            opt(s.rss_kib),
-            opt(s.fds),
-            opt(s.threads),
-            opt(s.journal_bytes),
-            opt(s.snapshot_bytes),
-            opt(s.ipam_served),
-            opt(s.fw_served),
-            opt(s.leases_in_use),
-        ));
-    }
-    std::fs::write(path, out).map_err(|e| format!("{}: {e}", path.display()))
 }
