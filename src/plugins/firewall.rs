@@ -4,28 +4,17 @@
 //! bridges apart. The result is `prevResult` unchanged. Where the rules go
 //! (the host's iptables-nft tables or ours) is `firewall::forward`'s call.
 
-use super::firewall_backend::FirewallBackend;
+use super::firewall_backend::{FirewallBackend, FirewallConf};
 use crate::cni::env::validate_ifname;
 use crate::cni::{CniResult, Code, Error, Plugin, Request};
 use crate::firewall::forward::{Forget, Op, Spec};
-use crate::firewall::{Firewall, Gc, Isolation, DEFAULT_ADMIN_CHAIN};
+use crate::firewall::{Gc, Isolation, DEFAULT_ADMIN_CHAIN};
 use serde::Deserialize;
 use std::net::IpAddr;
 use std::path::PathBuf;
-use std::sync::Arc;
 
 pub struct FirewallPlugin {
     pub firewall: FirewallBackend,
-}
-
-impl FirewallPlugin {
-    pub const DEFAULT: FirewallPlugin = FirewallPlugin {
-        firewall: FirewallBackend::DAEMON_OR_HERE,
-    };
-
-    fn firewall(&self, req: &Request, conf: &Conf) -> Arc<dyn Firewall> {
-        self.firewall.for_call(req, conf.daemon_socket.as_deref())
-    }
 }
 
 #[derive(Debug, Default, Deserialize)]
@@ -45,6 +34,12 @@ struct Conf {
     /// The ipamd daemon that applies the firewall changes (see firewall/service.rs).
     #[serde(default)]
     daemon_socket: Option<PathBuf>,
+}
+
+impl FirewallConf for Conf {
+    fn daemon_socket(&self) -> Option<&std::path::Path> {
+        self.daemon_socket.as_deref()
+    }
 }
 
 /// The longest chain name iptables takes (XT_EXTENSION_MAXNAMELEN - 1).
@@ -185,7 +180,9 @@ impl Plugin for FirewallPlugin {
         let conf = Conf::load(req)?;
         let prev = prev_result(req)?;
         let spec = conf.spec(req, prev)?;
-        self.firewall(req, &conf).apply(Op::Add(spec).into())?;
+        self.firewall
+            .for_call(req, &conf)
+            .apply(Op::Add(spec).into())?;
         Ok(prev.clone())
     }
 
@@ -193,7 +190,8 @@ impl Plugin for FirewallPlugin {
     fn check(&self, req: &Request) -> Result<(), Error> {
         let conf = Conf::load(req)?;
         let spec = conf.spec(req, prev_result(req)?)?;
-        self.firewall(req, &conf)
+        self.firewall
+            .for_call(req, &conf)
             .apply(Op::Check(spec).into())
             .map_err(|e| Error::from(e).context("CHECK"))
     }
@@ -210,7 +208,9 @@ impl Plugin for FirewallPlugin {
                 p.ips.iter().map(|ip| ip.address.addr()).collect()
             }),
         };
-        self.firewall(req, &conf).apply(Op::Del(del).into())?;
+        self.firewall
+            .for_call(req, &conf)
+            .apply(Op::Del(del).into())?;
         Ok(())
     }
 
@@ -229,7 +229,9 @@ impl Plugin for FirewallPlugin {
             network: req.conf.name.clone(),
             valid,
         };
-        self.firewall(req, &conf).apply(Op::Gc(gc).into())?;
+        self.firewall
+            .for_call(req, &conf)
+            .apply(Op::Gc(gc).into())?;
         Ok(())
     }
 }

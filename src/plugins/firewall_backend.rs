@@ -21,14 +21,23 @@ impl FirewallBackend {
         FirewallBackend(Some(firewall))
     }
 
-    /// The backend of one call; `socket` is the configuration's `daemonSocket`.
-    /// Kept for the whole call: it holds the netfilter sockets it opened.
-    pub fn for_call(&self, req: &Request, socket: Option<&Path>) -> Arc<dyn Firewall> {
+    /// The backend of one call. Kept for the whole call: it holds the netfilter
+    /// sockets it opened.
+    pub fn for_call(&self, req: &Request, conf: &impl FirewallConf) -> Arc<dyn Firewall> {
         match &self.0 {
             Some(fixed) => Arc::clone(fixed),
-            None => Arc::new(ViaDaemon::new(socket.unwrap_or(&req.ctx.daemon_socket))),
+            None => Arc::new(ViaDaemon::new(
+                conf.daemon_socket().unwrap_or(&req.ctx.daemon_socket),
+            )),
         }
     }
+}
+
+/// The configuration of a plugin with firewall work.
+pub trait FirewallConf {
+    /// `daemonSocket`: the ipamd daemon that applies the firewall changes, when it
+    /// is not the runner's default.
+    fn daemon_socket(&self) -> Option<&Path>;
 }
 
 /// A request as the runner would build it, for plugins' unit tests: the

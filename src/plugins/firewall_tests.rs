@@ -6,6 +6,7 @@ use crate::cni::Command;
 use crate::firewall::{Recording, Request as FwRequest};
 use crate::plugins::firewall_backend::test_request;
 use serde_json::{json, Value};
+use std::sync::Arc;
 
 fn conf(extra: Value) -> Value {
     let mut c = json!({

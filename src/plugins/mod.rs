@@ -23,6 +23,7 @@ mod portmap_tests;
 mod safe_dir;
 
 use crate::cni::Plugin;
+use firewall_backend::FirewallBackend;
 
 /// Names a symlink (argv[0]) or `cnikit <name>` may use.
 pub const NAMES: [&str; 10] = [
@@ -38,9 +39,15 @@ pub const NAMES: [&str; 10] = [
     "firewall",
 ];
 
-static BRIDGE: bridge::Bridge = bridge::Bridge::DEFAULT;
-static PORTMAP: portmap::Portmap = portmap::Portmap::DEFAULT;
-static FIREWALL: firewall::FirewallPlugin = firewall::FirewallPlugin::DEFAULT;
+static BRIDGE: bridge::Bridge = bridge::Bridge {
+    firewall: FirewallBackend::DAEMON_OR_HERE,
+};
+static PORTMAP: portmap::Portmap = portmap::Portmap {
+    firewall: FirewallBackend::DAEMON_OR_HERE,
+};
+static FIREWALL: firewall::FirewallPlugin = firewall::FirewallPlugin {
+    firewall: FirewallBackend::DAEMON_OR_HERE,
+};
 
 pub fn by_name(name: &str) -> Option<&'static dyn Plugin> {
     Some(match name {

@@ -3,7 +3,7 @@
 //! `prevResult`; the result is `prevResult` unchanged. The nftables side
 //! (maps, masquerade, ownership tags) is in `firewall::portmap`.
 
-use super::firewall_backend::FirewallBackend;
+use super::firewall_backend::{FirewallBackend, FirewallConf};
 use super::portmap_marker;
 use crate::cni::{CniResult, Code, Error, Plugin, Request};
 use crate::firewall::conntrack::{self, UdpPort};
@@ -17,16 +17,6 @@ use std::net::IpAddr;
 
 pub struct Portmap {
     pub firewall: FirewallBackend,
-}
-
-impl Portmap {
-    pub const DEFAULT: Portmap = Portmap {
-        firewall: FirewallBackend::DAEMON_OR_HERE,
-    };
-
-    fn firewall(&self, req: &Request, conf: &Conf) -> std::sync::Arc<dyn Firewall> {
-        self.firewall.for_call(req, conf.daemon_socket.as_deref())
-    }
 }
 
 #[derive(Debug, Default, Deserialize)]
@@ -50,6 +40,12 @@ struct Conf {
     /// The ipamd daemon that applies the firewall changes (see firewall/service.rs).
     #[serde(default)]
     daemon_socket: Option<std::path::PathBuf>,
+}
+
+impl FirewallConf for Conf {
+    fn daemon_socket(&self) -> Option<&std::path::Path> {
+        self.daemon_socket.as_deref()
+    }
 }
 
 fn yes() -> bool {
@@ -123,7 +119,7 @@ impl Plugin for Portmap {
         if conf.snat {
             allow_localhost(&container)?;
         }
-        let fw = self.firewall(req, &conf);
+        let fw = self.firewall.for_call(req, &conf);
         fw.apply(
             Op::Add(Spec {
                 att: req.attachment(),
@@ -151,7 +147,7 @@ impl Plugin for Portmap {
             .as_ref()
             .ok_or_else(|| Error::invalid_config("CHECK needs prevResult"))?;
         let container = container_addrs(prev, req.ifname())?;
-        self.firewall(req, &conf).apply(
+        self.firewall.for_call(req, &conf).apply(
             Op::Check(Spec {
                 att: req.attachment(),
                 container,
@@ -195,7 +191,7 @@ impl Plugin for Portmap {
                 att: req.attachment(),
             }),
         };
-        self.firewall(req, &conf).apply(op.into())?;
+        self.firewall.for_call(req, &conf).apply(op.into())?;
         portmap_marker::clear(req);
         Ok(())
     }
@@ -212,7 +208,7 @@ impl Plugin for Portmap {
         let Some(valid) = req.conf.valid_attachments()? else {
             return Ok(());
         };
-        self.firewall(req, &conf).apply(
+        self.firewall.for_call(req, &conf).apply(
             Op::Gc(Gc {
                 network: req.conf.name.clone(),
                 valid: valid.clone(),

@@ -6,13 +6,11 @@ use super::common::{
     ensure_ifname_free, find_container_link, ipam_add, ipam_if_configured, ipam_rollback_on_error,
     open_netns, random_veth_name, requested_mac, with_configured_dns, without_ipv6, OwnLink,
 };
-use super::firewall_backend::FirewallBackend;
+use super::firewall_backend::{FirewallBackend, FirewallConf};
 use crate::cni::{CniResult, Code, Command, Error, Interface, Plugin, Request};
-use crate::firewall::Firewall;
 use crate::netlink::{BridgePort, BridgeSpec, Link, NetNs, Netlink, VethSpec};
 use gateway::{apply_gateways, gateway_on_bridge};
 use serde::Deserialize;
-use std::sync::Arc;
 
 mod firewall;
 #[cfg(test)]
@@ -21,16 +19,6 @@ mod gateway;
 
 pub struct Bridge {
     pub firewall: FirewallBackend,
-}
-
-impl Bridge {
-    pub const DEFAULT: Bridge = Bridge {
-        firewall: FirewallBackend::DAEMON_OR_HERE,
-    };
-
-    fn firewall(&self, req: &Request, conf: &Conf) -> Arc<dyn Firewall> {
-        self.firewall.for_call(req, conf.daemon_socket.as_deref())
-    }
 }
 
 #[derive(Debug, Default, Deserialize)]
@@ -69,6 +57,12 @@ struct Conf {
     /// The ipamd daemon that applies ipMasq/macspoofchk (see firewall/backend.rs).
     #[serde(default)]
     daemon_socket: Option<std::path::PathBuf>,
+}
+
+impl FirewallConf for Conf {
+    fn daemon_socket(&self) -> Option<&std::path::Path> {
+        self.daemon_socket.as_deref()
+    }
 }
 
 #[derive(Debug, Default, Deserialize)]
@@ -173,7 +167,7 @@ impl Plugin for Bridge {
         // Held to the end of the call: dropping it closes its netfilter
         // sockets, which waits for the kernel (see firewall/socket.rs); last
         // is when that wait overlaps least with the work.
-        let fw = self.firewall(req, &conf);
+        let fw = self.firewall.for_call(req, &conf);
         let trunk = conf.trunk_ids()?;
         let mac = requested_mac(req)?;
         let ns = open_netns(req.netns())?;
@@ -259,7 +253,7 @@ impl Plugin for Bridge {
         let ipam = ipam_if_configured(req, Command::Del);
         // Held to the end (see ADD): its sockets close after the link is
         // deleted, when the kernel's grace period has mostly passed already.
-        let fw = self.firewall(req, &conf);
+        let fw = self.firewall.for_call(req, &conf);
         let rules = firewall::del(&*fw, req, &conf);
         let ours = OwnLink {
             kind: "veth",
@@ -280,7 +274,7 @@ impl Plugin for Bridge {
         let conf = Conf::load(req)?;
         // The spec: continue past individual errors, report them.
         let ipam = ipam_if_configured(req, Command::Gc);
-        let fw = self.firewall(req, &conf);
+        let fw = self.firewall.for_call(req, &conf);
         let rules = firewall::gc(&*fw, req);
         Error::all([ipam, rules])
     }
