@@ -113,10 +113,7 @@ impl Netlink {
             u32::from(major) << 16,
             ROOT_PARENT,
             0,
-            vec![
-                TcAttribute::Kind("tbf".into()),
-                TcAttribute::Options(options),
-            ],
+            kind_with_options("tbf", options),
         );
         self.new_tc(
             RouteNetlinkMessage::NewQueueDiscipline(msg),
@@ -181,10 +178,7 @@ impl Netlink {
             0,
             parent,
             (1 << 16) | ETH_P_ALL_BE,
-            vec![
-                TcAttribute::Kind("u32".into()),
-                TcAttribute::Options(options),
-            ],
+            kind_with_options("u32", options),
         );
         self.new_tc(
             RouteNetlinkMessage::NewTrafficFilter(msg),
@@ -318,6 +312,15 @@ fn tc_message(
         ..TcHeader::default()
     };
     TcMessage::from_parts(header, attrs)
+}
+
+/// The attributes of a qdisc or filter of kind `kind` (`tc … tbf`, `tc … u32`)
+/// with its kind-specific `options`.
+fn kind_with_options(kind: &str, options: Vec<TcOption>) -> Vec<TcAttribute> {
+    vec![
+        TcAttribute::Kind(kind.into()),
+        TcAttribute::Options(options),
+    ]
 }
 
 /// `struct tc_tbf_qopt`: the rate (its 32-bit field; RATE64 carries larger
