@@ -36,6 +36,7 @@ mod journal;
 pub mod log;
 mod peer;
 mod pool;
+mod prometheus;
 mod repair_hint;
 mod server;
 pub mod service;

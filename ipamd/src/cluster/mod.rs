@@ -144,20 +144,13 @@ pub(crate) trait LocalStore: Send + Sync + 'static {
 impl Node {
     /// The cluster's /metrics families (Prometheus text).
     pub(crate) async fn render_metrics(&self) -> String {
-        use std::fmt::Write;
+        use crate::prometheus::{family, histogram, single};
         use std::sync::atomic::Ordering::Relaxed;
         let owned = self.blocks_owned().await;
         let st = &self.etcd.stats;
         let mut out = String::new();
-        let mut family = |name: &str, kind: &str, help: &str, value: String| {
-            let _ = write!(out, "# HELP {name} {help}\n# TYPE {name} {kind}\n{value}");
-        };
-        family(
-            "ipamd_cluster_blocks_owned",
-            "gauge",
-            "Pool blocks this node allocates from.",
-            format!("ipamd_cluster_blocks_owned {owned}\n"),
-        );
+        let help = "Pool blocks this node allocates from.";
+        single(&mut out, "ipamd_cluster_blocks_owned", "gauge", help, owned);
         let c = &self.counters;
         for (name, help, v) in [
             (
@@ -186,41 +179,17 @@ impl Node {
                 st.errors.load(Relaxed),
             ),
         ] {
-            family(name, "counter", help, format!("{name} {v}\n"));
+            single(&mut out, name, "counter", help, v);
         }
-        let mut h = String::new();
-        for (b, le) in st.buckets.iter().zip(etcd::BUCKETS_MS) {
-            let _ = writeln!(
-                h,
-                "ipamd_cluster_etcd_latency_seconds_bucket{{le=\"{}\"}} {}",
-                le as f64 / 1000.0,
-                b.load(Relaxed)
-            );
-        }
-        let calls = st.calls.load(Relaxed);
-        let _ = writeln!(
-            h,
-            "ipamd_cluster_etcd_latency_seconds_bucket{{le=\"+Inf\"}} {calls}"
-        );
-        let _ = writeln!(
-            h,
-            "ipamd_cluster_etcd_latency_seconds_sum {}",
-            st.latency_us.load(Relaxed) as f64 / 1e6
-        );
-        let _ = writeln!(h, "ipamd_cluster_etcd_latency_seconds_count {calls}");
-        family(
-            "ipamd_cluster_etcd_latency_seconds",
-            "histogram",
-            "Latency of etcd calls.",
-            h,
-        );
-        let session = self.session.load(Relaxed);
-        family(
-            "ipamd_cluster_session_up",
-            "gauge",
-            "1 while this node holds an etcd session.",
-            format!("ipamd_cluster_session_up {}\n", u8::from(session != 0)),
-        );
+        let name = "ipamd_cluster_etcd_latency_seconds";
+        family(&mut out, name, "histogram", "Latency of etcd calls.");
+        let buckets = (st.buckets.iter().zip(etcd::BUCKETS_MS))
+            .map(|(b, le_ms)| (le_ms as f64 / 1000.0, b.load(Relaxed)));
+        let sum = st.latency_us.load(Relaxed) as f64 / 1e6;
+        histogram(&mut out, name, "", buckets, st.calls.load(Relaxed), sum);
+        let up = u8::from(self.session.load(Relaxed) != 0);
+        let help = "1 while this node holds an etcd session.";
+        single(&mut out, "ipamd_cluster_session_up", "gauge", help, up);
         out
     }
 }

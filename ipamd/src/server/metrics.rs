@@ -1,5 +1,4 @@
-//! Prometheus text exposition of the daemon's counters, kept by hand: a handful of series
-//! does not justify a metrics crate.
+//! The daemon's counters and latencies, exposed as Prometheus text.
 
 use std::collections::BTreeMap;
 use std::fmt::{Display, Write};
@@ -8,6 +7,7 @@ use std::sync::{Mutex, MutexGuard};
 use std::time::Duration;
 
 use crate::journal::FSYNCS;
+use crate::prometheus::{family, histogram, single};
 
 /// Latency histogram bucket bounds, in seconds (an fsync is ~0.1 ms on a good disk).
 const BUCKETS: [f64; 12] = [
@@ -90,14 +90,9 @@ impl Metrics {
         let help = "Addresses still free in the network's last requested range sets.";
         let free = usage.iter().filter_map(|u| Some((&u.network, u.free?)));
         per_network(&mut out, "ipamd_leases_free", help, free);
-        let name = "ipamd_fsyncs_total";
-        family(
-            &mut out,
-            name,
-            "counter",
-            "fsync calls made on lease store files.",
-        );
-        let _ = writeln!(out, "{name} {}", FSYNCS.load(Ordering::Relaxed));
+        let help = "fsync calls made on lease store files.";
+        let fsyncs = FSYNCS.load(Ordering::Relaxed);
+        single(&mut out, "ipamd_fsyncs_total", "counter", help, fsyncs);
         out
     }
 
@@ -106,21 +101,17 @@ impl Metrics {
         let help = "API request latency, including fsync.";
         family(out, name, "histogram", help);
         for (verb, h) in lock(&self.latency).iter() {
-            for (i, b) in BUCKETS.iter().enumerate() {
-                let n = h.counts[i];
-                let _ = writeln!(out, "{name}_bucket{{verb=\"{verb}\",le=\"{b}\"}} {n}");
-            }
-            let n = h.count;
-            let _ = writeln!(out, "{name}_bucket{{verb=\"{verb}\",le=\"+Inf\"}} {n}");
-            let _ = writeln!(out, "{name}_sum{{verb=\"{verb}\"}} {}", h.sum);
-            let _ = writeln!(out, "{name}_count{{verb=\"{verb}\"}} {n}");
+            let buckets = BUCKETS.iter().copied().zip(h.counts);
+            histogram(
+                out,
+                name,
+                &format!("verb=\"{verb}\""),
+                buckets,
+                h.count,
+                h.sum,
+            );
         }
     }
-}
-
-/// The HELP and TYPE lines that open the family of series `name`.
-fn family(out: &mut String, name: &str, kind: &str, help: &str) {
-    let _ = writeln!(out, "# HELP {name} {help}\n# TYPE {name} {kind}");
 }
 
 impl Counters {
