@@ -1,4 +1,4 @@
-//! Benchmark of the ipamd lease store, daemon and client (issue 3's numbers).
+//! Benchmark of the ipamd lease store, daemon and client.
 //!
 //! ```text
 //! cargo build --release                       # for the plugin-process round trips

@@ -1,4 +1,4 @@
-//! Cluster pools (issue #13) end to end: real etcd members (Debian's `etcd-server`) on
+//! Cluster pools end to end: real etcd members (Debian's `etcd-server`) on
 //! 127.0.0.1 of the test namespace, and ipamd daemons as nodes, each with its own socket,
 //! data dir and node name, driven through the `ipamd` plugin and `cnikit ipamd pool`.
 //!
