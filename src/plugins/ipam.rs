@@ -70,14 +70,14 @@ impl<L: Leases> Plugin for Ipam<L> {
     fn check(&self, req: &Request) -> Result<(), Error> {
         let call = L::new(req)?;
         let held = call.held(&req.attachment())?;
-        let place = call.place(&req.conf.name);
         if held.is_empty() {
             return Err(Error::new(
                 Code::AddressUnavailable,
                 format!(
-                    "CHECK: no lease for container {} interface {} in {place}",
+                    "CHECK: no lease for container {} interface {} in {}",
                     req.container_id(),
                     req.ifname(),
+                    call.place(&req.conf.name),
                 ),
             ));
         }
@@ -235,7 +235,8 @@ impl Leases for DaemonLeases {
 
 /// The configuration's `ipam` object, which every command but DEL needs.
 pub(super) fn ipam_object(req: &Request) -> Result<&serde_json::Value, Error> {
-    (req.conf.raw.get("ipam")).ok_or_else(|| Error::invalid_config("missing \"ipam\" section"))
+    let ipam = req.conf.raw.get("ipam");
+    ipam.ok_or_else(|| Error::invalid_config("missing \"ipam\" section"))
 }
 
 /// `ipam.resolvConf` read into the result's `dns`, or none.
@@ -246,8 +247,8 @@ fn read_dns(resolv_conf: Option<&Path>) -> Result<Dns, Error> {
     })
 }
 
-/// ADD's result: the allocated addresses
-/// with their gateways, the configured routes and `dns`; no interfaces.
+/// ADD's result: the allocated addresses with their gateways, the configured routes
+/// and `dns`; no interfaces.
 fn add_result(allocations: Vec<Allocation>, routes: &[RouteSpec], dns: Dns) -> CniResult {
     CniResult {
         interfaces: Vec::new(),

@@ -54,12 +54,15 @@ pub fn take(t_s: f64, cycles: u64, failures: u64, store: &Path) -> Sample {
 fn daemon_sample(pid: u32) -> DaemonSample {
     let status = std::fs::read_to_string(format!("/proc/{pid}/status")).ok();
     let field = |name: &str| status.as_deref().and_then(|s| status_field(s, name));
+    // Scraped before the fds are counted, so that the count is never the scrape's own
+    // connection more.
+    let metrics = scrape();
     DaemonSample {
         pid,
         rss_kib: field("VmRSS:"),
         fds: count_fds(pid),
         threads: field("Threads:"),
-        metrics: scrape(),
+        metrics,
     }
 }
 

@@ -183,10 +183,14 @@ impl Node {
         }
         let name = "ipamd_cluster_etcd_latency_seconds";
         family(&mut out, name, "histogram", "Latency of etcd calls.");
-        let buckets = (st.buckets.iter().zip(etcd::BUCKETS_MS))
-            .map(|(b, le_ms)| (le_ms as f64 / 1000.0, b.load(Relaxed)));
+        // Buckets before the count: a call is counted before its bucket, so a call that
+        // ends during the scrape cannot make a bucket exceed +Inf.
+        let buckets: Vec<(f64, u64)> = (st.buckets.iter().zip(etcd::BUCKETS_MS))
+            .map(|(b, le_ms)| (le_ms as f64 / 1000.0, b.load(Relaxed)))
+            .collect();
+        let calls = st.calls.load(Relaxed);
         let sum = st.latency_us.load(Relaxed) as f64 / 1e6;
-        histogram(&mut out, name, "", buckets, st.calls.load(Relaxed), sum);
+        histogram(&mut out, name, "", buckets, calls, sum);
         let up = u8::from(self.session.load(Relaxed) != 0);
         let help = "1 while this node holds an etcd session.";
         single(&mut out, "ipamd_cluster_session_up", "gauge", help, up);
