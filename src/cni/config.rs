@@ -264,10 +264,11 @@ mod tests {
     #[test]
     fn typed_errors_name_key_and_value() {
         #[derive(Deserialize, Debug)]
-        #[allow(dead_code)]
         struct C {
             mtu: Option<u32>,
         }
+        let ok = parse(r#"{"cniVersion":"1.0.0","mtu":1500}"#).unwrap();
+        assert_eq!(ok.typed::<C>().unwrap().mtu, Some(1500));
         let conf = parse(r#"{"cniVersion":"1.0.0","mtu":"big"}"#).unwrap();
         let e = conf.typed::<C>().unwrap_err();
         assert_eq!(e.code, 7);
