@@ -92,26 +92,18 @@ const SRCNAT: i32 = 100;
 
 // ---- port mappings: DNAT maps keyed by (hostIP?, proto, hostPort)
 
-pub(crate) static PM4_ANY: SetDef = map(
-    "pm4-any",
-    &[Field::Proto, Field::Port],
-    &[Field::V4, Field::Port],
-);
-pub(crate) static PM4_IP: SetDef = map(
-    "pm4-ip",
-    &[Field::V4, Field::Proto, Field::Port],
-    &[Field::V4, Field::Port],
-);
-pub(crate) static PM6_ANY: SetDef = map(
-    "pm6-any",
-    &[Field::Proto, Field::Port],
-    &[Field::V6, Field::Port],
-);
-pub(crate) static PM6_IP: SetDef = map(
-    "pm6-ip",
-    &[Field::V6, Field::Proto, Field::Port],
-    &[Field::V6, Field::Port],
-);
+/// Keys: a mapping on every host address is found by (proto . hostPort), one
+/// on a single host address by (hostIP . proto . hostPort).
+const ANY_HOST_KEY: &[Field] = &[Field::Proto, Field::Port];
+const V4_HOST_KEY: &[Field] = &[Field::V4, Field::Proto, Field::Port];
+const V6_HOST_KEY: &[Field] = &[Field::V6, Field::Proto, Field::Port];
+/// Values: the DNAT target (container address . port).
+const V4_TARGET: &[Field] = &[Field::V4, Field::Port];
+const V6_TARGET: &[Field] = &[Field::V6, Field::Port];
+pub(crate) static PM4_ANY: SetDef = map("pm4-any", ANY_HOST_KEY, V4_TARGET);
+pub(crate) static PM4_IP: SetDef = map("pm4-ip", V4_HOST_KEY, V4_TARGET);
+pub(crate) static PM6_ANY: SetDef = map("pm6-any", ANY_HOST_KEY, V6_TARGET);
+pub(crate) static PM6_IP: SetDef = map("pm6-ip", V6_HOST_KEY, V6_TARGET);
 /// Container addresses whose mapped traffic may need masquerading: the
 /// owner anchor of the `pm*-masq` elements below.
 pub(crate) static PM4_ADDR: SetDef = set("pm4-addr", &[Field::V4], false);

@@ -65,19 +65,26 @@ systemd-nspawn -q -D "$ROOT" --boot --private-network --register=no --keep-unit 
   >"$CACHE/console.log" 2>&1 &
 NSPAWN_PID=$!
 
-# The container's init: the child of systemd-nspawn.
+# The container's init: the child of systemd-nspawn that has exec'd systemd. nspawn's
+# children are briefly other processes of its own (an outer child that sets up the mount
+# namespace and exits), so a child found before the exec may be gone a moment later.
 INIT=
-for _ in $(seq 100); do
-  INIT=$(pgrep -P "$NSPAWN_PID" | head -1 || true)
+for _ in $(seq 300); do
+  INIT=$(pgrep -P "$NSPAWN_PID" -x systemd | head -1 || true)
   [ -n "$INIT" ] && break
   sleep 0.1
 done
-[ -n "$INIT" ] || { cat "$CACHE/console.log"; echo "systemd: the container did not start" >&2; exit 1; }
+[ -n "$INIT" ] || { cat "$CACHE/console.log"; echo "systemd: the container's systemd did not start" >&2; exit 1; }
 in_node() { nsenter -t "$INIT" -a -- "$@"; }
+state=
 for _ in $(seq 600); do
   state=$(in_node systemctl is-system-running 2>/dev/null || true)
   case "$state" in running|degraded) break ;; esac
   sleep 0.1
 done
 echo "systemd: booted ($state)"
+case "$state" in
+  running|degraded) ;;
+  *) cat "$CACHE/console.log"; echo "systemd: the node did not finish booting in 60 s" >&2; exit 1 ;;
+esac
 in_node /bin/bash /root/guest.sh
