@@ -118,6 +118,9 @@ pub(crate) struct SetSpec<'a> {
     pub name: &'a str,
     pub key_type: u32,
     pub key_len: u32,
+    /// The key is a host-order value (an interface name), not a number in
+    /// network order: recorded in the set's user data, where nft looks.
+    pub key_host_order: bool,
     pub data: Option<(u32, u32)>,
     pub interval_fields: Option<Vec<u32>>,
     pub id: u32,
@@ -137,6 +140,9 @@ pub(crate) fn new_set(t: Table, s: &SetSpec) -> NetfilterMessage {
         attrs.push(SetAttribute::DataType(data_type));
         attrs.push(SetAttribute::DataLen(data_len));
     }
+    if s.key_host_order {
+        attrs.push(SetAttribute::UserData(KEY_IN_HOST_ORDER.to_vec()));
+    }
     if let Some(fields) = &s.interval_fields {
         flags |= SetFlags::Interval | SetFlags::Concat;
         attrs.push(SetAttribute::Description(vec![concat_desc(fields)]));
@@ -147,6 +153,13 @@ pub(crate) fn new_set(t: Table, s: &SetSpec) -> NetfilterMessage {
         NfTablesMessage::NewSet(SetMessage { attributes: attrs }),
     )
 }
+
+/// libnftnl's user data TLV { NFTNL_UDATA_SET_KEYBYTEORDER (0), length 4,
+/// BYTEORDER_HOST_ENDIAN (1) as a native u32 }, as nft writes it for such a set.
+const KEY_IN_HOST_ORDER: [u8; 6] = {
+    let order = 1u32.to_ne_bytes();
+    [0, 4, order[0], order[1], order[2], order[3]]
+};
 
 /// NFTA_SET_DESC_CONCAT: one NFTA_LIST_ELEM { NFTA_SET_FIELD_LEN } per field.
 fn concat_desc(fields: &[u32]) -> SetDescription {

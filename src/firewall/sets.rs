@@ -63,6 +63,9 @@ impl SetDef {
             name: self.name,
             key_type: concat_type(self.key),
             key_len: concat_len(self.key),
+            // nft reads a lone key's bytes in network order unless told: an
+            // interface name would print as "" (concatenations are typed per field).
+            key_host_order: self.key == [Field::Ifname],
             data: (!self.data.is_empty()).then(|| (concat_type(self.data), concat_len(self.data))),
             interval_fields: self
                 .interval

@@ -270,6 +270,9 @@ fn macspoofchk(daemon: bool) {
         .unwrap()
         .to_string();
     assert!(ruleset_json().contains(&host_veth));
+    // `nft list` names the guarded port (it reads the set's key byte order).
+    let (_, ports) = nft(&["-j", "list", "set", "bridge", "cnikit", "macspoof-ports"]);
+    assert!(ports.contains(&format!("\"{host_veth}\"")), "{ports}");
     a.del();
     let rules = ruleset_json();
     assert!(

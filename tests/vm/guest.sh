@@ -395,5 +395,8 @@ t "$V: GC with no valid attachments" cni GC "" "" "" /tmp/gc.json
 t "$V: ... frees i2's lease" no_lease 10.70.0.77
 t "$V: STATUS" cni STATUS "" "" "" /tmp/ipam.json
 
+# ------------------------------------------------------------------ nftables and tc
+. /netfilter.sh
+
 # ------------------------------------------------------------------ the host afterwards
 t "the host's eth0 kept its index, address and default route through every case" host_eth0_ok

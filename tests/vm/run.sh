@@ -2,7 +2,8 @@
 # Real-kernel suite: boot Debian's stock kernel (it has ipvlan, dummy, 802.1q and bridge
 # VLAN filtering as modules, which the CI machine's kernel lacks) under qemu with a busybox
 # initramfs, put the release `cnikit` binary into the guest, and run tests/vm/guest.sh there:
-# ipvlan l2/l3/l3s, bridge VLANs, macvlan modes, ipamd in-process fallback; like a real node the
+# ipvlan l2/l3/l3s, bridge VLANs, macvlan modes, ipamd in-process fallback, and (tests/vm/netfilter.sh)
+# nftables (ipMasq, portmap, macspoofchk, firewall) and tc (bandwidth); like a real node the
 # guest host has its own eth0 (address, default route) and the pods get eth0 too. The guest reports
 # `N passed, M failed` on the serial console; this script exits non-zero on any failure or if
 # the guest never reports (timeout).
@@ -89,16 +90,25 @@ copy_with_libs() { # $1 source, $2 destination inside the initramfs
 }
 copy_with_libs /usr/sbin/ip /sbin/ip           # real iproute2 (netns, -d, -j); shadows busybox ip
 copy_with_libs /usr/sbin/bridge /sbin/bridge   # `bridge -j vlan show`
-rm -f "$I/bin/ip" "$I/bin/bridge"
+copy_with_libs /usr/sbin/tc /sbin/tc           # `tc -j qdisc show`; shadows busybox tc
+copy_with_libs /usr/sbin/nft /sbin/nft         # `nft -j list set`
+rm -f "$I/bin/ip" "$I/bin/bridge" "$I/bin/tc"
 copy_with_libs "$CNIKIT" /cni/cnikit           # symlinks are made in the guest by `cnikit install`
 # The reference bridge plugin (Debian containernetworking-plugins), for a VLAN comparison.
 for p in bridge host-local; do
   [ -x /usr/lib/cni/$p ] && copy_with_libs /usr/lib/cni/$p /ref/$p
 done
 install -m755 "$ROOT/tests/vm/guest.sh" "$I/guest.sh"
+install -m755 "$ROOT/tests/vm/netfilter.sh" "$I/netfilter.sh"
 # kernel modules in dependency order, resolved on the host
 : > "$I/modules.order"
-for m in dummy veth macvlan ipvlan bridge 8021q; do
+# (nftables with the expressions cnikit's tables use, the xt matches of the firewall plugin's
+# iptables rules, conntrack's netlink for portmap's UDP flush, and tc's tbf, ingress, u32,
+# mirred and ifb for bandwidth)
+for m in dummy veth macvlan ipvlan bridge 8021q \
+  nf_tables nft_chain_nat nft_nat nft_masq nft_ct nft_fib_inet nft_meta_bridge nf_conntrack_netlink \
+  nft_compat xt_comment xt_conntrack \
+  sch_tbf sch_ingress cls_u32 act_mirred ifb; do
   modprobe -d "$W/kroot" -S "$KV" --show-depends $m | awk '$1=="insmod"{print $2}' | while read -r ko; do
     rel=${ko#"$W/kroot"}
     [ -e "$I$rel" ] && continue
