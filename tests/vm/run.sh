@@ -32,7 +32,8 @@ command -v qemu-system-x86_64 >/dev/null || need+=(qemu-system-x86)
 [ -x /bin/busybox ] && /bin/busybox --list | grep -qx ping || need+=(busybox-static)
 command -v cpio >/dev/null || need+=(cpio)
 command -v depmod >/dev/null || need+=(kmod)
-command -v bridge >/dev/null || need+=(iproute2)
+command -v bridge >/dev/null && command -v tc >/dev/null || need+=(iproute2)
+command -v nft >/dev/null || need+=(nftables)
 command -v xz >/dev/null || need+=(xz-utils)
 if [ ${#need[@]} -gt 0 ]; then
   echo "installing: ${need[*]}"
