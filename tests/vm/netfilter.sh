@@ -23,7 +23,7 @@ chain() {
 }
 # the elements of our FAMILY table's set or map NAME, one line (nft -j, squeezed)
 elems() {
-  case $2 in pm4-any | pm4-ip | pm6-any | pm6-ip) _k=map ;; *) _k=set ;; esac
+  case $2 in pm[46]-any | pm[46]-ip) _k=map ;; *) _k=set ;; esac
   nft -j list "$_k" "$1" cnikit "$2" 2> /dev/null | tr -d ' \n'
 }
 # set_has FAMILY SET WORD: an element of the set names WORD
@@ -164,6 +164,33 @@ t "$V: DEL" del fs /run/netns/fs eth0 /tmp/spoof.json
 t "$V: ... the port's entries are gone" set_empty bridge macspoof-ports macspoof-allow
 ip netns del fs
 ip link del brs 2> /dev/null
+
+# ------------------------------------------------------------------ IPv6: ipMasq and portmap
+V="nft IPv6"
+ip addr add fd51::1/64 dev up0 nodad
+ip -n out addr add fd51::2/64 dev eth0 nodad
+cat > /tmp/dual.json << EOF
+{"cniVersion":"1.0.0","name":"dual","type":"bridge","bridge":"brd","isGateway":true,"ipMasq":true,"ipam":{"type":"ipamd","dataDir":"$IPAM_DIR","ranges":[[{"subnet":"10.83.0.0/24"}],[{"subnet":"fd83::/64"}]],"routes":[{"dst":"0.0.0.0/0"},{"dst":"::/0"}]}}
+EOF
+cat > /tmp/pm6.json << 'EOF'
+{"cniVersion":"1.0.0","name":"dual","type":"portmap","capabilities":{"portMappings":true},"runtimeConfig":{"portMappings":[{"hostPort":8090,"containerPort":90,"protocol":"tcp"}]}}
+EOF
+nsreset f6
+t "$V: ADD f6 (dual stack, ipMasq)" cni ADD f6 /run/netns/f6 eth0 /tmp/dual.json
+F6=$(tr -d ' \n' < /tmp/res-f6-eth0.json | grep -o '"address":"fd83[^"]*"' | cut -d'"' -f4)
+t "$V: f6's v6 address is in the masq6 set" set_has inet masq6 "\"${F6%/*}\""
+t "$V: f6 reaches the outside over IPv6 (its packets leave masqueraded)" ping_ok f6 fd51::2
+serve f6 90 port90
+t "$V: ADD f6's mapping (tcp 8090, both families)" chain ADD f6 /run/netns/f6 /tmp/pm6.json /tmp/res-f6-eth0.json
+t "$V: the v6 any-address map holds tcp 8090" set_has inet pm6-any 8090
+teq "$V: the outside reaches f6 through [fd51::1]:8090" port90 "$(fetch out fd51::1 8090)"
+teq "$V: ... and through 198.51.100.1:8090" port90 "$(fetch out 198.51.100.1 8090)"
+t "$V: DEL portmap" chain DEL f6 /run/netns/f6 /tmp/pm6.json /tmp/res-f6-eth0.json
+teq "$V: [fd51::1]:8090 no longer answers" "" "$(fetch out fd51::1 8090)"
+t "$V: DEL bridge" del f6 /run/netns/f6 eth0 /tmp/dual.json
+t "$V: the v6 sets and maps are empty" set_empty inet pm6-any pm6-ip pm6-addr pm6-masq masq6 masq6-skip
+ip netns del f6
+ip link del brd 2> /dev/null
 
 # ------------------------------------------------------------------ the end
 V="nft ipMasq"
