@@ -40,11 +40,11 @@ serve() { ip netns exec "$1" nc -ll -p "$2" -e /bin/echo "$3" & SERVERS="$SERVER
 fetch() {
   if [ "$1" = - ]; then echo | timeout 5 nc -w 3 "$2" "$3"; else echo | ip netns exec "$1" timeout 5 nc -w 3 "$2" "$3"; fi
 }
-# no_elements FAMILY: our table of that family holds no set element (or does not exist)
 # chain_has CHAIN WORD: a rule of iptables' `ip filter` CHAIN names WORD
 chain_has() { nft -j list chain ip filter "$1" 2> /dev/null | tr -d ' \n' | grep -q "\"rule\":.*$2"; }
 # qdisc_on DEV KIND: DEV has a qdisc of KIND
 qdisc_on() { [ -n "$1" ] && tc -j qdisc show dev "$1" | grep -q "\"kind\":\"$2\""; }
+# no_elements FAMILY: our table of that family holds no set element (or does not exist)
 no_elements() { ! nft -j list table "$1" cnikit 2> /dev/null | tr -d ' \n' | grep -q '"elem"'; }
 # answers NS ADDR PORT WORD: a client in NS (- for the host) reads WORD from ADDR:PORT
 answers() { [ "$(fetch "$1" "$2" "$3")" = "$4" ]; }
