@@ -75,7 +75,12 @@ cat > /tmp/pm.json << 'EOF'
 EOF
 serve fa 80 port80
 serve fa 81 port81
+# A UDP flow to host port 8053 from before the mapping: conntrack would keep delivering it to the
+# host, not DNATed, until the entry times out; ADD deletes such entries.
+ip netns exec out timeout 2 tftp -g -r x 198.51.100.1 8053 > /dev/null 2>&1
+t "$V: a conntrack entry of udp 8053 exists before ADD" grep -q "dport=8053 " /proc/net/nf_conntrack
 t "$V: ADD fa's mappings (tcp 8080, tcp 8081 on one host address, udp 8053)" chain ADD fa /run/netns/fa /tmp/pm.json /tmp/res-fa-eth0.json
+tn "$V: ADD deleted it (udp mappings flush conntrack)" grep -q "dport=8053 " /proc/net/nf_conntrack
 t "$V: the result is prevResult's" grep -q "\"${FA%/*}/" /tmp/out.json
 t "$V: CHECK" chain CHECK fa /run/netns/fa /tmp/pm.json /tmp/res-fa-eth0.json
 t "$V: the any-address map holds tcp 8080" set_has inet pm4-any 8080
