@@ -395,6 +395,39 @@ t "$V: GC with no valid attachments" cni GC "" "" "" /tmp/gc.json
 t "$V: ... frees i2's lease" no_lease 10.70.0.77
 t "$V: STATUS" cni STATUS "" "" "" /tmp/ipam.json
 
+# ------------------------------------------------------------------ tuning, chained after bridge
+# Link flags as the kernel reports them (promisc, allmulti) and sysctls in the pod's netns.
+V="tuning"
+fl() { ip -n tu -j -d link show eth0 | tr -d ' \n'; }
+cat > /tmp/tubr.json << EOF
+{"cniVersion":"1.0.0","name":"tun","type":"bridge","bridge":"brt","ipam":{"type":"ipamd","dataDir":"$IPAM_DIR","ranges":[[{"subnet":"10.84.0.0/24"}]]}}
+EOF
+cat > /tmp/tu.json << 'EOF'
+{"cniVersion":"1.0.0","name":"tun","type":"tuning","dataDir":"/run/tuning","sysctl":{"net.ipv4.conf.IFNAME.arp_notify":"1","net.core.somaxconn":"1000"},"mac":"0a:58:0a:54:00:99","mtu":1400,"promisc":true,"allmulti":true,"txQLen":2000}
+EOF
+nsreset tu
+t "$V: ADD bridge" cni ADD tu /run/netns/tu eth0 /tmp/tubr.json
+MAC0=$(fl | grep -o '"address":"[^"]*"' | head -1 | cut -d'"' -f4)
+cp /tmp/res-tu-eth0.json /tmp/tubr-res.json
+with_prev /tmp/tu.json /tmp/tubr-res.json > /tmp/tuprev.json
+t "$V: ADD" cni ADD tu /run/netns/tu eth0 /tmp/tuprev.json
+t "$V: the result carries the new MAC" grep -q '0a:58:0a:54:00:99' /tmp/out.json
+t "$V: mtu 1400, the MAC, txqlen 2000" sh -c "/sbin/ip -n tu -j link show eth0 | tr -d ' \n' | grep '\"mtu\":1400' | grep '\"address\":\"0a:58:0a:54:00:99\"' | grep -q '\"txqlen\":2000'"
+t "$V: PROMISC and ALLMULTI set" sh -c "/sbin/ip -n tu link show eth0 | grep -q 'PROMISC' && /sbin/ip -n tu link show eth0 | grep -q 'ALLMULTI'"
+teq "$V: arp_notify of the pod's eth0" 1 "$(ip netns exec tu cat /proc/sys/net/ipv4/conf/eth0/arp_notify)"
+teq "$V: net.core.somaxconn in the pod" 1000 "$(ip netns exec tu cat /proc/sys/net/core/somaxconn)"
+t "$V: CHECK" cni CHECK tu /run/netns/tu eth0 /tmp/tuprev.json
+ip -n tu link set eth0 mtu 1300
+tn "$V: CHECK fails once the MTU is changed by hand" cni CHECK tu /run/netns/tu eth0 /tmp/tuprev.json
+ip -n tu link set eth0 mtu 1400
+t "$V: DEL" cni DEL tu /run/netns/tu eth0 /tmp/tuprev.json
+t "$V: ... restores mtu 1500 and the MAC" sh -c "/sbin/ip -n tu -j link show eth0 | tr -d ' \n' | grep '\"mtu\":1500' | grep -q '\"address\":\"$MAC0\"'"
+tn "$V: ... and promisc and allmulti are off" sh -c "/sbin/ip -n tu link show eth0 | grep -E -q 'PROMISC|ALLMULTI'"
+t "$V: DEL again" cni DEL tu /run/netns/tu eth0 /tmp/tuprev.json
+t "$V: DEL bridge" del tu /run/netns/tu eth0 /tmp/tubr.json
+ip netns del tu
+ip link del brt 2> /dev/null
+
 # ------------------------------------------------------------------ nftables and tc
 . /netfilter.sh
 
