@@ -40,6 +40,11 @@ impl Field {
         }
     }
 
+    /// Stored in host byte order (a name), not as a number in network order.
+    fn host_order(self) -> bool {
+        matches!(self, Field::Ifname)
+    }
+
     /// Fields of a concatenation each occupy whole 32-bit registers.
     fn reg_len(self) -> u32 {
         (self.len() + 3) & !3
@@ -65,7 +70,7 @@ impl SetDef {
             key_len: concat_len(self.key),
             // nft reads a lone key's bytes in network order unless told: an
             // interface name would print as "" (concatenations are typed per field).
-            key_host_order: self.key == [Field::Ifname],
+            key_host_order: matches!(self.key, [f] if f.host_order()),
             data: (!self.data.is_empty()).then(|| (concat_type(self.data), concat_len(self.data))),
             interval_fields: self
                 .interval

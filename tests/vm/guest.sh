@@ -398,7 +398,6 @@ t "$V: STATUS" cni STATUS "" "" "" /tmp/ipam.json
 # ------------------------------------------------------------------ tuning, chained after bridge
 # Link flags as the kernel reports them (promisc, allmulti) and sysctls in the pod's netns.
 V="tuning"
-fl() { ip -n tu -j -d link show eth0 | tr -d ' \n'; }
 cat > /tmp/tubr.json << EOF
 {"cniVersion":"1.0.0","name":"tun","type":"bridge","bridge":"brt","ipam":{"type":"ipamd","dataDir":"$IPAM_DIR","ranges":[[{"subnet":"10.84.0.0/24"}]]}}
 EOF
@@ -407,7 +406,7 @@ cat > /tmp/tu.json << 'EOF'
 EOF
 nsreset tu
 t "$V: ADD bridge" cni ADD tu /run/netns/tu eth0 /tmp/tubr.json
-MAC0=$(fl | grep -o '"address":"[^"]*"' | head -1 | cut -d'"' -f4)
+MAC0=$(ip -n tu -j link show eth0 | tr -d ' \n' | grep -o '"address":"[^"]*"' | head -1 | cut -d'"' -f4)
 cp /tmp/res-tu-eth0.json /tmp/tubr-res.json
 with_prev /tmp/tu.json /tmp/tubr-res.json > /tmp/tuprev.json
 t "$V: ADD" cni ADD tu /run/netns/tu eth0 /tmp/tuprev.json
