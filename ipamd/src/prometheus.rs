@@ -29,15 +29,13 @@ pub(crate) fn histogram(
         let _ = writeln!(out, "{name}_bucket{{{labels}{sep}le=\"{le}\"}} {n}");
     }
     let _ = writeln!(out, "{name}_bucket{{{labels}{sep}le=\"+Inf\"}} {count}");
-    let braced = |labels: &str| {
-        if labels.is_empty() {
-            String::new()
-        } else {
-            format!("{{{labels}}}")
-        }
+    let braced = if labels.is_empty() {
+        String::new()
+    } else {
+        format!("{{{labels}}}")
     };
-    let _ = writeln!(out, "{name}_sum{} {sum_seconds}", braced(labels));
-    let _ = writeln!(out, "{name}_count{} {count}", braced(labels));
+    let _ = writeln!(out, "{name}_sum{braced} {sum_seconds}");
+    let _ = writeln!(out, "{name}_count{braced} {count}");
 }
 
 #[cfg(test)]
