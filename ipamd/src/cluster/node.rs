@@ -8,7 +8,7 @@
 use std::collections::{HashMap, HashSet};
 use std::sync::atomic::{AtomicI64, AtomicU64, Ordering};
 use std::sync::{Arc, Mutex, MutexGuard};
-use std::time::Instant;
+use std::time::{Duration, Instant};
 
 use ipnet::IpNet;
 use tokio::sync::RwLock;
@@ -47,8 +47,32 @@ pub(crate) struct Binding {
 }
 
 impl Binding {
+    fn new(pool: &str, network: &str) -> Binding {
+        Binding {
+            pool: pool.to_string(),
+            network: network.to_string(),
+            blocks: RwLock::default(),
+            claim: tokio::sync::Mutex::default(),
+            generation: AtomicU64::new(0),
+        }
+    }
+
     fn range_set(blocks: &[Owned]) -> RangeSet {
         blocks.iter().map(|b| blocks::range(&b.cidr)).collect()
+    }
+
+    /// Start allocating from `o` unless `blocks` (this binding's, write-locked) has it
+    /// already; whether it was added. A claim and the session loop's adoption can both find
+    /// the same block new: the adoption may read etcd after the claim's create and take the
+    /// lock before the claim does.
+    fn serve(&self, blocks: &mut Vec<Owned>, o: Owned) -> bool {
+        if blocks.iter().any(|x| x.cidr == o.cidr) {
+            return false;
+        }
+        blocks.push(o);
+        // Under the write lock: an allocation that sees the block also sees the generation.
+        self.generation.fetch_add(1, Ordering::SeqCst);
+        true
     }
 }
 
@@ -71,6 +95,12 @@ pub(crate) struct Node {
     pub(crate) limbo: Mutex<Vec<(String, Owned)>>,
     pub(crate) counters: Counters,
 }
+
+/// How long an ADD that needs a new block keeps trying while etcd cannot answer (a leader
+/// election, a member restarting, a node session being renewed): longer than etcd's default
+/// 1 s election timeout, well within the plugin's 15 s wait for the daemon.
+const CLAIM_PATIENCE: Duration = Duration::from_secs(5);
+const CLAIM_RETRY_PAUSE: Duration = Duration::from_millis(250);
 
 fn lock<T>(m: &Mutex<T>) -> MutexGuard<'_, T> {
     m.lock().unwrap_or_else(|e| e.into_inner())
@@ -98,15 +128,7 @@ impl Node {
         let mut all = lock(&self.bindings);
         let b = all
             .entry((pool.to_string(), network.to_string()))
-            .or_insert_with(|| {
-                Arc::new(Binding {
-                    pool: pool.to_string(),
-                    network: network.to_string(),
-                    blocks: RwLock::default(),
-                    claim: tokio::sync::Mutex::default(),
-                    generation: AtomicU64::new(0),
-                })
-            });
+            .or_insert_with(|| Arc::new(Binding::new(pool, network)));
         Arc::clone(b)
     }
 
@@ -163,7 +185,7 @@ impl Node {
                     return store.allocate(again).await;
                 }
                 for (&i, gen) in empty.iter().zip(seen) {
-                    self.claim(&bindings[i], gen).await?;
+                    self.claim_patiently(&bindings[i], gen).await?;
                 }
                 continue;
             }
@@ -184,7 +206,7 @@ impl Node {
                     let mut claimed_any = false;
                     for (i, set) in sets.into_iter().enumerate() {
                         if !store.has_room(&network, set).await? {
-                            self.claim(&bindings[i], seen[i]).await?;
+                            self.claim_patiently(&bindings[i], seen[i]).await?;
                             claimed_any = true;
                         }
                     }
@@ -238,6 +260,25 @@ impl Node {
                 self.etcd.endpoints()
             ))
         })
+    }
+
+    /// [`Node::claim`], tried again while etcd is briefly unavailable (kind `Unavailable`)
+    /// for up to [`CLAIM_PATIENCE`]: a runtime would otherwise fail the pod and retry it only
+    /// after its own back-off.
+    async fn claim_patiently(&self, b: &Binding, seen: u64) -> Result<(), Error> {
+        let deadline = Instant::now() + CLAIM_PATIENCE;
+        loop {
+            match self.claim(b, seen).await {
+                Err(e)
+                    if e.kind() == ErrorKind::Unavailable
+                        && Instant::now() + CLAIM_RETRY_PAUSE < deadline =>
+                {
+                    log_at!(Level::Debug, "pool {}: {e}; trying again", b.pool);
+                    tokio::time::sleep(CLAIM_RETRY_PAUSE).await;
+                }
+                other => return other,
+            }
+        }
     }
 
     /// Give `b` one more block (unless another claim did since generation `seen`): adopt a
@@ -299,13 +340,13 @@ impl Node {
                 .await?
             {
                 Some(rev) => {
-                    b.blocks.write().await.push(Owned {
+                    let claimed = Owned {
                         cidr,
                         mod_revision: rev,
                         pushed: Some(0),
                         empty_since: Some(Instant::now()),
-                    });
-                    b.generation.fetch_add(1, Ordering::SeqCst);
+                    };
+                    b.serve(&mut *b.blocks.write().await, claimed);
                     self.counters.claims.fetch_add(1, Ordering::Relaxed);
                     log_at!(
                         Level::Info,
@@ -360,26 +401,25 @@ impl Node {
         let mut added = 0;
         for c in claimed {
             let mine = c.record.node == self.name() && c.record.network == b.network;
-            if !mine || limbo.contains(&c.cidr) || blocks.iter().any(|o| o.cidr == c.cidr) {
+            if !mine || limbo.contains(&c.cidr) {
                 continue;
             }
-            log_at!(
-                Level::Info,
-                "pool {}: serving block {} of network {} again (claimed before)",
-                b.pool,
-                c.cidr,
-                b.network
-            );
-            blocks.push(Owned {
+            let before = Owned {
                 cidr: c.cidr,
                 mod_revision: c.mod_revision,
                 pushed: Some(c.record.in_use),
                 empty_since: None,
-            });
-            added += 1;
-        }
-        if added > 0 {
-            b.generation.fetch_add(1, Ordering::SeqCst);
+            };
+            if b.serve(&mut blocks, before) {
+                log_at!(
+                    Level::Info,
+                    "pool {}: serving block {} of network {} again (claimed before)",
+                    b.pool,
+                    c.cidr,
+                    b.network
+                );
+                added += 1;
+            }
         }
         added
     }
@@ -397,4 +437,29 @@ fn exhausted(pool: &str, cidr: &IpNet, claimed: usize) -> Error {
 /// Leases of a network that lie in one block.
 pub(crate) fn count_in(block: &IpNet, addrs: &[std::net::IpAddr]) -> u64 {
     addrs.iter().filter(|a| block.contains(*a)).count() as u64
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn owned(cidr: &str) -> Owned {
+        Owned {
+            cidr: cidr.parse().unwrap(),
+            mod_revision: 7,
+            pushed: Some(0),
+            empty_since: None,
+        }
+    }
+
+    #[test]
+    fn a_block_claimed_and_adopted_at_once_is_served_once() {
+        let b = Binding::new("p", "n");
+        let mut blocks = Vec::new();
+        assert!(b.serve(&mut blocks, owned("10.0.0.0/27")));
+        assert!(!b.serve(&mut blocks, owned("10.0.0.0/27")));
+        assert!(b.serve(&mut blocks, owned("10.0.0.32/27")));
+        assert_eq!(blocks.len(), 2);
+        assert_eq!(b.generation.load(Ordering::SeqCst), 2);
+    }
 }

@@ -40,6 +40,34 @@ fn quorum_loss_keeps_owned_blocks_serving() {
     assert_consistent(&e, "q", [&n]);
 }
 
+/// Proves: an ADD that needs a new block while etcd answers nothing for 3 s (longer than
+/// one etcd call's 2 s timeout) waits it out and succeeds, instead of failing the pod.
+#[test]
+fn a_claim_rides_out_etcd_answering_nothing_for_3_s() {
+    let env = TestEnv::new("cluster_freeze");
+    let (etcd, e) = etcd_with_pools(&env, 3, &["f --cidr 10.74.0.0/24 --block-size 28"]);
+    let n = Node::start(&env, "f1", &e, &[]);
+    let conf = n.conf("pods", &["f"]);
+    n.call(&env, "STATUS", "", &conf).ok_silent(); // the session is up
+    etcd.freeze_all(true);
+    let thaw = std::thread::spawn(move || {
+        std::thread::sleep(Duration::from_secs(3));
+        etcd.freeze_all(false);
+        etcd
+    });
+    let started = Instant::now();
+    let o = n.call(&env, "ADD", "c0", &conf);
+    let took = started.elapsed();
+    let _etcd = thaw.join().unwrap();
+    o.result();
+    assert!(
+        took >= Duration::from_secs(2),
+        "the ADD did not wait: {took:?}"
+    );
+    assert_eq!(owners(&e, "f").len(), 1);
+    assert_consistent(&e, "f", [&n]);
+}
+
 /// What the clients saw: acknowledged leases (node, container) → address.
 type Acked = Mutex<BTreeMap<(usize, String), IpAddr>>;
 

@@ -132,6 +132,17 @@ impl Etcd {
         }
     }
 
+    /// SIGSTOP (`freeze`) or SIGCONT every member: etcd stops answering without any
+    /// connection breaking, as in a long leader election.
+    pub fn freeze_all(&self, freeze: bool) {
+        let sig = if freeze { libc::SIGSTOP } else { libc::SIGCONT };
+        for c in self.members.iter().filter_map(|m| m.child.as_ref()) {
+            let pid = libc::pid_t::try_from(c.id()).expect("pid");
+            // SAFETY: kill(2) on our own child, which has not been waited for.
+            unsafe { libc::kill(pid, sig) };
+        }
+    }
+
     /// Start member `i` again on its data dir.
     pub fn restart(&mut self, i: usize) {
         self.spawn(i);
