@@ -6,12 +6,15 @@
 # `podman rm`, after which nothing is left (links, leases, nft elements, iptables rules).
 # Runs in a throwaway "host" namespace that looks like a node (its own eth0 with a
 # default route, other nftables and iptables rules), never touching the machine's network.
-# Usage: tests/podman/run.sh   (as root; builds target/release/cnikit if missing)
+# Usage: tests/podman/run.sh   (as root; CNIKIT=path, default target/release/cnikit, built
+# if missing)
 set -euo pipefail
 cd "$(dirname "$0")/../.."
+CNIKIT=${CNIKIT:-$PWD/target/release/cnikit}
+export CNIKIT
 if [ "${1:-}" != --inside ]; then
   [ "$(id -u)" = 0 ] || { echo "tests/podman/run.sh: run as root" >&2; exit 1; }
-  [ -x target/release/cnikit ] || cargo build --release
+  [ -x "$CNIKIT" ] || cargo build --release
   exec unshare --net --mount --propagation private -- "$0" --inside
 fi
 
@@ -39,7 +42,7 @@ iptables -A INPUT -p tcp --dport 2223 -j DROP
 
 # ---- only cnikit's links as CNI plugins
 mkdir -p "$W/bin" "$W/net.d" "$W/root" "$W/runroot"
-target/release/cnikit install --dir "$W/bin" >/dev/null
+"$CNIKIT" install --dir "$W/bin" >/dev/null
 cat > "$W/containers.conf" <<EOF
 [network]
 network_backend = "cni"

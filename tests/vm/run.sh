@@ -85,7 +85,8 @@ cp /bin/busybox "$I/bin/busybox"
 for a in $(/bin/busybox --list); do [ "$a" = busybox ] || [ -e "$I/bin/$a" ] || ln -s busybox "$I/bin/$a"; done
 copy_with_libs() { # $1 source, $2 destination inside the initramfs
   install -D -m755 "$1" "$I$2"
-  ldd "$1" 2>/dev/null | grep -oE '/[^ ]+\.so[^ ]*' | while read -r l; do
+  # A static binary (tests/run's) has no libraries: ldd and grep fail, and that is fine.
+  { ldd "$1" 2>/dev/null || true; } | { grep -oE '/[^ ]+\.so[^ ]*' || true; } | while read -r l; do
     [ -e "$I$l" ] || install -D -m755 "$l" "$I$l"
   done
 }

@@ -14,9 +14,13 @@ use std::sync::Mutex;
 fn quorum_loss_keeps_owned_blocks_serving() {
     let env = TestEnv::new("cluster_quorum");
     // Blocks of 16 addresses: 13 leasable (network, gateway and last reserved).
-    let (mut etcd, e) = etcd_with_pools(&env, 3, &["q --cidr 10.73.0.0/24 --block-size 28"]);
-    let n = Node::start(&env, "q1", &e, &["--etcd-session-ttl=5"]);
-    let conf = n.conf("pods", &["q"]);
+    let (mut etcd, e, n, conf) = one_node(
+        &env,
+        3,
+        "q --cidr 10.73.0.0/24 --block-size 28",
+        "q1",
+        &["--etcd-session-ttl=5"],
+    );
     n.call(&env, "ADD", "c0", &conf).result();
     etcd.kill(1);
     etcd.kill(2);
@@ -45,9 +49,7 @@ fn quorum_loss_keeps_owned_blocks_serving() {
 #[test]
 fn a_claim_rides_out_etcd_answering_nothing_for_3_s() {
     let env = TestEnv::new("cluster_freeze");
-    let (etcd, e) = etcd_with_pools(&env, 3, &["f --cidr 10.74.0.0/24 --block-size 28"]);
-    let n = Node::start(&env, "f1", &e, &[]);
-    let conf = n.conf("pods", &["f"]);
+    let (etcd, e, n, conf) = one_node(&env, 3, "f --cidr 10.74.0.0/24 --block-size 28", "f1", &[]);
     n.call(&env, "STATUS", "", &conf).ok_silent(); // the session is up
     etcd.freeze_all(true);
     let thaw = std::thread::spawn(move || {

@@ -221,6 +221,23 @@ pub fn etcd_with_pools(env: &TestEnv, members: usize, creates: &[&str]) -> (Etcd
     (etcd, e)
 }
 
+/// A single-node test's start: etcd of `members` with the pool `create` makes (`pool
+/// create` arguments, the name first), its endpoints, the node `name` started with the
+/// daemon arguments `extra`, and the node's config of network "pods" on the pool.
+pub fn one_node(
+    env: &TestEnv,
+    members: usize,
+    create: &str,
+    name: &str,
+    extra: &[&str],
+) -> (Etcd, String, Node, Value) {
+    let (etcd, e) = etcd_with_pools(env, members, &[create]);
+    let pool = create.split_whitespace().next().expect("pool name");
+    let node = Node::start(env, name, &e, extra);
+    let conf = node.conf("pods", &[pool]);
+    (etcd, e, node, conf)
+}
+
 /// One node: an ipamd daemon joined to etcd under `name`.
 pub struct Node {
     pub name: String,

@@ -152,9 +152,7 @@ fn small_pool_never_oversubscribed() {
 #[test]
 fn restarted_node_takes_its_blocks_back() {
     let env = TestEnv::new("cluster_restart");
-    let (_etcd, e) = etcd_with_pools(&env, 1, &["r --cidr 10.72.0.0/24 --block-size 27"]);
-    let n = Node::start(&env, "r1", &e, &[]);
-    let conf = n.conf("pods", &["r"]);
+    let (_etcd, e, n, conf) = one_node(&env, 1, "r --cidr 10.72.0.0/24 --block-size 27", "r1", &[]);
     for i in 0..5 {
         n.call(&env, "ADD", &format!("c{i}"), &conf).result();
     }
@@ -189,9 +187,13 @@ fn restarted_node_takes_its_blocks_back() {
 #[test]
 fn empty_blocks_are_released() {
     let env = TestEnv::new("cluster_release");
-    let (_etcd, e) = etcd_with_pools(&env, 1, &["rel --cidr 10.75.0.0/24 --block-size 28"]);
-    let n = Node::start(&env, "e1", &e, &["--block-release-after=1"]);
-    let conf = n.conf("pods", &["rel"]);
+    let (_etcd, e, n, conf) = one_node(
+        &env,
+        1,
+        "rel --cidr 10.75.0.0/24 --block-size 28",
+        "e1",
+        &["--block-release-after=1"],
+    );
     n.call(&env, "ADD", "c1", &conf).result();
     assert_eq!(owners(&e, "rel").len(), 1);
     n.call(&env, "DEL", "c1", &conf).ok_silent();
