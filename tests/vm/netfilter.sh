@@ -28,11 +28,13 @@ elems() {
 }
 # set_has FAMILY SET WORD: an element of the set names WORD
 set_has() { elems "$1" "$2" | grep -q "\"elem\":.*$3"; }
-# set_empty FAMILY SET...: none of the sets holds an element
-set_empty() {
-  _f=$1; shift
-  for _s in "$@"; do ! elems "$_f" "$_s" | grep -q '"elem"' || { echo "$_f $_s: $(elems "$_f" "$_s")"; return 1; }; done
+# none_holds TEXT FAMILY SET...: no element of the sets mentions TEXT
+none_holds() {
+  _t=$1 _f=$2; shift 2
+  for _s in "$@"; do ! elems "$_f" "$_s" | grep -q "\"elem\":.*$_t" || { echo "$_f $_s: $(elems "$_f" "$_s")"; return 1; }; done
 }
+# set_empty FAMILY SET...: none of the sets holds an element
+set_empty() { none_holds "" "$@"; }
 SERVERS=
 # a TCP server in netns NS on port PORT that answers each connection with WORD
 serve() { ip netns exec "$1" nc -ll -p "$2" -e /bin/echo "$3" & SERVERS="$SERVERS $!"; }
@@ -93,6 +95,7 @@ teq "$V: 8081 is not mapped on another host address" "" "$(fetch - 192.0.2.10 80
 teq "$V: hairpin: fb reaches fa through the host port" port80 "$(fetch fb 192.0.2.10 8080)"
 tn "$V: a second container cannot take host port 8080" chain ADD fb /run/netns/fb /tmp/pm.json /tmp/res-fb-eth0.json
 t "$V: ... and fa's mapping still answers" answers - 192.0.2.10 8080 port80
+t "$V: ... and the refused ADD left nothing of fb in the maps" none_holds "\"${FB%/*}\"" inet pm4-any pm4-ip pm4-addr pm4-masq
 t "$V: DEL" chain DEL fa /run/netns/fa /tmp/pm.json /tmp/res-fa-eth0.json
 t "$V: DEL again" chain DEL fa /run/netns/fa /tmp/pm.json /tmp/res-fa-eth0.json
 t "$V: the maps are empty after DEL" set_empty inet pm4-any pm4-ip pm4-addr pm4-masq
