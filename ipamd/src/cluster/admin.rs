@@ -6,7 +6,7 @@ use std::collections::BTreeMap;
 use ipnet::IpNet;
 use serde::Serialize;
 
-use super::etcd::Etcd;
+use super::etcd::{patiently, Etcd};
 use super::{
     block_key, blocks, blocks_prefix, node_key, pool_key, BlockRecord, EtcdOptions, PoolSpec,
 };
@@ -87,7 +87,11 @@ async fn run(etcd: &Etcd, cmd: PoolCommand) -> Result<PoolOutcome, Error> {
             cidr,
             block_size,
         } => create(etcd, &name, cidr, block_size).await,
-        PoolCommand::Show { name } => Ok(PoolOutcome::Shown(show(etcd, &name).await?.0)),
+        PoolCommand::Show { name } => {
+            // A read: an election in progress is waited out rather than reported.
+            let (shown, _) = patiently(&format!("pool {name}"), || show(etcd, &name)).await?;
+            Ok(PoolOutcome::Shown(shown))
+        }
         PoolCommand::Delete { name } => delete(etcd, &name).await,
         PoolCommand::ReleaseNode { name, node, force } => {
             release_node(etcd, &name, &node, force).await

@@ -284,6 +284,34 @@ impl Etcd {
     }
 }
 
+/// How long an operation that needs etcd keeps trying while etcd cannot answer (a leader
+/// election, a member restarting, a node session being renewed): longer than etcd's default
+/// 1 s election timeout, well within the plugin's 15 s wait for the daemon.
+pub(crate) const PATIENCE: Duration = Duration::from_secs(5);
+const RETRY_PAUSE: Duration = Duration::from_millis(250);
+
+/// Run `attempt` again while it fails with kind `Unavailable`, for up to [`PATIENCE`]; only
+/// for attempts that are safe to repeat (reads, or writes that check what is there first).
+pub(crate) async fn patiently<T, F, Fut>(what: &str, mut attempt: F) -> Result<T, Error>
+where
+    F: FnMut() -> Fut,
+    Fut: std::future::Future<Output = Result<T, Error>>,
+{
+    let deadline = Instant::now() + PATIENCE;
+    loop {
+        match attempt().await {
+            Err(e)
+                if e.kind() == ErrorKind::Unavailable
+                    && Instant::now() + RETRY_PAUSE < deadline =>
+            {
+                crate::log_at!(crate::log::Level::Debug, "{what}: {e}; trying again");
+                tokio::time::sleep(RETRY_PAUSE).await;
+            }
+            other => return other,
+        }
+    }
+}
+
 fn tls_options(opts: &EtcdOptions) -> Result<TlsOptions, Error> {
     let read = |p: &std::path::Path, what: &str| {
         std::fs::read(p).map_err(|e| Error::invalid(format!("{what} {}: {e}", p.display())))

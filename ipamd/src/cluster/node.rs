@@ -8,13 +8,13 @@
 use std::collections::{HashMap, HashSet};
 use std::sync::atomic::{AtomicI64, AtomicU64, Ordering};
 use std::sync::{Arc, Mutex, MutexGuard};
-use std::time::{Duration, Instant};
+use std::time::Instant;
 
 use ipnet::IpNet;
 use tokio::sync::RwLock;
 
 use super::admin::{read_blocks, read_spec};
-use super::etcd::{Etcd, Guard};
+use super::etcd::{self, Etcd, Guard};
 use super::{block_key, blocks, node_key, pool_key, BlockRecord, ClusterOptions, LocalStore};
 use crate::api::{AllocateRequest, Allocation};
 use crate::config::RangeSet;
@@ -95,12 +95,6 @@ pub(crate) struct Node {
     pub(crate) limbo: Mutex<Vec<(String, Owned)>>,
     pub(crate) counters: Counters,
 }
-
-/// How long an ADD that needs a new block keeps trying while etcd cannot answer (a leader
-/// election, a member restarting, a node session being renewed): longer than etcd's default
-/// 1 s election timeout, well within the plugin's 15 s wait for the daemon.
-const CLAIM_PATIENCE: Duration = Duration::from_secs(5);
-const CLAIM_RETRY_PAUSE: Duration = Duration::from_millis(250);
 
 fn lock<T>(m: &Mutex<T>) -> MutexGuard<'_, T> {
     m.lock().unwrap_or_else(|e| e.into_inner())
@@ -262,23 +256,12 @@ impl Node {
         })
     }
 
-    /// [`Node::claim`], tried again while etcd is briefly unavailable (kind `Unavailable`)
-    /// for up to [`CLAIM_PATIENCE`]: a runtime would otherwise fail the pod and retry it only
-    /// after its own back-off.
+    /// [`Node::claim`], tried again while etcd is briefly unavailable (for up to
+    /// [`etcd::PATIENCE`]): a runtime would otherwise fail the pod and retry it only after
+    /// its own back-off. A claim is safe to repeat: it adopts a block its lost answer made.
     async fn claim_patiently(&self, b: &Binding, seen: u64) -> Result<(), Error> {
-        let deadline = Instant::now() + CLAIM_PATIENCE;
-        loop {
-            match self.claim(b, seen).await {
-                Err(e)
-                    if e.kind() == ErrorKind::Unavailable
-                        && Instant::now() + CLAIM_RETRY_PAUSE < deadline =>
-                {
-                    log_at!(Level::Debug, "pool {}: {e}; trying again", b.pool);
-                    tokio::time::sleep(CLAIM_RETRY_PAUSE).await;
-                }
-                other => return other,
-            }
-        }
+        let what = format!("pool {}: claiming a block", b.pool);
+        etcd::patiently(&what, || self.claim(b, seen)).await
     }
 
     /// Give `b` one more block (unless another claim did since generation `seen`): adopt a

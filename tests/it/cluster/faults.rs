@@ -44,10 +44,11 @@ fn quorum_loss_keeps_owned_blocks_serving() {
     assert_consistent(&e, "q", [&n]);
 }
 
-/// Proves: an ADD that needs a new block while etcd answers nothing for 3 s (longer than
-/// one etcd call's 2 s timeout) waits it out and succeeds, instead of failing the pod.
+/// Proves: an ADD that needs a new block, and `pool show`, while etcd answers nothing for
+/// 3 s (longer than one etcd call's 2 s timeout), wait it out and succeed, instead of
+/// failing the pod or the operator's command.
 #[test]
-fn a_claim_rides_out_etcd_answering_nothing_for_3_s() {
+fn a_claim_and_pool_show_ride_out_etcd_answering_nothing_for_3_s() {
     let env = TestEnv::new("cluster_freeze");
     let (etcd, e, n, conf) = one_node(&env, 3, "f --cidr 10.74.0.0/24 --block-size 28", "f1", &[]);
     n.call(&env, "STATUS", "", &conf).ok_silent(); // the session is up
@@ -57,15 +58,23 @@ fn a_claim_rides_out_etcd_answering_nothing_for_3_s() {
         etcd.freeze_all(false);
         etcd
     });
+    let shown = std::thread::spawn({
+        let e = e.clone();
+        move || {
+            let started = Instant::now();
+            show(&e, "f");
+            started.elapsed()
+        }
+    });
     let started = Instant::now();
     let o = n.call(&env, "ADD", "c0", &conf);
     let took = started.elapsed();
     let _etcd = thaw.join().unwrap();
     o.result();
-    assert!(
-        took >= Duration::from_secs(2),
-        "the ADD did not wait: {took:?}"
-    );
+    let show_took = shown.join().expect("pool show during the freeze");
+    for (what, t) in [("the ADD", took), ("pool show", show_took)] {
+        assert!(t >= Duration::from_secs(2), "{what} did not wait: {t:?}");
+    }
     assert_eq!(owners(&e, "f").len(), 1);
     assert_consistent(&e, "f", [&n]);
 }
