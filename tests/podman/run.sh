@@ -10,11 +10,16 @@
 # if missing)
 set -euo pipefail
 cd "$(dirname "$0")/../.."
-CNIKIT=${CNIKIT:-$PWD/target/release/cnikit}
-export CNIKIT
 if [ "${1:-}" != --inside ]; then
   [ "$(id -u)" = 0 ] || { echo "tests/podman/run.sh: run as root" >&2; exit 1; }
-  [ -x "$CNIKIT" ] || cargo build --release
+  # Only the default is built: a CNIKIT given and missing is an error, not a cue to build
+  # some other binary.
+  if [ -z "${CNIKIT:-}" ]; then
+    CNIKIT=$PWD/target/release/cnikit
+    [ -x "$CNIKIT" ] || cargo build --release
+  fi
+  [ -x "$CNIKIT" ] || { echo "tests/podman/run.sh: no binary at $CNIKIT" >&2; exit 1; }
+  export CNIKIT
   exec unshare --net --mount --propagation private -- "$0" --inside
 fi
 
