@@ -134,14 +134,17 @@ impl NetConf {
     }
 
     /// GC's list of this network's attachments still in use; `None` when
-    /// neither key is present.
+    /// neither key is present. A `null` list is an empty one: libcni marshals
+    /// a node with no pod left (Go's nil slice) as `null`, and GC must then
+    /// free everything of the network rather than nothing.
     pub fn valid_attachments(&self) -> Result<Option<Vec<Attachment>>, Error> {
         let list = self
             .raw
             .get("cni.dev/valid-attachments")
             .or_else(|| self.raw.get("cni.dev/attachments"));
         let entries: Vec<ValidEntry> = match list {
-            None | Some(Value::Null) => return Ok(None),
+            None => return Ok(None),
+            Some(Value::Null) => Vec::new(),
             Some(v) => serde_json::from_value(v.clone())
                 .map_err(|e| Error::invalid_config(format!("cni.dev/valid-attachments: {e}")))?,
         };
@@ -291,5 +294,12 @@ mod tests {
         assert_eq!(a.valid_attachments().unwrap().unwrap()[0].container_id, "c");
         let b = parse(r#"{"cni.dev/valid-attachments":[]}"#).unwrap();
         assert_eq!(b.valid_attachments().unwrap(), Some(vec![]));
+        // What libcni sends for a node with no pod left.
+        let null = r#"{"cni.dev/valid-attachments":null,"cni.dev/attachments":null}"#;
+        assert_eq!(
+            parse(null).unwrap().valid_attachments().unwrap(),
+            Some(vec![])
+        );
+        assert_eq!(parse("{}").unwrap().valid_attachments().unwrap(), None);
     }
 }

@@ -30,6 +30,8 @@ pub struct Link {
     pub macvlan_mode: Option<MacvlanMode>,
     /// ipvlan mode when kind == ipvlan.
     pub ipvlan_mode: Option<IpvlanMode>,
+    /// IFLA_IFALIAS (`ip link set alias`): cnikit writes a link's owner there.
+    pub alias: Option<String>,
 }
 
 #[derive(Debug, Clone, Default)]
@@ -128,6 +130,7 @@ impl Link {
             link: None,
             macvlan_mode: None,
             ipvlan_mode: None,
+            alias: None,
         };
         for attr in attrs {
             link.apply(attr);
@@ -148,6 +151,7 @@ impl Link {
             LinkAttribute::TxQueueLen(qlen) => self.txqlen = *qlen,
             LinkAttribute::Controller(master) if *master != 0 => self.master = Some(*master),
             LinkAttribute::Link(peer) if *peer != 0 => self.link = Some(*peer),
+            LinkAttribute::IfAlias(alias) => self.alias = Some(alias.clone()),
             LinkAttribute::LinkInfo(infos) => infos.iter().for_each(|info| self.apply_info(info)),
             _ => {}
         }

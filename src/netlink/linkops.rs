@@ -1,6 +1,5 @@
 //! Link operations: read-back, veth / macvlan / ipvlan creation, and RTM_SETLINK
 //! setters.
-#[cfg(test)]
 use super::frame::Reply;
 use super::link::parse_mac;
 use super::Failure;
@@ -8,9 +7,7 @@ use super::{
     Error, ErrorKind, IpvlanSpec, Link, MacvlanSpec, NetNs, Netlink, Result, VethPair, VethSpec,
 };
 use netlink_packet_core::ParseableParametrized;
-#[cfg(test)]
-use netlink_packet_core::NLM_F_DUMP;
-use netlink_packet_core::{NlasIterator, NLM_F_CREATE, NLM_F_EXCL};
+use netlink_packet_core::{NlasIterator, NLM_F_CREATE, NLM_F_DUMP, NLM_F_EXCL};
 use netlink_packet_route::link::{
     InfoData, InfoIpVlan, InfoKind, InfoMacVlan, InfoVeth, LinkAttribute, LinkFlags, LinkHeader,
     LinkInfo, LinkMessage,
@@ -38,7 +35,6 @@ pub(crate) fn decode_link(payload: &[u8]) -> Option<RawLink> {
     Some((header, attrs))
 }
 
-#[cfg(test)]
 fn decode_links(replies: Vec<Reply>) -> Vec<Link> {
     replies
         .iter()
@@ -110,7 +106,6 @@ impl Netlink {
         Ok(raw.map(|(h, a)| Link::from_message(&h, &a)))
     }
 
-    #[cfg(test)]
     /// Every link of this socket's netns.
     pub fn links(&mut self) -> Result<Vec<Link>> {
         let msg = RouteNetlinkMessage::GetLink(LinkMessage::default());
@@ -361,6 +356,27 @@ impl Netlink {
         let msg = link_message(index, vec![LinkAttribute::Controller(master_index)]);
         // Names are looked up only for the error message: no extra round trip per ADD.
         self.request(RouteNetlinkMessage::SetLink(msg), 0)
+            .map(drop)
+            .map_err(|f| {
+                let (link, master) = (self.describe(index), self.describe(master_index));
+                f.context(&format!("set link {link} master {master}"))
+            })
+    }
+
+    /// Enslaves link `index` to `master_index` and names its owner in its alias,
+    /// in one request (the kernel ignores an alias in a create request, and a
+    /// second round trip per ADD would be waste).
+    pub fn set_master_and_alias(
+        &mut self,
+        index: u32,
+        master_index: u32,
+        alias: &str,
+    ) -> Result<()> {
+        let attrs = vec![
+            LinkAttribute::Controller(master_index),
+            LinkAttribute::IfAlias(alias.to_string()),
+        ];
+        self.request(RouteNetlinkMessage::SetLink(link_message(index, attrs)), 0)
             .map(drop)
             .map_err(|f| {
                 let (link, master) = (self.describe(index), self.describe(master_index));

@@ -20,7 +20,8 @@ pub struct FirewallPlugin {
 #[derive(Debug, Default, Deserialize)]
 #[serde(rename_all = "camelCase")]
 struct Conf {
-    /// "iptables" or empty (Podman 4.3 writes `""`); "firewalld" is refused.
+    /// "iptables" or empty (Podman 4.3 writes `""`); "firewalld" is refused;
+    /// anything else means the automatic choice, as in the reference.
     #[serde(default)]
     backend: Option<String>,
     #[serde(default)]
@@ -51,17 +52,23 @@ impl Conf {
         match c.backend.as_deref() {
             None | Some("") | Some("iptables") => {}
             Some("firewalld") => {
+                // Refused rather than served from iptables: on a firewalld node,
+                // firewalld's own forward chain would still drop the pod's traffic
+                // while ADD reported success.
                 return Err(Error::new(
                     Code::UnsupportedField,
                     "backend \"firewalld\" is not supported by cnikit (it has no D-Bus client); \
                      use \"iptables\" or leave it empty: the rules then go into the host's \
                      iptables-nft tables (or cnikit's own nftables table)",
-                ))
+                ));
             }
             Some(other) => {
-                return Err(Error::invalid_config(format!(
-                    "backend {other:?} must be \"iptables\" or \"firewalld\" (or empty)"
-                )))
+                // The reference makes its automatic choice for any other value
+                // (`getBackend`), so configs written for it say "nftables" and work.
+                eprintln!(
+                    "firewall: backend {other:?} is not \"iptables\" or \"firewalld\"; \
+                     choosing automatically, as the reference does"
+                );
             }
         }
         c.ingress_policy()?;

@@ -17,6 +17,7 @@ mod child_tests;
 mod common;
 mod container;
 mod firewall_backend;
+mod link_owner;
 mod portmap_marker;
 #[cfg(test)]
 mod portmap_tests;

@@ -377,16 +377,20 @@ fn sysctl_allowlist() {
     .unwrap();
     use std::os::unix::fs::PermissionsExt;
     std::fs::set_permissions(&wrapper, std::fs::Permissions::from_mode(0o755)).unwrap();
-    let run = |key: &str| {
-        let c = pod.conf(json!({"sysctl": {key: "1"}}));
+    let run = |key: &str, value: &str| {
+        let c = pod.conf(json!({"sysctl": {key: value}}));
         Call::new(wrapper.clone())
             .env("ALLOW", "^net\\.ipv4\\.conf\\.IFNAME\\.[a-z_]+$")
             .attach("ADD", "c", &pod.ns, "eth0")
             .conf(&c)
             .run()
     };
-    run("net.ipv4.conf.IFNAME.arp_notify").result();
+    run("net.ipv4.conf.IFNAME.arp_notify", "1").result();
     assert_eq!(sysctl_in(&pod.ns, "net.ipv4.conf.eth0.arp_notify"), "1");
-    run("net.ipv4.ip_forward").expect_err(7, &["not allowed", "net.ipv4.ip_forward"]);
-    assert_eq!(sysctl_in(&pod.ns, "net.ipv4.ip_forward"), "0");
+    // A new netns starts with the host's ip_forward (1 on any node that forwards):
+    // ask for the other value, and expect the one it had.
+    let before = sysctl_in(&pod.ns, "net.ipv4.ip_forward");
+    let other = if before == "1" { "0" } else { "1" };
+    run("net.ipv4.ip_forward", other).expect_err(7, &["not allowed", "net.ipv4.ip_forward"]);
+    assert_eq!(sysctl_in(&pod.ns, "net.ipv4.ip_forward"), before);
 }

@@ -277,7 +277,7 @@ brconf() { # NAME RANGE-START RANGE-END EXTRA-KEYS
 EOF
 }
 brconf v100 10 49 ',"vlan":100' > /tmp/v100.json
-brconf v200 50 99 ',"vlan":200' > /tmp/v200.json
+brconf v200 50 99 ',"vlan":200,"preserveDefaultVlan":true' > /tmp/v200.json
 brconf v100np 100 119 ',"vlan":100,"preserveDefaultVlan":false' > /tmp/v100np.json
 brconf trunk 120 139 ',"vlanTrunk":[{"id":100},{"minID":300,"maxID":302}],"preserveDefaultVlan":false' > /tmp/trunk.json
 brconf trunkp 140 159 ',"vlan":200,"vlanTrunk":[{"id":100}]' > /tmp/trunkp.json
@@ -285,20 +285,20 @@ nsreset va vb vc vn vt vp
 V="bridge vlan"
 t "$V: ADD va (vlan 100)" cni ADD va /run/netns/va eth0 /tmp/v100.json
 t "$V: ADD vb (vlan 100)" cni ADD vb /run/netns/vb eth0 /tmp/v100.json
-t "$V: ADD vc (vlan 200)" cni ADD vc /run/netns/vc eth0 /tmp/v200.json
+t "$V: ADD vc (vlan 200, preserveDefaultVlan true)" cni ADD vc /run/netns/vc eth0 /tmp/v200.json
 t "$V: ADD vn (vlan 100, preserveDefaultVlan false)" cni ADD vn /run/netns/vn eth0 /tmp/v100np.json
 t "$V: ADD vt (vlanTrunk 100, 300-302; preserveDefaultVlan false)" cni ADD vt /run/netns/vt eth0 /tmp/trunk.json
 t "$V: ADD vp (vlan 200 + vlanTrunk 100)" cni ADD vp /run/netns/vp eth0 /tmp/trunkp.json
 t "$V: the bridge has VLAN filtering on" sh -c "/sbin/ip -d link show brv | grep -q 'vlan_filtering 1'"
-teq "$V: port of va: VLAN 100 PVID untagged, VLAN 1 kept" "1U 100PU" "$(vlans_of "$(host_veth /tmp/res-va-eth0.json)")"
-teq "$V: port of vc: VLAN 200 PVID untagged, VLAN 1 kept" "1U 200PU" "$(vlans_of "$(host_veth /tmp/res-vc-eth0.json)")"
+teq "$V: port of va: VLAN 100 PVID untagged only (VLAN 1 not preserved by default, as in v1.8.0+)" "100PU" "$(vlans_of "$(host_veth /tmp/res-va-eth0.json)")"
+teq "$V: port of vc: VLAN 200 PVID untagged, VLAN 1 kept (preserveDefaultVlan true)" "1U 200PU" "$(vlans_of "$(host_veth /tmp/res-vc-eth0.json)")"
 teq "$V: port of vn: VLAN 100 only" "100PU" "$(vlans_of "$(host_veth /tmp/res-vn-eth0.json)")"
-teq "$V: port of vt: tagged 100, 300-302 only" "100 300 301 302" "$(vlans_of "$(host_veth /tmp/res-vt-eth0.json)")"
-teq "$V: port of vp: VLAN 1 kept, tagged 100, 200 PVID untagged" "1U 100 200PU" "$(vlans_of "$(host_veth /tmp/res-vp-eth0.json)")"
+teq "$V: port of vt: tagged 100, 300-302, VLAN 1 its untagged native VLAN" "1PU 100 300 301 302" "$(vlans_of "$(host_veth /tmp/res-vt-eth0.json)")"
+teq "$V: port of vp: tagged 100, 200 PVID untagged, no VLAN 1" "100 200PU" "$(vlans_of "$(host_veth /tmp/res-vp-eth0.json)")"
 A=$(addr_of /tmp/res-va-eth0.json); B=$(addr_of /tmp/res-vb-eth0.json); C=$(addr_of /tmp/res-vc-eth0.json)
 N=$(addr_of /tmp/res-vn-eth0.json); P=$(addr_of /tmp/res-vp-eth0.json)
 t "$V: va reaches vb (same VLAN)" ping_ok va "${B%/*}"
-t "$V: va reaches vn (same VLAN, VLAN 1 removed on vn)" ping_ok va "${N%/*}"
+t "$V: va reaches vn (same VLAN)" ping_ok va "${N%/*}"
 t "$V: va does not reach vc (VLAN 100 vs 200)" ping_no va "${C%/*}"
 t "$V: vc reaches vp (VLAN 200 untagged)" ping_ok vc "${P%/*}"
 t "$V: va does not reach vp untagged (vp's VLAN 100 is tagged)" ping_no va "${P%/*}"

@@ -9,6 +9,7 @@
 mod conf;
 
 use super::container::{is_own_netns, netns_for_del, open_netns};
+use super::link_owner;
 use crate::cni::{Attachment, CniResult, Code, Error, Interface, Plugin, Request};
 use crate::netlink::{Ifb, Link, NetNs, Netlink, Qdisc, Tbf, INGRESS_HANDLE};
 use conf::Shaping;
@@ -27,10 +28,11 @@ fn ifb_name(network: &str, container_id: &str) -> String {
 
 /// The ifb's alias: who owns it, for GC (the name alone cannot say).
 fn ifb_alias(att: &Attachment) -> String {
-    format!("{ALIAS_PREFIX}{}", att.tag())
+    link_owner::alias(PLUGIN, att)
 }
 
-const ALIAS_PREFIX: &str = "cnikit bandwidth ";
+/// The plugin's name in the aliases of the ifbs it owns.
+const PLUGIN: &str = "bandwidth";
 
 /// The root TBF handle (`1:`), as the reference installs it.
 const TBF_MAJOR: u16 = 1;
@@ -132,7 +134,7 @@ impl Plugin for Bandwidth {
             .iter()
             .map(|a| ifb_name(&a.network, &a.container_id))
             .collect();
-        let prefix = format!("{ALIAS_PREFIX}{}", Attachment::tag_prefix(&req.conf.name));
+        let prefix = link_owner::network_alias_prefix(PLUGIN, &req.conf.name);
         let mut host = Netlink::open()?;
         let doomed = host.ifbs()?.into_iter().filter(|i| {
             i.alias.as_deref().is_some_and(|a| a.starts_with(&prefix))
@@ -330,7 +332,7 @@ fn ifb_of(host: &mut Netlink, name: &str, att: &Attachment) -> Result<Option<(If
             let may = i
                 .alias
                 .as_deref()
-                .is_none_or(|a| a == ours || !a.starts_with(ALIAS_PREFIX));
+                .is_none_or(|a| a == ours || !a.starts_with(&link_owner::alias_prefix(PLUGIN)));
             (i, may)
         }))
 }

@@ -160,10 +160,7 @@ fn wire_vlan_gateway(
     peer: u32,
 ) -> Result<(), Error> {
     host.set_master(peer, bridge)?;
-    host.bridge_vlan_add(peer, vid, true, true, false)?;
-    if conf.preserve_default_vlan == Some(false) {
-        host.bridge_vlan_del(peer, 1)?;
-    }
+    super::port_vlans(host, peer, Some(vid), &[], conf.preserve_default_vlan)?;
     host.set_up(peer)?;
     host.set_up(index)?;
     Ok(())

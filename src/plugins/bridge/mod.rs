@@ -7,6 +7,7 @@ use super::common::{
     open_netns, random_veth_name, requested_mac, with_configured_dns, without_ipv6, OwnLink,
 };
 use super::firewall_backend::{FirewallBackend, FirewallConf};
+use super::link_owner;
 use crate::cni::{CniResult, Code, Command, Error, Interface, Plugin, Request};
 use crate::netlink::{BridgePort, BridgeSpec, Link, NetNs, Netlink, VethSpec};
 use gateway::{apply_gateways, gateway_on_bridge};
@@ -44,8 +45,10 @@ struct Conf {
     vlan: Option<u16>,
     #[serde(default)]
     vlan_trunk: Vec<Trunk>,
+    /// Keep VLAN 1 on a port that has VLANs; false by default since the
+    /// reference's v1.8.0, so a pod on a VLAN sees only its VLAN.
     #[serde(default)]
-    preserve_default_vlan: Option<bool>,
+    preserve_default_vlan: bool,
     #[serde(default)]
     enabledad: bool,
     #[serde(default)]
@@ -193,7 +196,15 @@ impl Plugin for Bridge {
         // The host end is only a bridge port: it needs no IPv6 of its own, and
         // its link-local address's multicast would reach every pod.
         let attached = without_ipv6(&host_name)
-            .and_then(|()| attach_port(&mut host, &conf, &trunk, pair.host_index, bridge.index))
+            .and_then(|()| {
+                let owner = link_owner::alias(PLUGIN, &req.attachment());
+                let port = Port {
+                    index: pair.host_index,
+                    bridge: bridge.index,
+                    owner: &owner,
+                };
+                attach_port(&mut host, &conf, &trunk, port)
+            })
             .and_then(|()| {
                 self.address(
                     req,
@@ -270,13 +281,16 @@ impl Plugin for Bridge {
     }
 
     // ---------------------------------------------------------------- GC
+    /// The veths of attachments not in the valid list go first, so that no
+    /// address IPAM frees is still held by a stale interface on the bridge.
     fn gc(&self, req: &Request) -> Result<(), Error> {
         let conf = Conf::load(req)?;
         // The spec: continue past individual errors, report them.
+        let links = gc_links(req);
         let ipam = ipam_if_configured(req, Command::Gc);
         let fw = self.firewall.for_call(req, &conf);
         let rules = firewall::gc(&*fw, req);
-        Error::all([ipam, rules])
+        Error::all([links, ipam, rules])
     }
 }
 
@@ -325,15 +339,32 @@ impl Bridge {
     }
 }
 
-/// Enslave the host end, set port flags and VLANs, bring it up.
-fn attach_port(
-    host: &mut Netlink,
-    conf: &Conf,
-    trunk: &[u16],
+/// The plugin's name in the aliases of the veths it owns (see link_owner).
+const PLUGIN: &str = "bridge";
+
+/// GC: the host ends (so the pairs) of this network's veths whose attachment
+/// is not in the valid list.
+fn gc_links(req: &Request) -> Result<(), Error> {
+    let Some(valid) = req.conf.valid_attachments()? else {
+        return Ok(());
+    };
+    let mut host = Netlink::open()?;
+    let stale = link_owner::stale_links(&mut host, "veth", PLUGIN, &req.conf.name, &valid)?;
+    link_owner::delete_links(&mut host, &stale)
+}
+
+/// The host end of a new pair and what it is joined to.
+struct Port<'a> {
     index: u32,
     bridge: u32,
-) -> Result<(), Error> {
-    host.set_master(index, bridge)?;
+    /// Its owner's alias (see link_owner).
+    owner: &'a str,
+}
+
+/// Enslave the host end (naming its owner), set port flags and VLANs, bring it up.
+fn attach_port(host: &mut Netlink, conf: &Conf, trunk: &[u16], port: Port) -> Result<(), Error> {
+    let Port { index, bridge, .. } = port;
+    host.set_master_and_alias(index, bridge, port.owner)?;
     if conf.hairpin_mode || conf.port_isolation {
         host.set_bridge_port(
             index,
@@ -343,18 +374,42 @@ fn attach_port(
             },
         )?;
     }
-    if let Some(vid) = conf.vlan {
+    port_vlans(host, index, conf.vlan, trunk, conf.preserve_default_vlan)?;
+    host.set_up(index)?;
+    Ok(())
+}
+
+/// A port's VLANs as the reference (v1.8.0 on) sets them: VLAN 1 goes unless
+/// `preserve` (first, so a `vlan` of 1 stays); `vlan` is the untagged PVID,
+/// the trunk's VLANs are tagged, and a trunk with no `vlan` keeps VLAN 1 as
+/// its untagged native VLAN. A port without VLANs keeps the bridge's default.
+pub(super) fn port_vlans(
+    host: &mut Netlink,
+    index: u32,
+    vlan: Option<u16>,
+    trunk: &[u16],
+    preserve: bool,
+) -> Result<(), Error> {
+    if vlan.is_none() && trunk.is_empty() {
+        return Ok(());
+    }
+    if !preserve {
+        host.bridge_vlan_del(index, DEFAULT_VLAN)?;
+    }
+    if let Some(vid) = vlan {
         host.bridge_vlan_add(index, vid, true, true, false)?;
     }
     for &vid in trunk {
         host.bridge_vlan_add(index, vid, false, false, false)?;
     }
-    if conf.uses_vlans() && conf.preserve_default_vlan == Some(false) {
-        host.bridge_vlan_del(index, 1)?;
+    if vlan.is_none() {
+        host.bridge_vlan_add(index, DEFAULT_VLAN, true, true, false)?;
     }
-    host.set_up(index)?;
     Ok(())
 }
+
+/// The VLAN a bridge gives new ports (its `default_pvid`, 1 unless changed).
+const DEFAULT_VLAN: u16 = 1;
 
 /// Result interfaces in the reference order: bridge, host veth, container.
 fn interfaces(
@@ -442,6 +497,15 @@ mod tests {
     #[test]
     fn config_keys_get_go_matching() {
         assert_known(&[struct_fields::<Conf>(), struct_fields::<Trunk>()]);
+    }
+
+    #[test]
+    fn the_default_vlan_is_not_preserved_by_default() {
+        // The reference's default since v1.8.0 (the kernel side: tests/vm).
+        let conf =
+            serde_json::json!({"cniVersion": "1.1.0", "name": "n", "type": "bridge", "vlan": 10});
+        let req = test_request(crate::cni::Command::Add, conf);
+        assert!(!Conf::load(&req).unwrap().preserve_default_vlan);
     }
 
     #[test]

@@ -122,6 +122,50 @@ fn pod_traffic_passes_a_drop_policy_only_with_the_plugin() {
         .ok_silent();
 }
 
+/// Proves: a config written for the reference with `"backend": "nftables"`
+/// (v1.9.1 makes its automatic choice for any value but "iptables" and
+/// "firewalld") lets the pod through the drop policy as an empty backend
+/// does, with the same rules, and DEL takes them back.
+#[test]
+fn backend_nftables_opens_the_pod_as_the_automatic_choice() {
+    let w = World::new("fwp-nftb", true);
+    let (net, bridge) = w.network("fwn");
+    let (id, pod, result) = w.pod(&bridge);
+    assert!(
+        !w.reaches_outside(&pod, false),
+        "the drop policy stops the pod"
+    );
+    let conf = fw_conf(&net, json!({"backend": "nftables"}), &result);
+    let out = w.call(false, "firewall", "ADD", &id, &pod, &conf);
+    assert_eq!(out.result(), result, "firewall passes prevResult through");
+    assert!(
+        out.stderr.contains("choosing automatically"),
+        "{}",
+        out.stderr
+    );
+    assert!(
+        w.reaches_outside(&pod, false),
+        "IPv4 pod traffic is still dropped"
+    );
+    assert!(
+        w.reaches_outside(&pod, true),
+        "IPv6 pod traffic is still dropped"
+    );
+    let v4 = first_addr(&result, false);
+    assert!(
+        listing(&w, "iptables-nft").contains(&format!("-s {v4}/32 -m comment")),
+        "the pod's rule is not where the automatic choice puts it"
+    );
+    w.call(false, "firewall", "DEL", &id, &pod, &conf)
+        .ok_silent();
+    assert!(
+        !w.reaches_outside(&pod, false),
+        "after DEL the pod still passes"
+    );
+    w.call(false, "bridge", "DEL", &id, &pod, &bridge)
+        .ok_silent();
+}
+
 /// Proves: the reference plugin (Debian's 1.1.1, through iptables) lets
 /// the pod through the same drop policy, and both plugins side by side
 /// share one FORWARD jump and one CNI-FORWARD chain: no duplicates whichever

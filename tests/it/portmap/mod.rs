@@ -9,6 +9,7 @@
 //! traffic targets.
 
 mod ownership;
+mod runtime_gc;
 mod scale;
 mod traffic;
 
