@@ -341,8 +341,9 @@ t "$V: DEL" del vg /run/netns/vg eth0 /tmp/vg.json
 ip netns del vg
 ip link del brg 2> /dev/null
 
-# the reference bridge plugin (containernetworking-plugins 1.1.1: knows `vlan` only) on the same
-# VLAN shape: port membership must be the same as ours
+# the reference bridge plugin (containernetworking-plugins 1.1.1: knows `vlan` only, and keeps
+# VLAN 1 on the port, as v1.8.0+ does only with preserveDefaultVlan true) on the same VLAN
+# shape: port membership must be the same as ours
 if [ -x /ref/bridge ]; then
   V="bridge vlan vs reference"
   nsreset ra rb
@@ -351,7 +352,7 @@ if [ -x /ref/bridge ]; then
 {"cniVersion":"1.0.0","name":"rv$p","type":"bridge","bridge":"brr$p","vlan":100,"isGateway":true,"ipam":{"type":"TYPE","dataDir":"$IPAM_DIR/ref","ranges":[[{"subnet":"10.63.$p.0/24"}]]}}
 EOF
   done
-  sed -i 's/TYPE/ipamd/' /tmp/rv1.json
+  sed -i 's/TYPE/ipamd/; s/"vlan":100,/"vlan":100,"preserveDefaultVlan":true,/' /tmp/rv1.json
   sed -i 's/TYPE/host-local/' /tmp/rv2.json
   t "$V: ADD ours" cni ADD ra /run/netns/ra eth0 /tmp/rv1.json
   CNI_BIN=/ref

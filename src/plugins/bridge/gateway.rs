@@ -160,7 +160,7 @@ fn wire_vlan_gateway(
     peer: u32,
 ) -> Result<(), Error> {
     host.set_master(peer, bridge)?;
-    super::port_vlans(host, peer, Some(vid), &[], conf.preserve_default_vlan)?;
+    super::port::port_vlans(host, peer, Some(vid), &[], conf.preserve_default_vlan)?;
     host.set_up(peer)?;
     host.set_up(index)?;
     Ok(())

@@ -7,16 +7,19 @@ use super::common::{
     open_netns, random_veth_name, requested_mac, with_configured_dns, without_ipv6, OwnLink,
 };
 use super::firewall_backend::{FirewallBackend, FirewallConf};
-use super::link_owner;
 use crate::cni::{CniResult, Code, Command, Error, Interface, Plugin, Request};
-use crate::netlink::{BridgePort, BridgeSpec, Link, NetNs, Netlink, VethSpec};
+use crate::netlink::{BridgeSpec, Link, NetNs, Netlink, VethSpec};
+use check::{check_peer_on_bridge, expect_kind, expect_mac};
 use gateway::{apply_gateways, gateway_on_bridge};
+use port::{attach_port, gc_links};
 use serde::Deserialize;
 
+mod check;
 mod firewall;
 #[cfg(test)]
 mod firewall_tests;
 mod gateway;
+mod port;
 
 pub struct Bridge {
     pub firewall: FirewallBackend,
@@ -197,13 +200,15 @@ impl Plugin for Bridge {
         // its link-local address's multicast would reach every pod.
         let attached = without_ipv6(&host_name)
             .and_then(|()| {
-                let owner = link_owner::alias(PLUGIN, &req.attachment());
-                let port = Port {
-                    index: pair.host_index,
-                    bridge: bridge.index,
-                    owner: &owner,
-                };
-                attach_port(&mut host, &conf, &trunk, port)
+                let att = req.attachment();
+                attach_port(
+                    &mut host,
+                    &conf,
+                    &trunk,
+                    &att,
+                    pair.host_index,
+                    bridge.index,
+                )
             })
             .and_then(|()| {
                 self.address(
@@ -339,78 +344,6 @@ impl Bridge {
     }
 }
 
-/// The plugin's name in the aliases of the veths it owns (see link_owner).
-const PLUGIN: &str = "bridge";
-
-/// GC: the host ends (so the pairs) of this network's veths whose attachment
-/// is not in the valid list.
-fn gc_links(req: &Request) -> Result<(), Error> {
-    let Some(valid) = req.conf.valid_attachments()? else {
-        return Ok(());
-    };
-    let mut host = Netlink::open()?;
-    let stale = link_owner::stale_links(&mut host, "veth", PLUGIN, &req.conf.name, &valid)?;
-    link_owner::delete_links(&mut host, &stale)
-}
-
-/// The host end of a new pair and what it is joined to.
-struct Port<'a> {
-    index: u32,
-    bridge: u32,
-    /// Its owner's alias (see link_owner).
-    owner: &'a str,
-}
-
-/// Enslave the host end (naming its owner), set port flags and VLANs, bring it up.
-fn attach_port(host: &mut Netlink, conf: &Conf, trunk: &[u16], port: Port) -> Result<(), Error> {
-    let Port { index, bridge, .. } = port;
-    host.set_master_and_alias(index, bridge, port.owner)?;
-    if conf.hairpin_mode || conf.port_isolation {
-        host.set_bridge_port(
-            index,
-            BridgePort {
-                hairpin: conf.hairpin_mode,
-                isolated: conf.port_isolation,
-            },
-        )?;
-    }
-    port_vlans(host, index, conf.vlan, trunk, conf.preserve_default_vlan)?;
-    host.set_up(index)?;
-    Ok(())
-}
-
-/// A port's VLANs as the reference (v1.8.0 on) sets them: VLAN 1 goes unless
-/// `preserve` (first, so a `vlan` of 1 stays); `vlan` is the untagged PVID,
-/// the trunk's VLANs are tagged, and a trunk with no `vlan` keeps VLAN 1 as
-/// its untagged native VLAN. A port without VLANs keeps the bridge's default.
-pub(super) fn port_vlans(
-    host: &mut Netlink,
-    index: u32,
-    vlan: Option<u16>,
-    trunk: &[u16],
-    preserve: bool,
-) -> Result<(), Error> {
-    if vlan.is_none() && trunk.is_empty() {
-        return Ok(());
-    }
-    if !preserve {
-        host.bridge_vlan_del(index, DEFAULT_VLAN)?;
-    }
-    if let Some(vid) = vlan {
-        host.bridge_vlan_add(index, vid, true, true, false)?;
-    }
-    for &vid in trunk {
-        host.bridge_vlan_add(index, vid, false, false, false)?;
-    }
-    if vlan.is_none() {
-        host.bridge_vlan_add(index, DEFAULT_VLAN, true, true, false)?;
-    }
-    Ok(())
-}
-
-/// The VLAN a bridge gives new ports (its `default_pvid`, 1 unless changed).
-const DEFAULT_VLAN: u16 = 1;
-
 /// Result interfaces in the reference order: bridge, host veth, container.
 fn interfaces(
     host: &mut Netlink,
@@ -445,47 +378,6 @@ fn interfaces(
             ..Default::default()
         },
     ])
-}
-
-fn expect_kind(link: &Link, kind: &str) -> Result<(), Error> {
-    if link.kind.as_deref() != Some(kind) {
-        return Err(Error::check_failed(format_args!(
-            "{} is a {}, expected a {kind}",
-            link.name,
-            link.kind.as_deref().unwrap_or("device without kind")
-        )));
-    }
-    Ok(())
-}
-
-fn expect_mac(link: &Link, want: &str) -> Result<(), Error> {
-    if !want.is_empty() && link.mac.as_deref() != Some(&want.to_ascii_lowercase()) {
-        return Err(Error::check_failed(format_args!(
-            "{} has MAC {}, prevResult says {want}",
-            link.name,
-            link.mac.as_deref().unwrap_or("none")
-        )));
-    }
-    Ok(())
-}
-
-/// The container veth's peer (IFLA_LINK, a host ifindex) must be a port of the bridge.
-fn check_peer_on_bridge(host: &mut Netlink, cont_link: &Link, bridge: &Link) -> Result<(), Error> {
-    let peer = match cont_link.link {
-        Some(i) => host.link_by_index(i)?,
-        None => None,
-    };
-    match peer {
-        Some(p) if p.master == Some(bridge.index) => Ok(()),
-        Some(p) => Err(Error::check_failed(format_args!(
-            "host end {} is not a port of bridge {}",
-            p.name, bridge.name
-        ))),
-        None => Err(Error::check_failed(format_args!(
-            "the host end of {} is missing",
-            cont_link.name
-        ))),
-    }
 }
 
 #[cfg(test)]
