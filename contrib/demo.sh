@@ -12,12 +12,19 @@ set -euo pipefail
 cd "$(dirname "$0")/.."
 if [ "${1:-}" != "--inside" ]; then
   [ "$(id -u)" = 0 ] || { echo "demo.sh: run as root" >&2; exit 1; }
-  for p in iproute2 iputils-ping python3 curl nftables; do
-    dpkg-query -W -f='${Status}' $p 2>/dev/null | grep -q 'ok installed' && continue
-    apt-get update && DEBIAN_FRONTEND=noninteractive apt-get install -y --no-install-recommends \
-      iproute2 iputils-ping python3 curl nftables
-    break
+  # What the build needs besides a Rust toolchain (etcd-client's build script runs protoc,
+  # which needs the well-known .proto files of libprotobuf-dev) and what the demo runs;
+  # tests/bare/run.sh checks on a fresh machine that nothing is missing. Only the
+  # missing ones are installed, in one go.
+  missing=()
+  for p in gcc libc6-dev protobuf-compiler libprotobuf-dev iproute2 iputils-ping python3 curl nftables; do
+    dpkg-query -W -f='${Status}' "$p" 2>/dev/null | grep -q 'ok installed' || missing+=("$p")
   done
+  if [ ${#missing[@]} -gt 0 ]; then
+    echo "demo.sh: installing ${missing[*]}"
+    apt-get update
+    DEBIAN_FRONTEND=noninteractive apt-get install -y --no-install-recommends "${missing[@]}"
+  fi
   cargo build --release
   exec unshare --net --mount --propagation private -- "$0" --inside
 fi
@@ -87,7 +94,9 @@ mkdir -p /tmp/demo-www && echo "hello from pod-c" > /tmp/demo-www/index.html
 ip netns exec pod-c python3 -m http.server 8080 --directory /tmp/demo-www >/dev/null 2>&1 &
 WEB=$!
 for _ in $(seq 50); do curl -s -o /dev/null http://127.0.0.1:18080/ && break; sleep 0.1; done
-echo "curl http://127.0.0.1:18080/ → $(curl -s http://127.0.0.1:18080/)"
+GOT=$(curl -s -m 5 http://127.0.0.1:18080/ || true)
+echo "curl http://127.0.0.1:18080/ → $GOT"
+[ "$GOT" = "hello from pod-c" ] || { echo "demo.sh: no answer from pod-c through the host port" >&2; exit 1; }
 echo "firewall changes applied by the daemon (its /metrics):"
 curl -s --unix-socket /run/cnikit/ipamd.sock http://ipamd/metrics | grep '^ipamd_ext_requests_total'
 nft list map inet cnikit pm4-any
