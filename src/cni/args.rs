@@ -1,6 +1,8 @@
-//! `CNI_ARGS`: `K=V;K=V`. Like the reference plugins, a key nobody declared is
-//! an error unless `IgnoreUnknown` is set to a true value.
+//! `CNI_ARGS`: `K=V;K=V`. The plugins whose reference counterparts read them
+//! ([`Plugin::reads_cni_args`](crate::cni::Plugin::reads_cni_args)) refuse, as those do, a malformed pair and a key nobody
+//! declared unless `IgnoreUnknown` is set to a true value; the others take any.
 
+use super::env::Command;
 use super::error::{Code, Error};
 
 /// Keys any cnikit plugin understands. Interface plugins pass `IP` on to IPAM,
@@ -14,6 +16,19 @@ pub struct CniArgs {
 }
 
 impl CniArgs {
+    /// `raw` as a plugin reads it for `command`: strictly on ADD and CHECK when
+    /// the plugin is `strict` (it [reads CNI_ARGS](crate::cni::Plugin::reads_cni_args);
+    /// those are the only verbs on which the reference plugins decode them);
+    /// otherwise the well-formed pairs (DEL never fails on arguments it does not need).
+    pub fn for_call(raw: &str, strict: bool, command: Command) -> Result<CniArgs, Error> {
+        match command {
+            Command::Add | Command::Check if strict => Self::parse(raw),
+            _ => Ok(Self::parse_lenient(raw)),
+        }
+    }
+
+    /// Strict: every pair `K=V`, every key one of [`KNOWN_KEYS`] unless
+    /// `IgnoreUnknown` is true.
     pub fn parse(raw: &str) -> Result<CniArgs, Error> {
         let mut pairs = Vec::new();
         for item in raw.split(';').filter(|s| !s.is_empty()) {
@@ -105,5 +120,27 @@ mod tests {
     fn malformed() {
         assert!(CniArgs::parse("novalue").is_err());
         assert!(CniArgs::parse("=x").is_err());
+    }
+
+    #[test]
+    fn strict_plugins_hold_cni_args_to_known_keys_on_add_and_check_only() {
+        let k8s = "K8S_POD_NAME=x;K8S_POD_NAMESPACE=default;IP=10.0.0.5";
+        for command in [Command::Add, Command::Check] {
+            let e = CniArgs::for_call(k8s, true, command).unwrap_err();
+            assert_eq!(e.code, 4);
+            assert!(e.msg.contains("K8S_POD_NAME"), "{}", e.msg);
+            assert!(CniArgs::for_call("novalue", true, command).is_err());
+        }
+        // Never on DEL, STATUS or GC, where the reference does not read them either.
+        for command in [Command::Del, Command::Status, Command::Gc] {
+            let a = CniArgs::for_call(k8s, true, command).unwrap();
+            assert_eq!(a.get("IP"), Some("10.0.0.5"));
+        }
+        for command in [Command::Add, Command::Check, Command::Del] {
+            let a = CniArgs::for_call(k8s, false, command).unwrap();
+            // ipvlan hands IP= on to its IPAM plugin.
+            assert_eq!(a.get("IP"), Some("10.0.0.5"));
+            assert!(CniArgs::for_call("novalue;MAC=", false, command).is_ok());
+        }
     }
 }

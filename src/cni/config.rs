@@ -87,7 +87,7 @@ impl NetConf {
             Some(v) => tolerate(
                 lenient,
                 "dns",
-                serde_json::from_value(v.clone()).map_err(|e| {
+                serde_json::from_value(without_nulls(v)).map_err(|e| {
                     Error::invalid_config(format!("dns {v} is not a DNS object: {e}"))
                 }),
             )?,
@@ -103,10 +103,12 @@ impl NetConf {
         })
     }
 
-    /// Decode the plugin's own view of the config. Errors name the key path
-    /// and the offending value, as code 7.
+    /// Decode the plugin's own view of the config, a key whose value is `null`
+    /// being one that is not there, as for Go's decoder (`raw` keeps them).
+    /// Errors name the key path and the offending value, as code 7.
     pub fn typed<T: DeserializeOwned>(&self) -> Result<T, Error> {
-        let value = Value::Object(self.raw.clone());
+        let mut value = Value::Object(self.raw.clone());
+        super::gojson::drop_null_members(&mut value);
         serde_path_to_error::deserialize(value).map_err(|e| {
             let path = e.path().to_string();
             Error::invalid_config(format!(
@@ -175,6 +177,13 @@ fn ipam_type(raw: &Map<String, Value>) -> Result<Option<String>, Error> {
             "ipam must be an object, got {other}"
         ))),
     }
+}
+
+/// `v` without its `null` members, to decode as Go would (see [`NetConf::typed`]).
+pub fn without_nulls(v: &Value) -> Value {
+    let mut v = v.clone();
+    super::gojson::drop_null_members(&mut v);
+    v
 }
 
 /// On DEL, a part of the input that cannot be decoded is reported and treated
@@ -280,6 +289,58 @@ mod tests {
             "{}",
             e.msg
         );
+    }
+
+    #[test]
+    fn null_is_an_absent_key_to_typed_as_to_go() {
+        #[derive(Deserialize, Debug)]
+        #[serde(rename_all = "camelCase")]
+        struct C {
+            #[serde(default = "cni0")]
+            bridge: String,
+            #[serde(default)]
+            is_gateway: bool,
+            #[serde(default)]
+            vlan_trunk: Option<Vec<T>>,
+            #[serde(default)]
+            list: Vec<T>,
+        }
+        #[derive(Deserialize, Debug, PartialEq)]
+        struct T {
+            #[serde(default)]
+            id: Option<u16>,
+            #[serde(default)]
+            mode: String,
+        }
+        fn cni0() -> String {
+            "cni0".into()
+        }
+        let conf = parse(
+            r#"{"cniVersion":"1.0.0","bridge":null,"isGateway":null,"vlanTrunk":null,
+                "list":[{"id":null,"mode":null}],"dns":{"nameservers":null,"domain":"d"},
+                "prevResult":{"ips":[{"address":"10.1.0.2/24","gateway":null,"interface":null}],
+                              "routes":null,"dns":null}}"#,
+        )
+        .unwrap();
+        let c: C = conf.typed().unwrap();
+        assert_eq!((c.bridge.as_str(), c.is_gateway), ("cni0", false));
+        assert!(c.vlan_trunk.is_none());
+        assert_eq!(
+            c.list,
+            [T {
+                id: None,
+                mode: String::new()
+            }]
+        );
+        assert_eq!(conf.dns.domain, "d");
+        let prev = conf.prev_result.as_ref().unwrap();
+        assert_eq!((prev.ips[0].gateway, prev.ips[0].interface), (None, None));
+        // The raw view keeps what was sent.
+        assert!(conf.raw["bridge"].is_null());
+        // A null list element is not absent: Go makes it a zero value; here
+        // it stays an error rather than an entry nobody wrote.
+        let conf = parse(r#"{"cniVersion":"1.0.0","list":[null]}"#).unwrap();
+        assert_eq!(conf.typed::<C>().unwrap_err().code, 7);
     }
 
     #[test]

@@ -30,7 +30,7 @@ pub fn delegate(
 ) -> Result<Option<CniResult>, Error> {
     let path = find_plugin(plugin_type, &req.env.path)?;
     if let Some(builtin) = builtin_for(req, plugin_type, &path) {
-        return builtin.call(&req.with_command(command));
+        return builtin.call(&req.for_delegate(builtin, command)?);
     }
     exec(&path, req, command)
 }

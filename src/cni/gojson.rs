@@ -47,6 +47,7 @@ pub const KEYS: &[&str] = &[
     "egressBurst",
     "egressRate",
     "enabledad",
+    "externalSetMarkChain",
     "firewalldZone",
     "forceAddress",
     "gateway",
@@ -133,6 +134,24 @@ pub fn canonicalize(value: &mut Value) {
             map.values_mut().for_each(canonicalize);
         }
         Value::Array(items) => items.iter_mut().for_each(canonicalize),
+        _ => {}
+    }
+}
+
+/// Remove, at every depth (objects inside lists included), each object member
+/// whose value is `null`. Go's decoder leaves a field alone when its value is
+/// `null`: a plain field keeps its default, a pointer stays nil, both what an
+/// absent key gives; serde would instead refuse `null` for every field that is
+/// not an `Option`. List elements are kept, null or not: leaving one out
+/// would shift the others. Only for decoding into structs: where `null` has a
+/// meaning of its own (GC's `cni.dev/valid-attachments`) the raw value is read.
+pub fn drop_null_members(value: &mut Value) {
+    match value {
+        Value::Object(map) => {
+            map.retain(|_, v| !v.is_null());
+            map.values_mut().for_each(drop_null_members);
+        }
+        Value::Array(items) => items.iter_mut().for_each(drop_null_members),
         _ => {}
     }
 }
@@ -383,6 +402,17 @@ mod tests {
             Some(&json!("/c"))
         );
         assert_eq!(field(&Map::new(), "logFile"), None);
+    }
+
+    #[test]
+    fn null_members_go_at_every_depth_list_elements_stay() {
+        let mut v = json!({"a": null, "b": {"c": null, "d": 1},
+            "e": [null, {"f": null, "g": [null]}], "h": false});
+        drop_null_members(&mut v);
+        assert_eq!(
+            v,
+            json!({"b": {"d": 1}, "e": [null, {"g": [null]}], "h": false})
+        );
     }
 
     #[test]

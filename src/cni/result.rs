@@ -116,7 +116,9 @@ impl CniResult {
 
     /// [`CniResult::from_value`] of a value whose keys are already
     /// canonical (a `prevResult` inside a canonicalised configuration).
-    pub(crate) fn from_canonical(v: Value) -> Result<CniResult, Error> {
+    pub(crate) fn from_canonical(mut v: Value) -> Result<CniResult, Error> {
+        // `"gateway": null` and the like are absent to Go's decoder, so to us.
+        super::gojson::drop_null_members(&mut v);
         let decode = |e: serde_json::Error| {
             Error::new(Code::Decode, format!("cannot decode CNI result: {e}"))
         };
@@ -180,14 +182,17 @@ impl CniResult {
         }
     }
 
+    /// The interface fields 1.1.0 added. A route's (`mtu`, `advmss`,
+    /// `priority`, `table`, `scope`) stay at every version: the reference
+    /// plugins print them whatever the version (libcni's one Route type), a
+    /// reader that does not know them skips them, and a route without its
+    /// table or metric is a different route (CHECK, and the reference bridge
+    /// applying a 1.0.0 result of ours, would get it wrong).
     fn strip_1_1_fields(&mut self) {
         for i in &mut self.interfaces {
             i.mtu = None;
             i.socket_path.clear();
             i.pci_id.clear();
-        }
-        for r in &mut self.routes {
-            *r = Route::new(r.dst, r.gw);
         }
     }
 
@@ -292,17 +297,19 @@ mod tests {
     }
 
     #[test]
-    fn to_1_0_0_drops_1_1_fields() {
+    fn to_1_0_0_drops_1_1_interface_fields_and_keeps_route_fields() {
         let v = sample().to_value(Version::V100);
         assert_eq!(v["cniVersion"], "1.0.0");
         assert_eq!(
             v["interfaces"][2],
             json!({"name": "eth0", "mac": "00:11:22:33:44:77", "sandbox": "/run/netns/c1"})
         );
+        // As the reference prints them (one Route type for every version).
         assert_eq!(
             v["routes"][0],
-            json!({"dst": "0.0.0.0/0", "gw": "10.1.0.1"})
+            json!({"dst": "0.0.0.0/0", "gw": "10.1.0.1", "priority": 5})
         );
+        assert_eq!(sample().to_value(Version::V040)["routes"][0]["priority"], 5);
         assert!(v["ips"][0].get("version").is_none());
     }
 

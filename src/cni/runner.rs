@@ -94,6 +94,15 @@ impl Request {
         r.env.command = command;
         r
     }
+
+    /// The request built-in `plugin` gets for `command` when run in-process as
+    /// a delegate: `CNI_ARGS` read by its rules, as its own process would read
+    /// them (ipvlan takes any key, its host-local does not).
+    pub fn for_delegate(&self, plugin: &dyn Plugin, command: Command) -> Result<Request, Error> {
+        let mut r = self.with_command(command);
+        r.args = CniArgs::for_call(&self.env.args, plugin.reads_cni_args(), command)?;
+        Ok(r)
+    }
 }
 
 /// A CNI plugin: each file under `plugins/` implements these five verbs.
@@ -103,6 +112,15 @@ pub trait Plugin: Sync {
     fn del(&self, req: &Request) -> Result<(), Error>;
     fn status(&self, req: &Request) -> Result<(), Error>;
     fn gc(&self, req: &Request) -> Result<(), Error>;
+
+    /// Whether the plugin holds `CNI_ARGS` to the keys it knows on ADD and CHECK
+    /// (unless `IgnoreUnknown`), as the reference plugins that decode them do
+    /// (bridge, macvlan, tuning, host-local). Those that never read them
+    /// (loopback, ipvlan, portmap, firewall, bandwidth) take anything, since
+    /// runtimes send them `K8S_POD_NAME=…` without `IgnoreUnknown`.
+    fn reads_cni_args(&self) -> bool {
+        false
+    }
 
     /// The method `req`'s command names, with ADD's result; for the runner, delegation
     /// and tests alike. VERSION needs no plugin: the runner answers it, and here it is
@@ -190,13 +208,13 @@ fn run(
 fn dispatch(plugin: &dyn Plugin, conf: NetConf, ctx: Context) -> Result<Option<String>, Error> {
     let env = Env::from_process()?;
     require_version(env.command, conf.version)?;
-    let args = match CniArgs::parse(&env.args) {
-        Err(e) if env.command == Command::Del => {
+    let strict = plugin.reads_cni_args();
+    let args = CniArgs::for_call(&env.args, strict, env.command)?;
+    if env.command == Command::Del && strict {
+        if let Err(e) = CniArgs::parse(&env.args) {
             eprintln!("DEL: {}; using the well-formed CNI_ARGS only", e.msg);
-            CniArgs::parse_lenient(&env.args)
         }
-        other => other?,
-    };
+    }
     let version = conf.version;
     let req = Request {
         env,
@@ -299,4 +317,74 @@ fn install_panic_hook(log: Option<CallLog>) {
             log.finish(Err(&err));
         }
     }));
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// A plugin that does nothing, strict about `CNI_ARGS` or not.
+    struct Stub(bool);
+
+    impl Plugin for Stub {
+        fn add(&self, _: &Request) -> Result<CniResult, Error> {
+            Ok(CniResult::default())
+        }
+        fn check(&self, _: &Request) -> Result<(), Error> {
+            Ok(())
+        }
+        fn del(&self, _: &Request) -> Result<(), Error> {
+            Ok(())
+        }
+        fn status(&self, _: &Request) -> Result<(), Error> {
+            Ok(())
+        }
+        fn gc(&self, _: &Request) -> Result<(), Error> {
+            Ok(())
+        }
+        fn reads_cni_args(&self) -> bool {
+            self.0
+        }
+    }
+
+    const STRICT: Stub = Stub(true);
+    const LENIENT: Stub = Stub(false);
+
+    /// A request as a plugin that reads no `CNI_ARGS` (ipvlan, say) got it.
+    fn request(command: Command, cni_args: &str) -> Request {
+        Request {
+            env: Env {
+                command,
+                container_id: "c1".into(),
+                netns: "/run/netns/x".into(),
+                ifname: "eth0".into(),
+                args: cni_args.into(),
+                path: Vec::new(),
+            },
+            conf: NetConf::parse(br#"{"cniVersion":"1.0.0","name":"n"}"#.to_vec()).expect("config"),
+            args: CniArgs::for_call(cni_args, false, command).expect("lenient"),
+            ctx: Context::new(|_| None),
+        }
+    }
+
+    #[test]
+    fn an_in_process_delegate_reads_cni_args_by_its_own_rules() {
+        let k8s = "K8S_POD_NAME=x;IP=10.0.0.5";
+        // ipvlan takes them; its IPAM (strict), in-process as in its own process, does not.
+        let e = request(Command::Add, k8s)
+            .for_delegate(&STRICT, Command::Add)
+            .unwrap_err();
+        assert_eq!(e.code, 4);
+        for delegate in [&LENIENT, &STRICT] {
+            let del = request(Command::Add, k8s)
+                .for_delegate(delegate, Command::Del)
+                .unwrap();
+            assert_eq!(del.env.command, Command::Del);
+            assert_eq!(del.args.get("IP"), Some("10.0.0.5"));
+        }
+        let ok = request(Command::Add, "IgnoreUnknown=1;K8S_POD_NAME=x;IP=10.0.0.5")
+            .for_delegate(&STRICT, Command::Add)
+            .unwrap();
+        assert_eq!(ok.args.get("IP"), Some("10.0.0.5"));
+    }
 }

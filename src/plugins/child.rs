@@ -44,6 +44,8 @@ pub(super) trait ChildKind: Sync + Sized {
     const MODES: &'static [(&'static str, Self::Mode)];
     type Conf: DeserializeOwned;
     type Mode: Copy + PartialEq + Debug + 'static;
+    /// Whether it holds `CNI_ARGS` to known keys (see `Plugin::reads_cni_args`).
+    const READS_CNI_ARGS: bool;
 
     /// What the kind asks of the request beyond well-formed keys.
     fn require(_req: &Request) -> Result<(), Error> {
@@ -62,6 +64,10 @@ pub(super) trait ChildKind: Sync + Sized {
 }
 
 impl<K: ChildKind> Plugin for K {
+    fn reads_cni_args(&self) -> bool {
+        K::READS_CNI_ARGS
+    }
+
     // ---------------------------------------------------------------- ADD
     fn add(&self, req: &Request) -> Result<CniResult, Error> {
         K::add_link(req, load(req)?).map(|r| with_configured_dns(req, r))
@@ -107,6 +113,8 @@ pub(super) fn load<K: ChildKind>(req: &Request) -> Result<Loaded<K>, Error> {
     let mut shared: ChildConf = req.conf.typed()?;
     let own = req.conf.typed()?;
     shared.mtu = configured_mtu(shared.mtu)?;
+    // `""` is Go's unset string: the master is then chosen as for no key.
+    shared.master = shared.master.filter(|m| !m.is_empty());
     let mode = configured_mode::<K>(shared.mode.as_deref())?;
     K::require(req)?;
     if let Some(m) = &shared.master {

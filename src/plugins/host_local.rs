@@ -3,12 +3,12 @@
 //! node keeps every lease when it switches between the reference and cnikit, either way.
 //! The `ipam` object is parsed and validated by the same code as ipamd's.
 
-use super::ipam::{ipam_object, Ipam, Leases};
+use super::ipam::{ipam_object, parse_ipam, runtime_ranges, with_runtime_ranges, Ipam, Leases};
 use crate::cni::{Attachment, Error, Request, Version};
 use ipamd::api::Allocation;
-use ipamd::config::{IpamConfig, RangeSet, RouteSpec};
+use ipamd::config::{RangeSet, RouteSpec};
 use ipamd::hostlocal::{HostLocal as Store, DEFAULT_DATA_DIR};
-use serde_json::{Map, Value};
+use serde_json::Value;
 use std::net::IpAddr;
 use std::path::{Path, PathBuf};
 
@@ -35,11 +35,7 @@ impl Leases for LeaseFiles {
                 "the network configuration needs a \"name\" (it names the lease directory)",
             ));
         }
-        let ipam = without_empty_paths(with_runtime_ranges(
-            ipam,
-            req.conf.runtime_config("ipRanges"),
-        ));
-        let conf = IpamConfig::from_json(&ipam)?;
+        let conf = parse_ipam(Self::NAME, &with_runtime_ranges(ipam, runtime_ranges(req)))?;
         if conf.range_sets.is_empty() {
             return Err(Error::invalid_config(
                 "no IP ranges specified: set ipam.subnet, ipam.ranges or runtimeConfig.ipRanges",
@@ -117,47 +113,6 @@ fn data_dir(req: &Request) -> PathBuf {
         .into()
 }
 
-/// The `ipam` object with `runtimeConfig.ipRanges` (capability `ipRanges`) put in front of
-/// the configured range sets, the flat `subnet` form next, then `ranges`: the reference's
-/// order, which decides the index of each `last_reserved_ip.N`. Unchanged when there are
-/// no runtime ranges, or when `ranges` is malformed (then its own error is reported).
-fn with_runtime_ranges(ipam: &Value, runtime: Option<&Value>) -> Value {
-    let Some(extra) = runtime.and_then(Value::as_array).filter(|a| !a.is_empty()) else {
-        return ipam.clone();
-    };
-    let Some(obj) = ipam.as_object() else {
-        return ipam.clone();
-    };
-    let configured = match obj.get("ranges") {
-        None | Some(Value::Null) => Vec::new(),
-        Some(Value::Array(sets)) => sets.clone(),
-        Some(_) => return ipam.clone(),
-    };
-    let mut obj = obj.clone();
-    let mut sets = extra.clone();
-    if obj.get("subnet").is_some_and(|v| !v.is_null()) {
-        let mut flat = Map::new();
-        for key in ["subnet", "rangeStart", "rangeEnd", "gateway"] {
-            if let Some(v) = obj.remove(key) {
-                flat.insert(key.to_string(), v);
-            }
-        }
-        sets.push(Value::Array(vec![Value::Object(flat)]));
-    }
-    sets.extend(configured);
-    obj.insert("ranges".to_string(), Value::Array(sets));
-    Value::Object(obj)
-}
-
-/// The reference reads an empty `dataDir` as its default and an empty `resolvConf` as
-/// none, where ipamd's parser refuses them: drop them first.
-fn without_empty_paths(mut ipam: Value) -> Value {
-    if let Some(obj) = ipam.as_object_mut() {
-        obj.retain(|k, v| !(matches!(k.as_str(), "dataDir" | "resolvConf") && v == ""));
-    }
-    ipam
-}
-
 /// Results before 0.3.0 carry one address per family (`ip4`, `ip6`).
 fn one_per_family_before_0_3_0(version: Version, sets: &[RangeSet]) -> Result<(), Error> {
     if version >= Version::V030 {
@@ -179,43 +134,8 @@ fn one_per_family_before_0_3_0(version: Version, sets: &[RangeSet]) -> Result<()
 #[cfg(test)]
 mod tests {
     use super::*;
+    use ipamd::config::IpamConfig;
     use serde_json::json;
-
-    #[test]
-    fn runtime_ranges_come_first_then_subnet_then_ranges() {
-        let ipam = json!({"type": "host-local", "subnet": "10.1.0.0/24", "gateway": "10.1.0.254",
-            "ranges": [[{"subnet": "10.2.0.0/24"}]], "dataDir": "/d"});
-        let rt = json!([[{"subnet": "10.3.0.0/24"}]]);
-        let v = with_runtime_ranges(&ipam, Some(&rt));
-        assert_eq!(
-            v,
-            json!({"type": "host-local", "dataDir": "/d", "ranges": [
-                [{"subnet": "10.3.0.0/24"}],
-                [{"subnet": "10.1.0.0/24", "gateway": "10.1.0.254"}],
-                [{"subnet": "10.2.0.0/24"}]]})
-        );
-        let conf = IpamConfig::from_json(&v).unwrap();
-        let subnets: Vec<String> = conf
-            .range_sets
-            .iter()
-            .map(|s| s[0].subnet.to_string())
-            .collect();
-        assert_eq!(subnets, ["10.3.0.0/24", "10.1.0.0/24", "10.2.0.0/24"]);
-        // Nothing from the runtime, or an empty list: the object as configured.
-        assert_eq!(with_runtime_ranges(&ipam, None), ipam);
-        assert_eq!(with_runtime_ranges(&ipam, Some(&json!([]))), ipam);
-        let bad = json!({"ranges": "x"});
-        assert_eq!(with_runtime_ranges(&bad, Some(&rt)), bad);
-    }
-
-    #[test]
-    fn empty_paths_mean_the_defaults() {
-        let ipam = json!({"subnet": "10.1.0.0/24", "dataDir": "", "resolvConf": ""});
-        let conf = IpamConfig::from_json(&without_empty_paths(ipam)).unwrap();
-        assert_eq!(conf.resolv_conf, None);
-        let kept = json!({"dataDir": "/d", "resolvConf": "/r", "x": ""});
-        assert_eq!(without_empty_paths(kept.clone()), kept);
-    }
 
     #[test]
     fn legacy_versions_take_one_set_per_family() {

@@ -9,6 +9,7 @@ use ipamd::api::{AllocateRequest, Allocation};
 use ipamd::client::Client;
 use ipamd::config::{IpamConfig, RouteSpec};
 use ipnet::IpNet;
+use serde_json::{Map, Value};
 use std::fmt::Display;
 use std::marker::PhantomData;
 use std::net::IpAddr;
@@ -55,6 +56,11 @@ pub trait Leases: Sized {
 }
 
 impl<L: Leases> Plugin for Ipam<L> {
+    /// As the reference's (and, for ipamd, host-local's): it decodes them.
+    fn reads_cni_args(&self) -> bool {
+        true
+    }
+
     // ---------------------------------------------------------------- ADD
     fn add(&self, req: &Request) -> Result<CniResult, Error> {
         let call = L::new(req)?;
@@ -142,15 +148,25 @@ impl Leases for DaemonLeases {
 
     fn new(req: &Request) -> Result<DaemonLeases, Error> {
         let ipam = ipam_object(req)?;
-        let mut conf = IpamConfig::from_json(ipam)?;
-        // Capability ipRanges replaces the configured range sets (CONVENTIONS).
-        if let Some(ranges) = req.conf.runtime_config("ipRanges") {
-            if ranges.as_array().is_some_and(|a| !a.is_empty()) {
+        let has_pools = ["pool", "pools"]
+            .iter()
+            .any(|k| ipam.get(*k).is_some_and(|v| !v.is_null()));
+        let conf = match runtime_ranges(req) {
+            // Cluster pools and ranges are exclusive; the runtime's ranges are the more
+            // specific wish and replace the pools (host-local has no pools to follow).
+            Some(ranges) if has_pools => {
+                let mut conf = parse_ipam(Self::NAME, ipam)?;
                 conf.range_sets = IpamConfig::ranges_from_json(ranges)?;
-                // The runtime's ranges replace the configured ones, pools included.
                 conf.pools.clear();
+                conf
             }
-        }
+            // Capability ipRanges goes in front of the configured range sets, where
+            // host-local puts it, so that moving from host-local is a change of type. The
+            // daemon takes each request's range sets as they come: pods with and without
+            // the capability see the sets in another order, which moves no lease (a lease
+            // is its attachment's, whichever set it came from).
+            runtime => parse_ipam(Self::NAME, &with_runtime_ranges(ipam, runtime))?,
+        };
         if req.conf.name.is_empty() {
             return Err(Error::invalid_config(
                 "the network configuration needs a \"name\"",
@@ -164,13 +180,16 @@ impl Leases for DaemonLeases {
     /// the store is, and ranges are irrelevant to it.
     fn del_fallback(req: &Request) -> DaemonLeases {
         let ipam = req.conf.raw.get("ipam");
+        // "" is not set, as the parser reads it.
         let path = |key: &str, default: &str| -> std::path::PathBuf {
             ipam.and_then(|i| i.get(key))
                 .and_then(serde_json::Value::as_str)
+                .filter(|s| !s.is_empty())
                 .unwrap_or(default)
                 .into()
         };
         let conf = IpamConfig {
+            ignored: Vec::new(),
             range_sets: Vec::new(),
             pools: Vec::new(),
             routes: Vec::new(),
@@ -234,9 +253,62 @@ impl Leases for DaemonLeases {
 }
 
 /// The configuration's `ipam` object, which every command but DEL needs.
-pub(super) fn ipam_object(req: &Request) -> Result<&serde_json::Value, Error> {
+pub(super) fn ipam_object(req: &Request) -> Result<&Value, Error> {
     let ipam = req.conf.raw.get("ipam");
     ipam.ok_or_else(|| Error::invalid_config("missing \"ipam\" section"))
+}
+
+/// `ipam` parsed and validated; keys it sets to no effect are named on stderr.
+pub(super) fn parse_ipam(plugin: &str, ipam: &Value) -> Result<IpamConfig, Error> {
+    let conf = IpamConfig::from_json(ipam)?;
+    if !conf.ignored.is_empty() {
+        eprintln!(
+            "{plugin}: ignoring {}: they describe the range of ipam.subnet, which is not set \
+             (the reference ignores them as well); put them in a range of ipam.ranges",
+            conf.ignored.join(", ")
+        );
+    }
+    Ok(conf)
+}
+
+/// `runtimeConfig.ipRanges` (capability `ipRanges`) when it names any range set.
+pub(super) fn runtime_ranges(req: &Request) -> Option<&Value> {
+    req.conf
+        .runtime_config("ipRanges")
+        .filter(|v| v.as_array().is_some_and(|a| !a.is_empty()))
+}
+
+/// The `ipam` object with `runtime` (`runtimeConfig.ipRanges`) put in front of the
+/// configured range sets, the flat `subnet` form next, then `ranges`: the reference
+/// host-local's order, which decides the index of each set (host-local's
+/// `last_reserved_ip.N`, ipamd's round robin per set). Unchanged when there are no runtime
+/// ranges, or when `ranges` is malformed (then its own error is reported).
+pub(super) fn with_runtime_ranges(ipam: &Value, runtime: Option<&Value>) -> Value {
+    let Some(extra) = runtime.and_then(Value::as_array).filter(|a| !a.is_empty()) else {
+        return ipam.clone();
+    };
+    let Some(obj) = ipam.as_object() else {
+        return ipam.clone();
+    };
+    let configured = match obj.get("ranges") {
+        None | Some(Value::Null) => Vec::new(),
+        Some(Value::Array(sets)) => sets.clone(),
+        Some(_) => return ipam.clone(),
+    };
+    let mut obj = obj.clone();
+    let mut sets = extra.clone();
+    if obj.get("subnet").is_some_and(|v| !v.is_null()) {
+        let mut flat = Map::new();
+        for key in ["subnet", "rangeStart", "rangeEnd", "gateway"] {
+            if let Some(v) = obj.remove(key) {
+                flat.insert(key.to_string(), v);
+            }
+        }
+        sets.push(Value::Array(vec![Value::Object(flat)]));
+    }
+    sets.extend(configured);
+    obj.insert("ranges".to_string(), Value::Array(sets));
+    Value::Object(obj)
 }
 
 /// `ipam.resolvConf` read into the result's `dns`, or none.
@@ -260,7 +332,20 @@ fn add_result(allocations: Vec<Allocation>, routes: &[RouteSpec], dns: Dns) -> C
                 interface: None,
             })
             .collect(),
-        routes: routes.iter().map(|r| Route::new(r.dst, r.gw)).collect(),
+        // As configured, metrics, table and scope included (the reference returns its
+        // `types.Route`s unchanged); the result's version decides what is printed.
+        routes: routes
+            .iter()
+            .map(|r| Route {
+                dst: r.dst,
+                gw: r.gw,
+                mtu: r.mtu,
+                advmss: r.advmss,
+                priority: r.priority,
+                table: r.table,
+                scope: r.scope,
+            })
+            .collect(),
         dns,
     }
 }
@@ -315,15 +400,19 @@ fn requested_ips(req: &Request) -> Result<Vec<IpAddr>, Error> {
 
 #[cfg(test)]
 mod tests {
-    use crate::cni::gojson::{assert_known, struct_fields};
+    use super::*;
+    use crate::cni::{gojson, Version};
+    use ipamd::config::IpamConfig;
+    use serde_json::json;
 
     /// The `ipam` object is walked by hand in the ipamd crate; these are its
     /// typed parts, and the keys either plugin reads by hand are in `gojson::KEYS`.
     #[test]
     fn ipam_keys_get_go_matching() {
+        use gojson::{assert_known, struct_fields};
         assert_known(&[
             struct_fields::<ipamd::config::Range>(),
-            struct_fields::<ipamd::config::RouteSpec>(),
+            struct_fields::<RouteSpec>(),
             &[
                 "subnet",
                 "ranges",
@@ -337,5 +426,67 @@ mod tests {
                 "ips",
             ],
         ]);
+    }
+
+    #[test]
+    fn runtime_ranges_come_first_then_subnet_then_ranges() {
+        let ipam = json!({"type": "host-local", "subnet": "10.1.0.0/24", "gateway": "10.1.0.254",
+            "ranges": [[{"subnet": "10.2.0.0/24"}]], "dataDir": "/d"});
+        let rt = json!([[{"subnet": "10.3.0.0/24"}]]);
+        let v = with_runtime_ranges(&ipam, Some(&rt));
+        assert_eq!(
+            v,
+            json!({"type": "host-local", "dataDir": "/d", "ranges": [
+                [{"subnet": "10.3.0.0/24"}],
+                [{"subnet": "10.1.0.0/24", "gateway": "10.1.0.254"}],
+                [{"subnet": "10.2.0.0/24"}]]})
+        );
+        let conf = IpamConfig::from_json(&v).unwrap();
+        let subnets: Vec<String> = conf
+            .range_sets
+            .iter()
+            .map(|s| s[0].subnet.to_string())
+            .collect();
+        assert_eq!(subnets, ["10.3.0.0/24", "10.1.0.0/24", "10.2.0.0/24"]);
+        // Nothing from the runtime, or an empty list: the object as configured.
+        assert_eq!(with_runtime_ranges(&ipam, None), ipam);
+        assert_eq!(with_runtime_ranges(&ipam, Some(&json!([]))), ipam);
+        let bad = json!({"ranges": "x"});
+        assert_eq!(with_runtime_ranges(&bad, Some(&rt)), bad);
+    }
+
+    /// A route's metrics, table and scope (Go-spelled keys too) reach the result as
+    /// configured; 1.1.0 prints them, and the result renders by src/cni/result.rs's rules
+    /// for older versions.
+    #[test]
+    fn routes_keep_metrics_table_and_scope() {
+        let mut ipam = json!({"subnet": "10.1.0.0/24", "routes": [
+            {"dst": "0.0.0.0/0", "gw": "10.1.0.1", "priority": 100, "MTU": 1400,
+             "table": 100, "scope": 0, "advmss": 1360},
+            {"dst": "0.0.0.0/0", "gw": "10.1.0.1", "priority": 200, "table": 0},
+            {"dst": "10.9.0.0/16", "scope": 253, "mtu": 0, "priority": -1}]});
+        gojson::canonicalize(&mut ipam);
+        let conf = IpamConfig::from_json(&ipam).unwrap();
+        let alloc = Allocation {
+            address: "10.1.0.2/24".parse().unwrap(),
+            gateway: Some("10.1.0.1".parse().unwrap()),
+        };
+        let result = add_result(vec![alloc], &conf.routes, Dns::default());
+        let want = json!([
+            {"dst": "0.0.0.0/0", "gw": "10.1.0.1", "mtu": 1400, "advmss": 1360, "priority": 100,
+             "table": 100, "scope": 0},
+            {"dst": "0.0.0.0/0", "gw": "10.1.0.1", "priority": 200, "table": 0},
+            {"dst": "10.9.0.0/16", "scope": 253}]);
+        assert_eq!(result.to_value(Version::V110)["routes"], want);
+        let v100 = result.to_value(Version::V100);
+        for (have, want) in v100["routes"]
+            .as_array()
+            .unwrap()
+            .iter()
+            .zip(want.as_array().unwrap())
+        {
+            assert_eq!(have["dst"], want["dst"]);
+            assert_eq!(have["gw"], want["gw"]);
+        }
     }
 }

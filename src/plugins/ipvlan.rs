@@ -11,6 +11,8 @@ pub struct Ipvlan;
 
 impl ChildKind for Ipvlan {
     const KIND: &'static str = "ipvlan";
+    /// The reference ipvlan never reads them.
+    const READS_CNI_ARGS: bool = false;
     const MODES: &'static [(&'static str, IpvlanMode)] = &[
         ("l2", IpvlanMode::L2),
         ("l3", IpvlanMode::L3),
@@ -60,10 +62,11 @@ impl ChildKind for Ipvlan {
     }
 }
 
-/// The master: the configured one, or chained without one (and without IPAM)
-/// the single interface of prevResult (reference behaviour).
-fn master_name(conf: &ChildConf, req: &Request) -> Result<Option<String>, Error> {
-    if conf.master.is_some() || req.conf.ipam_type.is_some() {
+/// The master: the configured one; chained without one, the single interface
+/// of prevResult, with IPAM or without (the reference's rule); otherwise (and
+/// when prevResult lists no interface) the default route's.
+pub(super) fn master_name(conf: &ChildConf, req: &Request) -> Result<Option<String>, Error> {
+    if conf.master.is_some() {
         return Ok(conf.master.clone());
     }
     let Some(prev) = &req.conf.prev_result else {

@@ -20,6 +20,8 @@ pub(super) struct Conf {
 
 impl ChildKind for Macvlan {
     const KIND: &'static str = "macvlan";
+    /// The reference macvlan decodes them (MAC=).
+    const READS_CNI_ARGS: bool = true;
     const MODES: &'static [(&'static str, MacvlanMode)] = &[
         ("bridge", MacvlanMode::Bridge),
         ("private", MacvlanMode::Private),
@@ -39,14 +41,7 @@ impl ChildKind for Macvlan {
 
     fn add_link(req: &Request, conf: Loaded<Self>) -> Result<CniResult, Error> {
         let Loaded { shared, own, mode } = conf;
-        let mac = match requested_mac(req)? {
-            Some(m) => Some(m),
-            None => own
-                .mac
-                .as_deref()
-                .map(|m| validate_mac(m, "mac"))
-                .transpose()?,
-        };
+        let mac = configured_mac(req, &own)?;
         add_child(
             req,
             shared.link_in_container,
@@ -64,6 +59,20 @@ impl ChildKind for Macvlan {
             },
             |_, cont, index| l2_only(cont, req, index),
         )
+    }
+}
+
+/// The reference's order: `runtimeConfig.mac`, `CNI_ARGS MAC=`, then `mac`
+/// (and `args.cni.mac` where bridge takes it); an empty one is not set.
+pub(super) fn configured_mac(req: &Request, own: &Conf) -> Result<Option<String>, Error> {
+    match requested_mac(req)? {
+        Some(m) => Ok(Some(m)),
+        None => own
+            .mac
+            .as_deref()
+            .filter(|m| !m.is_empty())
+            .map(|m| validate_mac(m, "mac"))
+            .transpose(),
     }
 }
 

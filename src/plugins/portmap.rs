@@ -37,6 +37,10 @@ struct Conf {
     conditions_v4: Option<Vec<String>>,
     #[serde(default, rename = "conditionsV6")]
     conditions_v6: Option<Vec<String>>,
+    /// The reference's iptables chain that decides on SNAT by marking; cnikit
+    /// masquerades by `snat`/`masqAll` itself (a note says so).
+    #[serde(default)]
+    external_set_mark_chain: Option<String>,
     /// The ipamd daemon that applies the firewall changes (see firewall/service.rs).
     #[serde(default)]
     daemon_socket: Option<std::path::PathBuf>,
@@ -71,16 +75,24 @@ impl Conf {
                 )))
             }
         }
+        // Empty strings add nothing to the reference's rules (`[""]` is no
+        // condition); real ones are refused, as ignoring them would open the
+        // ports wider than asked.
         for (key, list) in [
             ("conditionsV4", &c.conditions_v4),
             ("conditionsV6", &c.conditions_v6),
         ] {
-            if let Some(list) = list.as_ref().filter(|l| !l.is_empty()) {
+            if let Some(list) = list.as_ref().filter(|l| l.iter().any(|c| !c.is_empty())) {
                 return Err(Error::new(
                     Code::UnsupportedField,
                     format!("{key} {list:?} is not supported by cnikit's portmap yet"),
                 ));
             }
+        }
+        if let Some(chain) = &c.external_set_mark_chain {
+            eprintln!(
+                "portmap: externalSetMarkChain {chain:?} is not used; cnikit masquerades by snat/masqAll itself"
+            );
         }
         Ok(c)
     }
@@ -115,7 +127,15 @@ impl Plugin for Portmap {
                 "portmap must be chained after an interface plugin: no prevResult",
             )
         })?;
-        let container = container_addrs(&prev, req.ifname())?;
+        let container = container_addrs(&prev, req.ifname());
+        if container.is_empty() {
+            // The reference forwards nothing then, and succeeds.
+            eprintln!(
+                "portmap: prevResult has no IP address for interface {}; no ports mapped",
+                req.ifname()
+            );
+            return Ok(prev);
+        }
         if conf.snat {
             allow_localhost(&container)?;
         }
@@ -146,7 +166,11 @@ impl Plugin for Portmap {
             .prev_result
             .as_ref()
             .ok_or_else(|| Error::invalid_config("CHECK needs prevResult"))?;
-        let container = container_addrs(prev, req.ifname())?;
+        let container = container_addrs(prev, req.ifname());
+        if container.is_empty() {
+            // ADD mapped nothing (see there).
+            return Ok(());
+        }
         self.firewall.for_call(req, &conf).apply(
             Op::Check(Spec {
                 att: req.attachment(),
@@ -179,7 +203,8 @@ impl Plugin for Portmap {
             .conf
             .prev_result
             .as_ref()
-            .and_then(|prev| container_addrs(prev, req.ifname()).ok());
+            .map(|prev| container_addrs(prev, req.ifname()))
+            .filter(|addrs| !addrs.is_empty());
         let op = match (mappings, container) {
             (Ok(mappings), Some(container)) if !mappings.is_empty() => Op::DelKeys(Spec {
                 att: req.attachment(),
@@ -271,23 +296,23 @@ fn mapping(e: &Value) -> Result<Mapping, String> {
     })
 }
 
-/// The first address of each family on the container interface: IPs whose
-/// `interface` names a sandbox interface called `ifname` (or, when no IP says
-/// which interface it is on, all of them).
-fn container_addrs(prev: &CniResult, ifname: &str) -> Result<Vec<IpNet>, Error> {
-    let on_container = |i: usize| {
+/// The first address of each family on the container interface, by the
+/// reference's rule: an IP counts unless its `interface` names an entry of
+/// `interfaces` that is not a sandbox interface called `ifname` (so IPs
+/// without an index, or with one out of range, count). Empty when none does.
+fn container_addrs(prev: &CniResult, ifname: &str) -> Vec<IpNet> {
+    let elsewhere = |i: usize| {
         prev.interfaces
             .get(i)
-            .is_some_and(|iface| iface.name == ifname && !iface.sandbox.is_empty())
+            .is_some_and(|iface| iface.name != ifname || iface.sandbox.is_empty())
     };
-    let indexed = prev.ips.iter().any(|ip| ip.interface.is_some());
-    let candidates = prev
+    let mut out: Vec<IpNet> = Vec::new();
+    for ip in prev
         .ips
         .iter()
-        .filter(|ip| !indexed || ip.interface.is_some_and(on_container))
-        .map(|ip| ip.address);
-    let mut out: Vec<IpNet> = Vec::new();
-    for addr in candidates {
+        .filter(|ip| !ip.interface.is_some_and(elsewhere))
+    {
+        let addr = ip.address;
         if !out
             .iter()
             .any(|a| a.addr().is_ipv4() == addr.addr().is_ipv4())
@@ -295,12 +320,7 @@ fn container_addrs(prev: &CniResult, ifname: &str) -> Result<Vec<IpNet>, Error> 
             out.push(addr);
         }
     }
-    if out.is_empty() {
-        return Err(Error::invalid_config(format!(
-            "prevResult has no IP address for interface {ifname}"
-        )));
-    }
-    Ok(out)
+    out
 }
 
 /// Connections to 127.0.0.1:hostPort are DNATed out of the host interface
@@ -392,7 +412,7 @@ mod tests {
             ]
         }))
         .unwrap();
-        let got = container_addrs(&prev, "eth0").unwrap();
+        let got = container_addrs(&prev, "eth0");
         assert_eq!(
             got,
             vec![
@@ -400,6 +420,27 @@ mod tests {
                 "fd00::2/64".parse().unwrap()
             ]
         );
-        assert!(container_addrs(&prev, "eth1").is_err());
+        assert!(container_addrs(&prev, "eth1").is_empty());
+    }
+
+    #[test]
+    fn container_addrs_keep_ips_without_a_usable_index() {
+        // As the reference: an IP with no index, or one past `interfaces`,
+        // counts even when other IPs name their interface.
+        let prev = CniResult::from_value(&json!({
+            "interfaces": [{"name": "br0"}, {"name": "eth0", "sandbox": "/run/netns/x"}],
+            "ips": [
+                {"address": "10.0.0.9/24", "interface": 0},
+                {"address": "10.1.0.2/24"},
+                {"address": "fd00::2/64", "interface": 7}
+            ]
+        }))
+        .unwrap();
+        let want: Vec<IpNet> = vec![
+            "10.1.0.2/24".parse().unwrap(),
+            "fd00::2/64".parse().unwrap(),
+        ];
+        assert_eq!(container_addrs(&prev, "eth0"), want);
+        assert_eq!(container_addrs(&prev, "eth1"), want);
     }
 }

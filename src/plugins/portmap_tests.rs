@@ -123,3 +123,51 @@ fn del_with_mappings_and_prev_result_goes_by_key() {
     assert_eq!(spec.container, ["10.1.0.2/24".parse::<IpNet>().unwrap()]);
     assert_eq!(spec.mappings[0].host_port, 8080);
 }
+
+#[test]
+fn null_keys_and_empty_conditions_are_unset_as_in_the_reference() {
+    let got = requests(
+        Command::Add,
+        conf(
+            json!({"snat": null, "masqAll": null, "markMasqBit": null, "backend": null,
+            "conditionsV4": [""], "conditionsV6": null, "externalSetMarkChain": "KUBE-MARK-MASQ"}),
+        ),
+    );
+    let Request::Portmap(Op::Add(spec)) = &got[0] else {
+        panic!("{got:?}")
+    };
+    // snat defaults to true, as for an absent key.
+    assert!(spec.masq.snat && !spec.masq.masq_all);
+    for (key, list) in [
+        ("conditionsV4", json!(["-s", "192.0.2.0/24"])),
+        ("conditionsV6", json!(["", "ip6 saddr ::1"])),
+    ] {
+        let req = test_request(Command::Add, conf(json!({ key: list })));
+        let e = with(&Arc::new(Recording::default())).add(&req).unwrap_err();
+        assert_eq!(e.code, 2, "{key}: {e:?}");
+    }
+}
+
+#[test]
+fn no_ip_on_the_interface_maps_nothing_and_returns_prev_result() {
+    let prev = json!({
+        "interfaces": [{"name": "br0"}, {"name": "eth0", "sandbox": "/run/netns/x"}],
+        "ips": [{"address": "10.1.0.1/24", "interface": 0}]
+    });
+    for command in [Command::Add, Command::Check] {
+        let fw = Arc::new(Recording::default());
+        let req = test_request(command, conf(json!({ "prevResult": prev })));
+        let out = with(&fw).call(&req).expect("portmap");
+        if command == Command::Add {
+            let want = crate::cni::CniResult::from_value(&prev).unwrap();
+            assert_eq!(out, Some(want));
+        }
+        assert_eq!(fw.taken(), vec![], "{command:?}");
+    }
+    // L2 only: no IPs at all.
+    let l2 = json!({"interfaces": [{"name": "eth0", "sandbox": "/run/netns/x"}]});
+    let fw = Arc::new(Recording::default());
+    let req = test_request(Command::Add, conf(json!({ "prevResult": l2 })));
+    with(&fw).add(&req).expect("portmap");
+    assert_eq!(fw.taken(), vec![]);
+}

@@ -2,6 +2,9 @@
 //! the same configurations and the same lease directories: the same results and files,
 //! each using the other's leases without handing one out twice, concurrency, requested
 //! addresses, the verbs the reference lacks (STATUS, GC), and host-local behind bridge.
+//! `routes`: route metrics, tables and scopes, and other keys as v1.9.1 reads them.
+
+mod routes;
 
 use crate::support::*;
 use serde_json::{json, Value};

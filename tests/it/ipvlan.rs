@@ -99,7 +99,9 @@ fn needs_ipam_or_prev_result() {
 }
 
 /// Proves: chained without ipam (addresses from prevResult, master from its
-/// single interface) the no-support error is the same clean 101.
+/// single interface, also for `"master": ""`) the no-support error is the
+/// same clean 101, whatever `CNI_ARGS` holds: ipvlan, like the reference,
+/// does not read them (no IgnoreUnknown needed).
 #[test]
 fn chained_from_prev_result_fails_cleanly() {
     let Some((env, master)) = env_without_ipvlan("chained_from_prev_result_fails_cleanly") else {
@@ -116,6 +118,12 @@ fn chained_from_prev_result_fails_cleanly() {
     });
     let att = env.new_attachment("ipvlan", "chain", &c);
     att.try_add().expect_err(101, &["ipvlan", "CONFIG_IPVLAN"]);
+    c["master"] = json!("");
+    let att = att.chained("ipvlan", &c);
+    att.call("ADD")
+        .cni_args("K8S_POD_NAME=web-1;K8S_POD_NAMESPACE=default")
+        .run()
+        .expect_err(101, &["ipvlan", "CONFIG_IPVLAN"]);
     assert_only_lo(&att.ns, "failed ADD");
 }
 

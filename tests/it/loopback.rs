@@ -133,3 +133,31 @@ fn chained_passes_prev_result_through() {
     assert_eq!(r["ips"][0]["address"], "10.1.2.3/24", "{r}");
     assert!(lo_is_up(&ns));
 }
+
+/// Proves: loopback takes any `CNI_ARGS` — keys nobody declared without
+/// IgnoreUnknown, a malformed pair — on ADD, CHECK and DEL, as the reference
+/// (which never reads them) does: both answer ADD with the same result.
+#[test]
+fn any_cni_args_as_the_reference() {
+    let env = TestEnv::new("loopback_any_cni_args");
+    let args = "K8S_POD_NAME=web-1;K8S_POD_NAMESPACE=default;novalue";
+    let ours = fresh(&env, "lo-args", "1.0.0");
+    let theirs = fresh(&env, "lo-args", "1.0.0");
+    let r = ours.call("ADD").cni_args(args).run().result();
+    let r_ref = env
+        .ref_plugin("loopback")
+        .attach("ADD", "lo-args", &theirs.ns, "lo")
+        .cni_args(args)
+        .conf(&theirs.conf)
+        .run()
+        .result();
+    assert_eq!(normalize(&r, &ours.ns), normalize(&r_ref, &theirs.ns));
+    assert!(lo_is_up(&ours.ns));
+    ours.call("CHECK")
+        .cni_args(args)
+        .conf(&with_prev(&ours.conf, &r))
+        .run()
+        .ok_silent();
+    ours.call("DEL").cni_args(args).run().ok_silent();
+    assert!(!lo_is_up(&ours.ns));
+}

@@ -313,6 +313,38 @@ fn no_master_uses_the_hosts_eth0() {
     assert!(addrs(None, HOST_IF).contains(&format!("{HOST_V4}/24")));
 }
 
+/// Proves: empty strings are unset values, as for the reference: `"master":
+/// ""` puts the pod on the default route's link (the host's eth0), and an
+/// empty `mac`, `runtimeConfig.mac` and `CNI_ARGS MAC=` leave the kernel's
+/// MAC; a MAC in Go's dashed or dotted form is taken, lower-cased with colons.
+#[test]
+fn empty_master_and_macs_are_unset() {
+    let env = TestEnv::new("empty_master_and_macs");
+    let host = link(None, HOST_IF).expect("the test host has an eth0");
+    let c = merged(
+        conf("1.0.0", "", None),
+        json!({"mac": "", "runtimeConfig": {"mac": ""}}),
+    );
+    let att = env.new_attachment("macvlan", "empty", &c);
+    let r = att.call("ADD").cni_args("MAC=").run().result();
+    let l = assert_macvlan(&att.ns, "bridge");
+    assert_eq!(l["link_index"], host["ifindex"], "on the host's eth0: {l}");
+    assert_eq!(r["interfaces"][0]["mac"], l["address"], "{r}");
+    att.del();
+    for (mac, args) in [("0A-58-0A-0B-0C-0E", "MAC="), ("", "MAC=0a58.0a0b.0c0f")] {
+        let att = env.new_attachment("macvlan", "dash", &merged(c.clone(), json!({"mac": mac})));
+        let r = att.call("ADD").cni_args(args).run().result();
+        let want = if mac.is_empty() {
+            "0a:58:0a:0b:0c:0f"
+        } else {
+            "0a:58:0a:0b:0c:0e"
+        };
+        assert_eq!(assert_macvlan(&att.ns, "bridge")["address"], want);
+        assert_eq!(r["interfaces"][0]["mac"], want, "{r}");
+        att.del();
+    }
+}
+
 /// Proves: a failed ADD leaves no macvlan and no lease: ifname taken (102),
 /// and IPAM exhausted (the macvlan created before IPAM is removed again).
 #[test]

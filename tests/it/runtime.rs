@@ -16,6 +16,8 @@ const VERSIONS: [&str; 4] = ["0.3.1", "0.4.0", "1.0.0", "1.1.0"];
 
 /// A conf dir holding one list, a cache dir, and `cnikit net` calls on them.
 struct Net {
+    /// The list's network name.
+    name: String,
     conf_dir: PathBuf,
     cache: PathBuf,
     cni_path: String,
@@ -28,6 +30,12 @@ impl Net {
         Net::in_dir(env, conf_dir, &[])
     }
 
+    /// A network name no other test uses: GC removes whatever of its network
+    /// is not valid on the whole (shared) test host, veths and port mappings too.
+    fn own_name() -> String {
+        format!("rt-{}", short_hash())
+    }
+
     fn in_dir(env: &TestEnv, conf_dir: PathBuf, extra_bins: &[&Path]) -> Net {
         let mut dirs: Vec<&Path> = extra_bins.to_vec();
         dirs.push(&env.bin);
@@ -36,7 +44,16 @@ impl Net {
             .expect("join CNI_PATH")
             .to_string_lossy()
             .into_owned();
+        let list = std::fs::read_dir(&conf_dir)
+            .expect("conf dir")
+            .filter_map(Result::ok)
+            .find_map(|e| std::fs::read(e.path()).ok())
+            .and_then(|b| serde_json::from_slice::<Value>(&b).ok());
+        let name = list
+            .and_then(|l| l["name"].as_str().map(str::to_string))
+            .unwrap_or_else(|| NET.to_string());
         Net {
+            name,
             conf_dir,
             cache: env.dir("cache"),
             cni_path,
@@ -90,11 +107,11 @@ fn write_json(path: &Path, v: &Value) {
     std::fs::write(path, serde_json::to_vec_pretty(v).expect("encode")).expect("write conf");
 }
 
-/// bridge (gateway) → portmap, the usual chain.
-fn bridge_list(version: &str, bridge: &str, ipam: &Value) -> Value {
+/// bridge (gateway) → portmap, the usual chain, of network `name`.
+fn bridge_list(name: &str, version: &str, bridge: &str, ipam: &Value) -> Value {
     json!({
         "cniVersion": version,
-        "name": NET,
+        "name": name,
         "plugins": [
             {"type": "bridge", "bridge": bridge, "isGateway": true,
              "isDefaultGateway": true, "ipam": ipam},
@@ -105,11 +122,16 @@ fn bridge_list(version: &str, bridge: &str, ipam: &Value) -> Value {
 
 /// A bridge → portmap list of `version` over IPAM of `kind` (one v4 range):
 /// the list's `Net`, the ipam object, the bridge name and the subnets.
-fn bridge_net(env: &TestEnv, kind: Ipam, version: &str) -> (Net, Value, String, Subnets) {
+fn bridge_net(
+    env: &TestEnv,
+    name: &str,
+    kind: Ipam,
+    version: &str,
+) -> (Net, Value, String, Subnets) {
     let nets = env.subnets();
     let ipam = env.ipam(kind, nets.v4_ranges());
     let bridge = env.link_name("rtb");
-    let net = Net::new(env, &bridge_list(version, &bridge, &ipam));
+    let net = Net::new(env, &bridge_list(name, version, &bridge, &ipam));
     (net, ipam, bridge, nets)
 }
 
@@ -145,8 +167,8 @@ fn check_result(version: &str, r: &Value, ns: &Netns, ifname: &str) -> String {
 /// ADD, CHECK, STATUS, GC, DEL, DEL again through `cnikit net` for one list,
 /// checking kernel state, the cache and the leases after each step.
 fn lifecycle(env: &TestEnv, version: &str, net: &Net, ipam: &Value, gateway: Option<&str>) {
-    let ns = env.netns();
-    let r = net.run(&["add", NET, &ns.path]).result();
+    let (ns, name) = (env.netns(), net.name.as_str());
+    let r = net.run(&["add", name, &ns.path]).result();
     let addr = check_result(version, &r, &ns, "eth0");
     assert!(
         addrs(Some(&ns.name), "eth0").contains(&addr),
@@ -158,27 +180,27 @@ fn lifecycle(env: &TestEnv, version: &str, net: &Net, ipam: &Value, gateway: Opt
     let cached = net.cached();
     assert_eq!(cached.len(), 1, "one cache entry: {cached:?}");
     assert!(
-        cached[0].0.starts_with(&format!("{NET}-cnikit-")),
+        cached[0].0.starts_with(&format!("{name}-cnikit-")),
         "{}",
         cached[0].0
     );
     assert_eq!(cached[0].1["result"], r);
 
-    let check = net.run(&["check", NET, &ns.path]);
+    let check = net.run(&["check", name, &ns.path]);
     if version_at_least(version, "0.4.0") {
         check.ok_silent();
     } else {
         check.expect_err(7, &["CHECK needs 0.4.0"]);
     }
-    net.run(&["status", NET]).ok_silent();
-    net.run(&["gc", NET]).ok_silent();
-    assert_eq!(env.lease_count(ipam, NET), 1, "GC kept the valid lease");
+    net.run(&["status", name]).ok_silent();
+    net.run(&["gc", name]).ok_silent();
+    assert_eq!(env.lease_count(ipam, name), 1, "GC kept the valid lease");
 
-    net.run(&["del", NET, &ns.path]).ok_silent();
+    net.run(&["del", name, &ns.path]).ok_silent();
     assert!(net.cached().is_empty(), "DEL removes the cache entry");
     assert!(link(Some(&ns.name), "eth0").is_none(), "eth0 left behind");
-    assert_eq!(env.lease_count(ipam, NET), 0, "lease left behind");
-    net.run(&["del", NET, &ns.path]).ok_silent();
+    assert_eq!(env.lease_count(ipam, name), 0, "lease left behind");
+    net.run(&["del", name, &ns.path]).ok_silent();
 }
 
 /// Proves: bridge + (ipamd | host-local) + portmap through `cnikit net` at
@@ -190,7 +212,7 @@ fn bridge_lists_every_version_both_ipams() {
     let env = TestEnv::new("bridge_lists_every_version_both_ipams");
     for version in VERSIONS {
         for kind in Ipam::BOTH {
-            let (net, ipam, _, nets) = bridge_net(&env, kind, version);
+            let (net, ipam, _, nets) = bridge_net(&env, &Net::own_name(), kind, version);
             lifecycle(&env, version, &net, &ipam, Some(&nets.v4_addr(1)));
         }
     }
@@ -207,7 +229,7 @@ fn macvlan_lists_every_version() {
         let ipam = env.ipam(Ipam::Ipamd, nets.v4_ranges());
         let list = json!({
             "cniVersion": version,
-            "name": NET,
+            "name": Net::own_name(),
             "plugins": [
                 {"type": "macvlan", "master": master, "mode": "bridge", "ipam": ipam},
                 {"type": "portmap", "capabilities": {"portMappings": true}}
@@ -241,7 +263,7 @@ fn cache_args_and_versions() {
     let (nets, other) = (env.subnets(), env.subnets());
     let ipam = env.ipam(Ipam::Ipamd, nets.v4_ranges());
     let bridge = env.link_name("rtb");
-    let mut list = bridge_list("0.4.0", &bridge, &ipam);
+    let mut list = bridge_list(NET, "0.4.0", &bridge, &ipam);
     list["cniVersions"] = json!(["1.1.0", "9.9.9", "1.0.0"]);
     list["plugins"][0]["capabilities"] = json!({"ipRanges": true});
     let net = Net::new(&env, &list);
@@ -273,7 +295,12 @@ fn cache_args_and_versions() {
         r["cniVersion"], "1.1.0",
         "highest known of cniVersions: {r}"
     );
-    assert_eq!(result_addresses(&r), vec![format!("{want}/24")], "{r}");
+    // ipRanges go before the configured range set, as in host-local: one address from each.
+    assert_eq!(
+        result_addresses(&r),
+        vec![format!("{want}/24"), format!("{}/24", nets.v4_addr(2))],
+        "{r}"
+    );
 
     let cached = net.cached();
     assert_eq!(cached.len(), 1);
@@ -336,7 +363,7 @@ fn base64(bytes: &[u8]) -> String {
 fn del_with_the_netns_gone() {
     let env = TestEnv::new("del_with_the_netns_gone");
     for kind in Ipam::BOTH {
-        let (net, ipam, bridge, _) = bridge_net(&env, kind, "1.0.0");
+        let (net, ipam, bridge, _) = bridge_net(&env, NET, kind, "1.0.0");
         let ns = env.netns();
         net.run(&["add", NET, &ns.path]).result();
         env.del_netns(&ns);
@@ -353,33 +380,42 @@ fn del_with_the_netns_gone() {
 #[test]
 fn gc_gone_and_forgotten_attachments() {
     let env = TestEnv::new("gc_gone_and_forgotten_attachments");
-    let (net, ipam, _, _) = bridge_net(&env, Ipam::Ipamd, "1.1.0");
+    let (net, ipam, _, _) = bridge_net(&env, &Net::own_name(), Ipam::Ipamd, "1.1.0");
+    let name = net.name.as_str();
     let pods: Vec<(Netns, String)> = (0..3)
         .map(|i| (env.netns(), format!("ctr-gc-{i}")))
         .collect();
     for (ns, id) in &pods {
-        net.run(&["add", NET, &ns.path, "--container-id", id])
+        net.run(&["add", name, &ns.path, "--container-id", id])
             .result();
     }
-    assert_eq!(env.lease_count(&ipam, NET), 3);
+    assert_eq!(env.lease_count(&ipam, name), 3);
 
     // Pod 0 is gone (and its netns with it): GC deletes and forgets it.
     env.del_netns(&pods[0].0);
-    net.run(&["gc", NET, "--gone", &pods[0].1]).ok();
+    net.run(&["gc", name, "--gone", &pods[0].1]).ok();
     assert_eq!(net.cached().len(), 2);
-    assert_eq!(env.lease_count(&ipam, NET), 2);
+    assert_eq!(env.lease_count(&ipam, name), 2);
 
     // The runtime lost pod 1's cache entry: it is not valid any more, so the
     // plugins' GC frees what it held.
-    std::fs::remove_file(net.cache.join(format!("{NET}-{}-eth0", pods[1].1))).expect("rm cache");
-    net.run(&["gc", NET]).ok_silent();
-    assert_eq!(env.lease_count(&ipam, NET), 1, "pod 2 keeps its lease");
+    std::fs::remove_file(net.cache.join(format!("{name}-{}-eth0", pods[1].1))).expect("rm cache");
+    net.run(&["gc", name]).ok_silent();
+    assert_eq!(env.lease_count(&ipam, name), 1, "pod 2 keeps its lease");
+    assert!(
+        link(Some(&pods[1].0.name), "eth0").is_none(),
+        "GC kept the forgotten pod's interface"
+    );
+    assert!(
+        link(Some(&pods[2].0.name), "eth0").is_some(),
+        "GC took a valid pod's interface"
+    );
 
-    net.run(&["del", NET, &pods[2].0.path, "--container-id", &pods[2].1])
+    net.run(&["del", name, &pods[2].0.path, "--container-id", &pods[2].1])
         .ok_silent();
-    net.run(&["del", NET, &pods[1].0.path, "--container-id", &pods[1].1])
+    net.run(&["del", name, &pods[1].0.path, "--container-id", &pods[1].1])
         .ok_silent();
-    assert_eq!(env.lease_count(&ipam, NET), 0);
+    assert_eq!(env.lease_count(&ipam, name), 0);
 }
 
 /// Proves: when the second plugin fails ADD, `cnikit net add` exits 1 with
@@ -397,7 +433,7 @@ fn add_failure_midway_rolls_back() {
         let ipam = env.ipam(kind, nets.v4_ranges());
         let bridge = env.link_name("rtb");
         let conf_dir = env.dir("netconf");
-        let mut list = bridge_list("1.0.0", &bridge, &ipam);
+        let mut list = bridge_list(NET, "1.0.0", &bridge, &ipam);
         list["plugins"][1] = json!({"type": "rtfail"});
         write_json(&conf_dir.join("10-rt.conflist"), &list);
         let net = Net::in_dir(&env, conf_dir, &[&fake]);
@@ -449,7 +485,7 @@ fn legacy_conf_and_unknown_network() {
 #[test]
 fn del_reuses_cached_capability_args() {
     let env = TestEnv::new("del_reuses_cached_capability_args");
-    let (net, _, _, _) = bridge_net(&env, Ipam::Ipamd, "1.1.0");
+    let (net, _, _, _) = bridge_net(&env, NET, Ipam::Ipamd, "1.1.0");
     let caps =
         json!({"portMappings": [{"hostPort": 18080, "containerPort": 80, "protocol": "tcp"}]});
     for _ in 0..2 {

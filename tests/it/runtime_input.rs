@@ -214,3 +214,90 @@ fn kernel_name_tricks_are_refused_before_any_kernel_call() {
     assert!(link(None, net.bridge["bridge"].as_str().unwrap()).is_none());
     assert_eq!(env.lease_count(&net.ipam, &net.name), 0, "no lease taken");
 }
+
+/// Proves: configurations the reference takes, as Go decodes them, work: a
+/// bridge with `null` keys (`vlanTrunk`, `ipMasq`, `mtu`) and empty MACs
+/// (`runtimeConfig.mac`, `args.cni.mac`, `CNI_ARGS MAC=`: unset, so the
+/// dotted one further down counts); portmap chained with `"snat": null`
+/// (true: 127.0.0.1 reaches the pod), `conditionsV4: [""]` (none),
+/// `externalSetMarkChain` (a note) and `CNI_ARGS` with undeclared keys and
+/// no IgnoreUnknown, which portmap, like the reference, does not read.
+#[test]
+fn nulls_empty_values_and_foreign_cni_args_as_go_reads_them() {
+    let env = TestEnv::new("go_nulls_and_empties");
+    let net = network(&env);
+    let mut bridge = net.bridge.clone();
+    for key in [
+        "vlanTrunk",
+        "ipMasq",
+        "mtu",
+        "hairpinMode",
+        "isDefaultGateway",
+    ] {
+        bridge[key] = Value::Null;
+    }
+    bridge["runtimeConfig"] = json!({"mac": ""});
+    bridge["args"] = json!({"cni": {"mac": "0A58.0A01.0209"}});
+    let br = env.attachment("bridge", &cid("nulls"), &env.netns(), &bridge);
+    let result = br
+        .call("ADD")
+        .cni_args("IgnoreUnknown=1;MAC=")
+        .run()
+        .result();
+    let eth0 = link(Some(&br.ns.name), "eth0").expect("eth0");
+    assert_eq!(eth0["address"], "0a:58:0a:01:02:09");
+    assert_eq!(
+        result["interfaces"][2]["mac"], "0a:58:0a:01:02:09",
+        "{result}"
+    );
+
+    let (tcp, udp) = (host_port(), host_port());
+    let mut pm_conf = go_cni_portmap(&net.name, tcp, udp, &result);
+    pm_conf["snat"] = Value::Null;
+    pm_conf["conditionsV4"] = json!([""]);
+    pm_conf["conditionsV6"] = Value::Null;
+    pm_conf["externalSetMarkChain"] = json!("KUBE-MARK-MASQ");
+    let pm = br.chained("portmap", &pm_conf);
+    let foreign = "K8S_POD_NAME=web-1;K8S_POD_NAMESPACE=default;novalue";
+    let out = pm.call("ADD").cni_args(foreign).run();
+    assert_eq!(out.result(), result);
+    assert!(
+        out.stderr.contains("externalSetMarkChain"),
+        "{}",
+        out.stderr
+    );
+    let _servers = Servers::start(&br.ns.path, "A", CTR_TCP, CTR_UDP);
+    let t = eventually_answers(|| tcp_ask(None, &sock("127.0.0.1", tcp)));
+    assert!(t.is_some_and(|r| r.starts_with("A ")), "tcp via 127.0.0.1");
+    pm.call("CHECK")
+        .cni_args(foreign)
+        .conf(&with_prev(&pm_conf, &result))
+        .run()
+        .ok_silent();
+    pm.call("DEL").cni_args(foreign).run().ok_silent();
+    assert_eq!(tcp_ask(None, &sock("127.0.0.1", tcp)), None, "after DEL");
+    del_with_args(&br, "");
+}
+
+/// Proves: portmap chained after an attachment with no IP address for
+/// CNI_IFNAME (an L2-only bridge) maps nothing and returns prevResult, with a
+/// note on stderr, as the reference does; CHECK and DEL succeed.
+#[test]
+fn portmap_after_an_l2_attachment_maps_nothing() {
+    let env = TestEnv::new("portmap_l2_only");
+    let net = network(&env);
+    let mut l2 = net.bridge.clone();
+    l2.as_object_mut().unwrap().remove("ipam");
+    l2["isGateway"] = json!(false);
+    let br = env.attachment("bridge", &cid("l2"), &env.netns(), &l2);
+    let result = br.add();
+    let (tcp, udp) = (host_port(), host_port());
+    let pm = br.chained("portmap", &go_cni_portmap(&net.name, tcp, udp, &result));
+    let out = pm.try_add();
+    assert_eq!(out.result(), result);
+    assert!(out.stderr.contains("no IP address"), "{}", out.stderr);
+    assert!(!ruleset_json().contains(&br.id), "no element for {}", br.id);
+    pm.check(&result);
+    pm.del();
+    del_with_args(&br, "");
+}

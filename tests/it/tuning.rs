@@ -207,6 +207,79 @@ fn same_changes_and_restore_as_the_reference() {
     }
 }
 
+/// Proves: on the same input ours and the reference set the same MAC: Go's dashed and
+/// dotted forms are taken; an empty `mac`, `runtimeConfig.mac` or `CNI_ARGS MAC=` is
+/// unset and the next one in the order counts, while `args.cni.mac: ""` leaves the MAC
+/// alone; `null` keys are unset. `CNI_ARGS` with a key nobody declared and no
+/// IgnoreUnknown fails both (tuning reads them) and changes nothing.
+#[test]
+fn mac_forms_empty_values_and_cni_args_as_the_reference() {
+    let env = TestEnv::new("tuning_mac_forms");
+    let cases = [
+        (
+            json!({"mac": "", "runtimeConfig": {"mac": "0A-58-00-00-00-BB"}}),
+            "IgnoreUnknown=1;MAC=",
+            Some("0a:58:00:00:00:bb"),
+        ),
+        (
+            json!({"mac": "0a58.0000.00cc"}),
+            "",
+            Some("0a:58:00:00:00:cc"),
+        ),
+        (
+            json!({"runtimeConfig": {"mac": "0a:58:00:00:00:dd"}, "args": {"cni": {"mac": ""}}}),
+            "",
+            None,
+        ),
+        (
+            json!({"mac": "", "sysctl": null, "mtu": null, "promisc": null}),
+            "MAC=0a-58-00-00-00-ee",
+            Some("0a:58:00:00:00:ee"),
+        ),
+    ];
+    for (extra, args, want) in cases {
+        for reference in [true, false] {
+            let (ns, prev) = pod_with(&env, "eth0");
+            let c = conf("1.0.0", &env.dir("mac"), &prev, extra.clone());
+            let before = link_state(&ns, "eth0");
+            let r = call(&env, reference, "ADD", "ctr-m", &ns, &c)
+                .cni_args(args)
+                .run()
+                .result();
+            let after = link_state(&ns, "eth0");
+            let want = want.map_or(before["address"].clone(), |m| json!(m));
+            assert_eq!(
+                after["address"], want,
+                "reference {reference}: {extra} {args}"
+            );
+            if !reference {
+                // The reference reports the MAC as configured; ours as the kernel does.
+                assert_eq!(r["interfaces"][0]["mac"], want, "{r}");
+            }
+            call(&env, false, "DEL", "ctr-m", &ns, &c).run().ok_silent();
+            assert_eq!(link_state(&ns, "eth0"), before);
+        }
+    }
+    for reference in [true, false] {
+        let (ns, prev) = pod_with(&env, "eth0");
+        let c = conf(
+            "1.0.0",
+            &env.dir("mac"),
+            &prev,
+            json!({"mac": "0a:58:00:00:00:ff"}),
+        );
+        let before = link_state(&ns, "eth0");
+        let out = call(&env, reference, "ADD", "ctr-k", &ns, &c)
+            .cni_args("K8S_POD_NAME=web-1")
+            .run();
+        assert!(!out.success(), "reference {reference}: {}", out.stdout);
+        if !reference {
+            out.expect_err(4, &["K8S_POD_NAME", "IgnoreUnknown"]);
+        }
+        assert_eq!(link_state(&ns, "eth0"), before, "reference {reference}");
+    }
+}
+
 /// Proves: `txQLen`, `mtu` and `allmulti` from `args.cni` override the configuration,
 /// the capability `mac` (runtimeConfig) is applied after bridge in a chain and shows in
 /// the result; a repeated ADD keeps the first backup; DEL restores the queue length too;

@@ -46,13 +46,26 @@ pub struct Range {
     pub gateway: Option<IpAddr>,
 }
 
-/// One entry of `routes`.
+/// One entry of `routes`: the CNI result's route (`types.Route` in the reference, which
+/// host-local returns as configured), handed on unchanged to the result. The interface
+/// plugins apply the metrics, table and scope; without them two default routes that differ
+/// only in `priority` would collide, and a `table` route would land in main.
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
 pub struct RouteSpec {
     #[serde(deserialize_with = "strict_net")]
     pub dst: IpNet,
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub gw: Option<IpAddr>,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub mtu: Option<u32>,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub advmss: Option<u32>,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub priority: Option<u32>,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub table: Option<u32>,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub scope: Option<u8>,
 }
 
 /// Range sets also arrive over the wire (the daemon's requests): their CIDRs are held to
@@ -65,6 +78,9 @@ fn strict_net<'de, D: serde::Deserializer<'de>>(d: D) -> Result<IpNet, D::Error>
 /// The validated `ipam` object.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct IpamConfig {
+    /// Keys the configuration sets to no effect, for the plugin to say so on stderr (the
+    /// reference ignores them without a word).
+    pub ignored: Vec<String>,
     /// May be empty: the runtime can supply the ranges through `runtimeConfig.ipRanges`.
     /// The store refuses an allocation without any range set.
     pub range_sets: Vec<RangeSet>,
@@ -86,6 +102,7 @@ impl IpamConfig {
 
         // host-local: a flat `subnet` form becomes the first range set, ahead of `ranges`.
         let mut sets: Vec<PathSet> = Vec::new();
+        let mut ignored = Vec::new();
         if obj.get("subnet").is_some_and(|v| !v.is_null()) {
             let range = parse_range(ipam, "ipam")?;
             sets.push(PathSet {
@@ -93,13 +110,16 @@ impl IpamConfig {
                 ranges: vec![("ipam".to_string(), range)],
             });
         } else {
-            for key in ["rangeStart", "rangeEnd", "gateway"] {
-                if obj.get(key).is_some_and(|v| !v.is_null()) {
-                    return Err(Error::invalid(format!(
-                        "ipam.{key} is set but ipam.subnet is missing"
-                    )));
-                }
-            }
+            // The reference reads the flat range only when `subnet` is set and drops these
+            // without a word, so configurations that carry them next to `ranges` work there.
+            // Without a subnet they belong to no range: ignoring them changes nothing that
+            // is allocated.
+            ignored.extend(
+                ["rangeStart", "rangeEnd", "gateway"]
+                    .into_iter()
+                    .filter(|key| obj.get(*key).is_some_and(|v| !v.is_null()))
+                    .map(|key| format!("ipam.{key}")),
+            );
         }
         if let Some(ranges) = obj.get("ranges").filter(|v| !v.is_null()) {
             sets.extend(parse_range_sets(ranges, "ipam.ranges")?);
@@ -118,6 +138,7 @@ impl IpamConfig {
         };
 
         Ok(IpamConfig {
+            ignored,
             range_sets,
             pools,
             routes,
@@ -128,7 +149,8 @@ impl IpamConfig {
     }
 
     /// Parse and validate `runtimeConfig.ipRanges` (capability `ipRanges`): the same shape as
-    /// `ranges`; when present it replaces the configured range sets, as in host-local.
+    /// `ranges`. The plugins put these sets in front of the configured ones, as host-local
+    /// does; the combination is validated again as a whole.
     pub fn ranges_from_json(v: &Value) -> Result<Vec<RangeSet>, Error> {
         let sets = parse_range_sets(v, "runtimeConfig.ipRanges")?;
         validate::validate_sets(sets)
@@ -207,8 +229,44 @@ fn parse_routes(v: &Value) -> Result<Vec<RouteSpec>, Error> {
                 )));
             }
         }
-        Ok(RouteSpec { dst, gw })
+        let int = |key| opt_int(r, &path, key, u32::MAX.into());
+        // The reference's ints, as its interface plugins read them: a metric (mtu, advmss,
+        // priority) or table of 0 or less sets nothing (the kernel never sees it); 0 is
+        // also left out of the result.
+        let positive = |key| Ok::<_, Error>(int(key)?.and_then(|n| u32::try_from(n).ok()));
+        let metric = |key| Ok::<_, Error>(positive(key)?.filter(|n| *n != 0));
+        // A scope goes to the kernel as it is: there is none outside 0-255.
+        let scope = match opt_int(r, &path, "scope", u8::MAX.into())? {
+            None => None,
+            Some(s) => Some(u8::try_from(s).map_err(|_| {
+                Error::invalid(format!("{path}.scope must be from 0 to 255, got {s}"))
+            })?),
+        };
+        Ok(RouteSpec {
+            dst,
+            gw,
+            mtu: metric("mtu")?,
+            advmss: metric("advmss")?,
+            priority: metric("priority")?,
+            // A table of 0 is a value of its own in the result (a pointer there): kept.
+            table: positive("table")?,
+            scope,
+        })
     })
+}
+
+/// The whole number at `path.key`, if set, at most `max`; a fraction is refused, as Go
+/// refuses one for an int.
+fn opt_int(v: &Value, path: &str, key: &str, max: i64) -> Result<Option<i64>, Error> {
+    let Some(n) = v.get(key).filter(|n| !n.is_null()) else {
+        return Ok(None);
+    };
+    match n.as_i64().filter(|i| *i <= max) {
+        Some(i) => Ok(Some(i)),
+        None => Err(Error::invalid(format!(
+            "{path}.{key} must be a whole number up to {max}, got {n}"
+        ))),
+    }
 }
 
 /// The list `v` at `path` (`what` it must be, for the error), each element
@@ -264,10 +322,10 @@ fn opt_ip(v: &Value, path: &str, key: &str) -> Result<Option<IpAddr>, Error> {
     }
 }
 
+/// A path key; `""` is not set, as the reference reads `dataDir` and `resolvConf`.
 fn opt_path(v: &Value, key: &str) -> Result<Option<PathBuf>, Error> {
     match opt_str(v, "ipam", key)? {
-        None => Ok(None),
-        Some("") => Err(Error::invalid(format!("ipam.{key} is empty"))),
+        None | Some("") => Ok(None),
         Some(s) => Ok(Some(PathBuf::from(s))),
     }
 }

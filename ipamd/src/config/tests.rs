@@ -72,8 +72,8 @@ fn errors_name_key_and_value() {
         "ipam.rangeEnd 10.0.1.5 is outside subnet 10.0.0.0/24"
     );
     assert_eq!(
-        err(json!({"subnet": "10.0.0.0/24", "gateway": "10.9.0.1"})),
-        "ipam.gateway 10.9.0.1 is outside subnet 10.0.0.0/24"
+        err(json!({"subnet": "10.0.0.0/24", "gateway": "fd00::1"})),
+        "ipam.gateway fd00::1 is not of the address family of subnet 10.0.0.0/24"
     );
     assert!(
         err(json!({"subnet": "10.0.0/24"})).starts_with("ipam.subnet \"10.0.0/24\" is not a CIDR")
@@ -86,7 +86,6 @@ fn errors_name_key_and_value() {
     .contains("rangeStart 10.0.0.50 is after ipam.rangeEnd 10.0.0.40"));
     assert!(err(json!({"subnet": "10.0.0.0/24", "rangeStart": "nope"}))
         .contains("ipam.rangeStart \"nope\" is not an IP address"));
-    assert!(err(json!({"rangeStart": "10.0.0.1"})).contains("ipam.subnet is missing"));
     assert!(err(json!({"routes": [{"gw": "10.0.0.1"}]})).contains("ipam.routes[0].dst is missing"));
     assert!(
         err(json!({"routes": [{"dst": "0.0.0.0/0", "gw": "fd00::1"}]}))
@@ -144,13 +143,121 @@ fn runtime_ip_ranges() {
     .unwrap();
     assert_eq!(sets.len(), 2);
     assert_eq!(sets[0][0].gateway, Some(ip("10.5.0.1")));
-    let e =
-        IpamConfig::ranges_from_json(&json!([[{"subnet": "10.5.0.0/24", "gateway": "10.6.0.1"}]]))
-            .unwrap_err();
+    let e = IpamConfig::ranges_from_json(
+        &json!([[{"subnet": "10.5.0.0/24", "rangeStart": "10.6.0.1"}]]),
+    )
+    .unwrap_err();
     assert_eq!(
         e.to_string(),
-        "runtimeConfig.ipRanges[0][0].gateway 10.6.0.1 is outside subnet 10.5.0.0/24"
+        "runtimeConfig.ipRanges[0][0].rangeStart 10.6.0.1 is outside subnet 10.5.0.0/24"
     );
+}
+
+/// A gateway outside its subnet is kept as given, as the reference keeps it (link-local
+/// gateways of ptp and ipvlan L3); rangeStart and rangeEnd still must be inside.
+#[test]
+fn gateway_may_be_outside_the_subnet() {
+    let c = IpamConfig::from_json(&json!({"subnet": "10.22.0.0/24", "gateway": "169.254.1.1"}))
+        .unwrap();
+    let r = &c.range_sets[0][0];
+    assert_eq!(r.gateway, Some(ip("169.254.1.1")));
+    assert_eq!(
+        (r.range_start, r.range_end),
+        (Some(ip("10.22.0.1")), Some(ip("10.22.0.254")))
+    );
+    let sets =
+        IpamConfig::ranges_from_json(&json!([[{"subnet": "fd22::/64", "gateway": "fe80::1"}]]))
+            .unwrap();
+    assert_eq!(sets[0][0].gateway, Some(ip("fe80::1")));
+    // Over the wire too: the daemon revalidates with the same rules.
+    assert!(canonicalize_range_sets(&c.range_sets).is_ok());
+    // The gateway then takes no address of the range: .1 is handed out.
+    let pool = crate::pool::Pool::new(&c.range_sets[0]);
+    assert_eq!(pool.range_for(ip("10.22.0.1")), Some(0));
+}
+
+/// `dataDir: ""`, `resolvConf: ""` (and `socket: ""`) are not set, as the reference reads
+/// its two.
+#[test]
+fn empty_paths_are_not_set() {
+    let c = IpamConfig::from_json(
+        &json!({"subnet": "10.1.0.0/24", "dataDir": "", "resolvConf": "", "socket": ""}),
+    )
+    .unwrap();
+    assert_eq!(c.data_dir, PathBuf::from(DEFAULT_DATA_DIR));
+    assert_eq!(c.socket, PathBuf::from(DEFAULT_SOCKET));
+    assert_eq!(c.resolv_conf, None);
+}
+
+/// The flat range's keys without `subnet` are ignored, as the reference ignores them, and
+/// named for the plugin to say so.
+#[test]
+fn flat_range_keys_without_subnet_are_ignored() {
+    let c = IpamConfig::from_json(&json!({
+        "rangeStart": "10.0.0.5", "gateway": "10.0.0.1", "rangeEnd": null,
+        "ranges": [[{"subnet": "10.0.0.0/24"}]]
+    }))
+    .unwrap();
+    assert_eq!(c.ignored, ["ipam.rangeStart", "ipam.gateway"]);
+    assert_eq!(c.range_sets.len(), 1);
+    assert_eq!(c.range_sets[0][0].range_start, Some(ip("10.0.0.1")));
+    let c =
+        IpamConfig::from_json(&json!({"subnet": "10.0.0.0/24", "gateway": "10.0.0.9"})).unwrap();
+    assert!(c.ignored.is_empty());
+}
+
+/// A route keeps the reference's `types.Route` fields: metrics of 0 or less are not set
+/// (the reference's interface plugins never pass them on), table and scope are kept as
+/// given, 0 included; fractions, and values no kernel field holds, are refused.
+#[test]
+fn route_fields() {
+    let c = IpamConfig::from_json(&json!({"routes": [
+        {"dst": "0.0.0.0/0", "gw": "10.1.0.1", "mtu": 1400, "advmss": 1360, "priority": 100,
+         "table": 100, "scope": 0},
+        {"dst": "0.0.0.0/0", "priority": 0, "mtu": -1, "table": 0, "scope": 253},
+        {"dst": "::/0", "priority": 4294967295u64, "table": -5}
+    ]}))
+    .unwrap();
+    let r = &c.routes;
+    assert_eq!(
+        (r[0].mtu, r[0].advmss, r[0].priority, r[0].table, r[0].scope),
+        (Some(1400), Some(1360), Some(100), Some(100), Some(0))
+    );
+    assert_eq!(
+        (r[1].mtu, r[1].advmss, r[1].priority, r[1].table, r[1].scope),
+        (None, None, None, Some(0), Some(253))
+    );
+    assert_eq!((r[2].priority, r[2].table), (Some(u32::MAX), None));
+    for (route, needle) in [
+        (
+            json!({"dst": "0.0.0.0/0", "priority": 1.5}),
+            "ipam.routes[0].priority must be a whole number",
+        ),
+        (
+            json!({"dst": "0.0.0.0/0", "mtu": "1400"}),
+            "ipam.routes[0].mtu must be a whole number",
+        ),
+        (
+            json!({"dst": "0.0.0.0/0", "table": 4294967296u64}),
+            "up to 4294967295",
+        ),
+        (
+            json!({"dst": "0.0.0.0/0", "scope": 256}),
+            "ipam.routes[0].scope must be",
+        ),
+        (
+            json!({"dst": "0.0.0.0/0", "scope": -1}),
+            "from 0 to 255, got -1",
+        ),
+    ] {
+        let e = err(json!({"routes": [route]}));
+        assert!(e.contains(needle), "{e}");
+    }
+    // On the wire and back, unset fields stay out.
+    let v = serde_json::to_value(&r[1]).unwrap();
+    assert_eq!(v, json!({"dst": "0.0.0.0/0", "table": 0, "scope": 253}));
+    let old: RouteSpec = serde_json::from_value(json!({"dst": "10.0.0.0/8"})).unwrap();
+    assert_eq!((old.priority, old.table), (None, None));
 }
 
 #[test]

@@ -77,11 +77,18 @@ fn canonicalize_range(r: &Range, path: &str) -> Result<Range, Error> {
         )));
     }
     let first = next(subnet.network());
+    // The gateway need not be inside the subnet, as in the reference: a link-local gateway
+    // (ptp, ipvlan L3, a router reached on-link) is a real pattern. It is never handed
+    // out (`Pool` excludes every gateway of a set), which matters only when it lies in a
+    // range. Another address family could only be a mistake, and would put a v6 gateway
+    // with a v4 prefix length on a bridge: refused.
     let gateway = match r.gateway {
-        Some(gw) => {
-            check_inside(path, "gateway", gw, &subnet)?;
-            gw
+        Some(gw) if gw.is_ipv4() != subnet.addr().is_ipv4() => {
+            return Err(Error::invalid(format!(
+                "{path}.gateway {gw} is not of the address family of subnet {subnet}"
+            )));
         }
+        Some(gw) => gw,
         None => first,
     };
     let start = match r.range_start {

@@ -90,8 +90,16 @@ const LATENCY_USEC: f64 = 25_000.0;
 /// One direction's TBF from its `<dir>Rate` (bits/s) and `<dir>Burst`
 /// (bits), computed as the reference does: bytes are bits / 8, the bucket
 /// (buffer) is the time the burst takes at the rate, in ticks, and the limit
-/// is the burst plus 25 ms at the rate. Values the kernel's 32-bit fields
-/// cannot hold are refused rather than wrapped.
+/// is the burst plus 25 ms at the rate.
+///
+/// A buffer or limit beyond the kernel's 32-bit fields is held at
+/// `u32::MAX`. That is what the runtimes' bursts for the Kubernetes bandwidth
+/// annotations need: containerd sends `math.MaxUint32` bits, CRI-O
+/// `MaxUint32 * 8 - 1`, "no burst limit" in their words, which at most rates
+/// is longer than the bucket can say. The reference casts to uint32 and
+/// wraps, which makes a large burst a tiny or arbitrary one; the largest
+/// bucket is the meaning the runtimes intend. What the reference refuses is
+/// refused: a rate without its burst or the reverse, a burst of 4 GB or more.
 pub(super) fn direction(
     dir: &str,
     rate: Option<u64>,
@@ -113,6 +121,8 @@ pub(super) fn direction(
         }
         _ => {}
     }
+    // Under 8 bit/s the rate is 0 bytes/s: the reference divides by zero and
+    // the kernel would read a rate of 0 as no limit at all.
     if rate < 8 {
         return Err(bad(format!(
             "{dir}Rate {rate} must be at least 8 bits per second"
@@ -122,23 +132,20 @@ pub(super) fn direction(
     let Some(burst_bytes) = u32::try_from(burst_bytes).ok().filter(|b| *b < u32::MAX) else {
         return Err(bad(format!("{dir}Burst {burst} is more than 4 GB")));
     };
-    let usec = f64::from(burst_bytes) * 1e6 / rate_bytes as f64;
-    let buffer = (usec.trunc() * TICKS_PER_USEC).trunc();
-    if usec >= f64::from(u32::MAX) || buffer >= f64::from(u32::MAX) {
-        return Err(bad(format!(
-            "bursting {burst} bits at {rate} bits/s takes too long for the kernel's token bucket"
-        )));
-    }
+    let usec = (f64::from(burst_bytes) * 1e6 / rate_bytes as f64).trunc();
     let queued = (rate_bytes as f64 * LATENCY_USEC / 1e6).trunc();
-    let limit = u32::try_from(queued as u64)
-        .ok()
-        .and_then(|q| q.checked_add(burst_bytes))
-        .ok_or_else(|| bad(format!("{dir}Rate {rate} queues more than 4 GB in 25 ms")))?;
     Ok(Some(Tbf {
         rate: rate_bytes,
-        limit,
-        buffer: buffer as u32,
+        limit: saturating_u32(queued + f64::from(burst_bytes)),
+        buffer: saturating_u32((usec * TICKS_PER_USEC).trunc()),
     }))
+}
+
+/// `x` (whole, not negative) as a u32, `u32::MAX` when it is more.
+fn saturating_u32(x: f64) -> u32 {
+    // `as` saturates at the bounds (and maps NaN to 0, which cannot occur
+    // here: every divisor is at least 1).
+    x as u32
 }
 
 #[cfg(test)]

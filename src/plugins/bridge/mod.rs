@@ -15,6 +15,8 @@ use port::{attach_port, gc_links};
 use serde::Deserialize;
 
 mod check;
+#[cfg(test)]
+mod conf_tests;
 mod firewall;
 #[cfg(test)]
 mod firewall_tests;
@@ -38,6 +40,9 @@ struct Conf {
     force_address: bool,
     #[serde(default)]
     ip_masq: bool,
+    /// `iptables` or `nftables` in the reference; cnikit masquerades with nftables.
+    #[serde(default)]
+    ip_masq_backend: Option<String>,
     #[serde(default)]
     mtu: Option<u32>,
     #[serde(default)]
@@ -46,8 +51,9 @@ struct Conf {
     promisc_mode: bool,
     #[serde(default)]
     vlan: Option<u16>,
+    /// Present, even as `[]`, turns VLAN filtering on, as in the reference.
     #[serde(default)]
-    vlan_trunk: Vec<Trunk>,
+    vlan_trunk: Option<Vec<Trunk>>,
     /// Keep VLAN 1 on a port that has VLANs; false by default since the
     /// reference's v1.8.0, so a pod on a VLAN sees only its VLAN.
     #[serde(default)]
@@ -130,29 +136,57 @@ impl Conf {
         }
     }
 
-    /// VLAN ids the container port carries: `vlan` untagged PVID, trunk tagged.
+    /// The tagged VLAN ids of `vlanTrunk`, ascending, each once. As in the
+    /// reference, an entry may give `id` and a `minID`/`maxID` pair together
+    /// (both count), one of the pair alone is an error, and `{}` adds nothing.
     fn trunk_ids(&self) -> Result<Vec<u16>, Error> {
-        let mut ids = Vec::new();
-        for t in &self.vlan_trunk {
-            match (t.id, t.min_id, t.max_id) {
-                (Some(id), None, None) => ids.push(check_vid(id, "vlanTrunk.id")?),
-                (None, Some(lo), Some(hi)) if lo <= hi => {
+        let mut ids = std::collections::BTreeSet::new();
+        for t in self.vlan_trunk.iter().flatten() {
+            match (t.min_id, t.max_id) {
+                (Some(lo), Some(hi)) => {
                     check_vid(lo, "vlanTrunk.minID")?;
                     check_vid(hi, "vlanTrunk.maxID")?;
+                    if hi < lo {
+                        return Err(Error::invalid_config(format!(
+                            "vlanTrunk.minID {lo} is greater than maxID {hi}"
+                        )));
+                    }
                     ids.extend(lo..=hi);
                 }
-                _ => {
+                (None, None) => {}
+                (Some(_), None) | (None, Some(_)) => {
                     return Err(Error::invalid_config(
-                        "vlanTrunk entries need either id, or minID <= maxID",
+                        "vlanTrunk.minID and maxID go together: one of them is missing",
                     ))
                 }
             }
+            if let Some(id) = t.id {
+                ids.insert(check_vid(id, "vlanTrunk.id")?);
+            }
         }
-        Ok(ids)
+        Ok(ids.into_iter().collect())
     }
 
     fn uses_vlans(&self) -> bool {
-        self.vlan.is_some() || !self.vlan_trunk.is_empty()
+        self.vlan.is_some() || self.vlan_trunk.is_some()
+    }
+
+    /// ADD's masquerading backend: the reference refuses an unknown one when
+    /// it masquerades (ipMasq with addresses from IPAM), and only then.
+    fn masq_backend(&self, req: &Request) -> Result<(), Error> {
+        if !self.ip_masq || req.conf.ipam_type.is_none() {
+            return Ok(());
+        }
+        match self.ip_masq_backend.as_deref() {
+            None | Some("nftables") => Ok(()),
+            Some("iptables") => {
+                eprintln!("bridge: ipMasqBackend \"iptables\" requested; cnikit always masquerades with nftables");
+                Ok(())
+            }
+            Some(other) => Err(Error::invalid_config(format!(
+                "unknown ipmasq backend {other:?}: ipMasqBackend must be \"iptables\" or \"nftables\""
+            ))),
+        }
     }
 }
 
@@ -167,6 +201,11 @@ fn check_vid(v: u16, key: &str) -> Result<u16, Error> {
 }
 
 impl Plugin for Bridge {
+    /// As the reference's (and, for ipamd, host-local's): it decodes them.
+    fn reads_cni_args(&self) -> bool {
+        true
+    }
+
     // ---------------------------------------------------------------- ADD
     fn add(&self, req: &Request) -> Result<CniResult, Error> {
         let conf = Conf::load(req)?;
@@ -175,6 +214,7 @@ impl Plugin for Bridge {
         // is when that wait overlaps least with the work.
         let fw = self.firewall.for_call(req, &conf);
         let trunk = conf.trunk_ids()?;
+        conf.masq_backend(req)?;
         let mac = requested_mac(req)?;
         let ns = open_netns(req.netns())?;
         let mut host = Netlink::open()?;
@@ -378,41 +418,4 @@ fn interfaces(
             ..Default::default()
         },
     ])
-}
-
-#[cfg(test)]
-mod tests {
-    use super::*;
-    use crate::cni::gojson::{assert_known, struct_fields};
-    use crate::plugins::firewall_backend::test_request;
-
-    #[test]
-    fn config_keys_get_go_matching() {
-        assert_known(&[struct_fields::<Conf>(), struct_fields::<Trunk>()]);
-    }
-
-    #[test]
-    fn the_default_vlan_is_not_preserved_by_default() {
-        // The reference's default since v1.8.0 (the kernel side: tests/vm).
-        let conf =
-            serde_json::json!({"cniVersion": "1.1.0", "name": "n", "type": "bridge", "vlan": 10});
-        let req = test_request(crate::cni::Command::Add, conf);
-        assert!(!Conf::load(&req).unwrap().preserve_default_vlan);
-    }
-
-    #[test]
-    fn bridge_names_follow_the_kernels_rules() {
-        for bad in ["br%d", "a\u{0}b", "a/b", "br 0"] {
-            let conf = serde_json::json!({"cniVersion": "1.1.0", "name": "n", "type": "bridge", "bridge": bad});
-            let req = test_request(crate::cni::Command::Add, conf);
-            assert_eq!(Conf::load(&req).unwrap_err().code, 7, "{bad:?}");
-        }
-        // The VLAN gateway's `<bridge>.<vid>` is a name too: 12 + 1 + 4 bytes is too long.
-        let conf = serde_json::json!({"cniVersion": "1.1.0", "name": "n", "type": "bridge",
-            "bridge": "br-123456789", "vlan": 4000, "isGateway": true});
-        let req = test_request(crate::cni::Command::Add, conf);
-        let e = Conf::load(&req).unwrap_err();
-        assert_eq!(e.code, 7, "{e:?}");
-        assert!(e.msg.contains("VLAN gateway"), "{e:?}");
-    }
 }

@@ -6,6 +6,7 @@
 
 use super::common::{configured_mtu, open_netns, validate_mac};
 use super::container::{is_own_netns, netns_for_del};
+use crate::cni::config::without_nulls;
 use crate::cni::{CniResult, Code, Error, Plugin, Request};
 use crate::netlink::{sysctl, Link, NetNs, Netlink};
 use backup::{Backup, BackupFile, DEFAULT_DIR};
@@ -57,7 +58,7 @@ impl Settings {
         let conf: Conf = req.conf.typed()?;
         let args_cni = req.conf.raw.get("args").and_then(|a| a.get("cni"));
         let args: Conf = match args_cni.filter(|v| !v.is_null()) {
-            Some(v) => serde_json::from_value(v.clone()).map_err(|e| {
+            Some(v) => serde_json::from_value(without_nulls(v)).map_err(|e| {
                 Error::invalid_config(format!("args.cni has a tuning key of the wrong type: {e}"))
             })?,
             None => Conf::default(),
@@ -102,8 +103,12 @@ impl Settings {
 }
 
 /// The reference's precedence, last wins: `mac`, `CNI_ARGS MAC=`, `runtimeConfig.mac`
-/// (capability `mac`), `args.cni.mac`.
+/// (capability `mac`), `args.cni.mac`. An empty value is not set, but for
+/// `args.cni.mac`, a pointer in the reference: given as `""`, it leaves the MAC alone.
 fn mac(req: &Request, conf: Option<String>, args: Option<String>) -> Result<Option<String>, Error> {
+    if args.as_deref() == Some("") {
+        return Ok(None);
+    }
     let runtime = match req.conf.runtime_config("mac") {
         Some(Value::String(s)) if !s.is_empty() => Some(s.clone()),
         Some(Value::String(_)) | None => None,
@@ -166,6 +171,11 @@ fn container_link(nl: &mut Netlink, req: &Request) -> Result<Link, Error> {
 }
 
 impl Plugin for Tuning {
+    /// As the reference's (and, for ipamd, host-local's): it decodes them.
+    fn reads_cni_args(&self) -> bool {
+        true
+    }
+
     // ---------------------------------------------------------------- ADD
     /// Sysctls first, then the backup, then the link's fields; a failure part-way puts
     /// back what this call changed (sysctls included) before reporting it.

@@ -45,6 +45,34 @@ fn mac_precedence_is_the_references() {
 }
 
 #[test]
+fn empty_and_null_macs_are_the_references() {
+    let mac = |extra: Value, env: &str| {
+        let mut req = request(extra);
+        req.args = CniArgs::parse(env).unwrap();
+        Settings::load(&req, Path::new("/nonexistent")).map(|s| s.link.mac)
+    };
+    // Empty is unset and the next in the order counts; Go's other MAC forms are taken.
+    let rt = json!({"mac": "0a58.0000.0001", "runtimeConfig": {"mac": ""}});
+    assert_eq!(
+        mac(rt.clone(), "MAC=").unwrap().as_deref(),
+        Some("0a:58:00:00:00:01")
+    );
+    assert_eq!(
+        mac(rt, "MAC=0A-58-00-00-00-02").unwrap().as_deref(),
+        Some("0a:58:00:00:00:02")
+    );
+    // args.cni.mac is a pointer in the reference: "" there leaves the MAC alone, null does not.
+    let args = |m: Value| json!({"runtimeConfig": {"mac": "0a:58:00:00:00:03"}, "args": {"cni": {"mac": m}}});
+    assert_eq!(mac(args(json!("")), "").unwrap(), None);
+    assert_eq!(
+        mac(args(Value::Null), "").unwrap().as_deref(),
+        Some("0a:58:00:00:00:03")
+    );
+    let e = mac(json!({"mac": "02:00:5e:10:00:00:00:01"}), "").unwrap_err();
+    assert!(e.code == 7 && e.msg.contains("6-byte"), "{e:?}");
+}
+
+#[test]
 fn args_cni_overrides_and_merges_sysctls() {
     let s = load(json!({
         "sysctl": {"net.ipv4.conf.IFNAME.arp_notify": "1", "net.core.somaxconn": "100"},

@@ -107,6 +107,43 @@ fn capability_with_go_keys_and_config_precedence() {
     pod.del();
 }
 
+/// Proves: the bursts the runtimes send for the Kubernetes bandwidth
+/// annotations (containerd `IngressBurst` = MaxUint32 bits with Go-named
+/// keys, CRI-O MaxUint32 * 8 - 1 bits with ocicni's; the unset direction as
+/// zeros) at 10 Mbit/s, which used to be refused with code 7, are shaped:
+/// a TBF at 1.25 MB/s on the host veth (and on the ifb when both ways are
+/// set), with a bucket held at the kernel's 32-bit maximum. CHECK reads the
+/// same numbers back from the kernel, and DEL removes it all.
+#[test]
+fn runtime_bursts_for_the_kubernetes_annotations_shape() {
+    let env = TestEnv::new("bw-runtime-bursts");
+    let (net, pod, veth) = pod_on_network(&env);
+    let containerd = json!({"IngressRate": 10_000_000u64, "IngressBurst": 4_294_967_295u64,
+        "EgressRate": 0, "EgressBurst": 0});
+    let crio = json!({"ingressRate": 10_000_000u64, "ingressBurst": 34_359_738_359u64,
+        "egressRate": 10_000_000u64, "egressBurst": 34_359_738_359u64});
+    for (runtime, cap, ifb) in [("containerd", containerd, false), ("CRI-O", crio, true)] {
+        let keys = json!({"runtimeConfig": {"bandwidth": cap}});
+        let conf = bw_conf(&net, keys, &pod.result);
+        let bw = pod.chained("bandwidth", &conf);
+        let result = bw.add();
+        let mut shaped = vec![veth.clone()];
+        if ifb {
+            shaped.push(ifb_of(&result));
+        }
+        for dev in &shaped {
+            let q = qdiscs(dev);
+            let tbf = q.iter().find(|q| q["kind"] == "tbf");
+            let tbf = tbf.unwrap_or_else(|| panic!("{runtime}: no TBF on {dev}: {q:?}"));
+            assert_eq!(tbf["options"]["rate"], 1_250_000, "{runtime}: {tbf}");
+        }
+        bw.check(&result);
+        bw.del();
+        assert!(qdiscs(&veth).is_empty(), "{runtime}: {:?}", qdiscs(&veth));
+    }
+    pod.del();
+}
+
 /// Proves: an ADD that fails half-way (the host veth already has a root
 /// qdisc, so the ingress TBF cannot go there after the egress side was
 /// made) reports code 100 naming the veth and leaves nothing: no ifb, no

@@ -212,8 +212,10 @@ fn requested_ip(mode: Mode, test: &str) {
 }
 both_modes!(requested_ip);
 
-/// Proves: `runtimeConfig.ipRanges` (capability `ipRanges`) replaces the
-/// configured range sets.
+/// Proves: `runtimeConfig.ipRanges` (capability `ipRanges`) goes in front of the
+/// configured range sets, as host-local puts it: one address from the runtime's set
+/// first, then one from the configured set; with a cluster `pool` instead of ranges the
+/// runtime's ranges replace the pool (no etcd needed).
 fn ip_ranges_capability(mode: Mode, test: &str) {
     let fix = Fix::new(test, mode);
     let other = fix.env.subnets();
@@ -226,8 +228,32 @@ fn ip_ranges_capability(mode: Mode, test: &str) {
     let r = fix.add("rng", &conf).result();
     assert_eq!(
         result_addresses(&r),
-        vec![format!("{}/24", other.v4_addr(50))]
+        vec![
+            format!("{}/24", other.v4_addr(50)),
+            format!("{}/24", fix.nets.v4_addr(2))
+        ]
     );
     assert_eq!(r["ips"][0]["gateway"], json!(other.v4_addr(1)));
+    assert_eq!(r["ips"][1]["gateway"], json!(fix.nets.v4_addr(1)));
+    // Without the capability the configured set alone; the runtime's set overlapping the
+    // configured one is refused, naming both (as host-local refuses it).
+    let plain = fix.add("rng-plain", &fix.conf_24()).result();
+    assert_eq!(result_addresses(&plain).len(), 1, "{plain}");
+    let mut overlap = fix.conf_24();
+    overlap["runtimeConfig"] = json!({"ipRanges": [[{"subnet": fix.nets.v4}]]});
+    fix.add("rng-overlap", &overlap)
+        .expect_err(7, &["ipam.ranges[0]", "overlaps ipam.ranges[1]"]);
+
+    let mut pool = fix.conf(
+        "1.0.0",
+        json!({"type": "ipamd", "dataDir": fix.data,
+        "socket": fix.sock, "pool": "nowhere"}),
+    );
+    pool["runtimeConfig"] = conf["runtimeConfig"].clone();
+    let r = fix.add("rng-pool", &pool).result();
+    assert_eq!(
+        result_addresses(&r),
+        vec![format!("{}/24", other.v4_addr(51))]
+    );
 }
 both_modes!(ip_ranges_capability);

@@ -151,10 +151,7 @@ fn invalid_config(mode: Mode, test: &str) {
     let bad = [
         (json!([[{"subnet": "10.9.9.1/24"}]]), "10.9.9.1/24"),
         (json!([[{"subnet": "10.9.9.0/31"}]]), "/31"),
-        (
-            json!([[{"subnet": v4, "gateway": "192.0.2.1"}]]),
-            "192.0.2.1",
-        ),
+        (json!([[{"subnet": v4, "gateway": "fd00::1"}]]), "fd00::1"),
         (
             json!([[{"subnet": v4, "rangeStart": "192.0.2.1"}]]),
             "rangeStart",
@@ -168,3 +165,76 @@ fn invalid_config(mode: Mode, test: &str) {
     assert!(fix.leases().is_empty());
 }
 both_modes!(invalid_config);
+
+/// Proves: routes keep the reference's `types.Route` fields: the 1.1.0 result has each
+/// route's `priority`, `mtu`, `advmss`, `table` and `scope` as configured (also spelled
+/// the Go way), a 1.0.0 result each route's `dst` and `gw`; the daemon is never told
+/// about routes (the plugin adds them to the result), so both modes agree.
+fn route_fields(mode: Mode, test: &str) {
+    let fix = Fix::new(test, mode);
+    let gw = fix.nets.v4_addr(1);
+    let mut ipam = fix.ipam(fix.nets.v4_ranges());
+    ipam["routes"] = json!([
+        {"dst": "0.0.0.0/0", "gw": gw, "priority": 100, "mtu": 1400, "table": 100, "scope": 0},
+        {"dst": "0.0.0.0/0", "gw": gw, "Priority": 200, "ADVMSS": 1360},
+    ]);
+    let r = fix.add("rt-11", &fix.conf("1.1.0", ipam.clone())).result();
+    assert_eq!(
+        r["routes"],
+        json!([
+            {"dst": "0.0.0.0/0", "gw": gw, "mtu": 1400, "priority": 100, "table": 100, "scope": 0},
+            {"dst": "0.0.0.0/0", "gw": gw, "advmss": 1360, "priority": 200},
+        ]),
+        "{r}"
+    );
+    let r = fix.add("rt-10", &fix.conf("1.0.0", ipam)).result();
+    let routes = r["routes"].as_array().expect("routes");
+    assert_eq!(routes.len(), 2, "{r}");
+    assert!(
+        routes
+            .iter()
+            .all(|x| x["dst"] == "0.0.0.0/0" && x["gw"] == json!(gw)),
+        "{r}"
+    );
+}
+both_modes!(route_fields);
+
+/// Proves: `dataDir: ""` and `resolvConf: ""` mean not set, as in the reference (they
+/// were code 7): ADD, CHECK and DEL work, with no `dns` in the result, and the lease is
+/// in the default data directory (a tmpfs of the test namespace), which the daemon must
+/// then serve too.
+fn empty_paths_are_not_set(mode: Mode, test: &str) {
+    let mut fix = Fix::new(test, mode);
+    let default = Path::new("/var/lib/cni/ipamd");
+    if mode == Mode::Daemon {
+        fix.stop_daemon();
+        fix.daemon = Some(Daemon::start(&fix.sock, default, &[], &[]));
+    }
+    let mut ipam = fix.ipam(fix.nets.v4_ranges());
+    ipam["dataDir"] = json!("");
+    ipam["resolvConf"] = json!("");
+    let conf = fix.conf("1.0.0", ipam);
+    // Both modes share the default store: each has its own container.
+    let cid = format!("empty-{test}");
+    let r = fix.add(&cid, &conf).result();
+    assert_eq!(r["dns"], json!({}), "{r}");
+    let check = || fix.call("CHECK", &cid, "eth0", &with_prev(&conf, &r)).run();
+    check().ok_silent();
+    let held = |l: &Lease| l.cid == cid && l.addr == only_addr(&r);
+    assert!(list_leases(default, &fix.sock, NET).iter().any(held));
+    fix.del(&cid, &conf).ok_silent();
+    check().expect_err(103, &[]);
+}
+both_modes!(empty_paths_are_not_set);
+
+/// Proves: a gateway outside the subnet (link-local, as for ptp or ipvlan L3) is taken as
+/// the reference takes it: it is the result's gateway and takes no address of the range,
+/// so the subnet's first address is handed out.
+fn gateway_outside_the_subnet(mode: Mode, test: &str) {
+    let fix = Fix::new(test, mode);
+    let ranges = json!([[{"subnet": fix.nets.v4, "gateway": "169.254.1.1"}]]);
+    let r = fix.add("gw", &fix.conf("1.0.0", fix.ipam(ranges))).result();
+    assert_eq!(r["ips"][0]["gateway"], "169.254.1.1", "{r}");
+    assert_eq!(only_addr(&r), addr(&fix.nets.v4_addr(1)), "{r}");
+}
+both_modes!(gateway_outside_the_subnet);
