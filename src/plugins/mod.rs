@@ -1,31 +1,27 @@
-//! The plugins. Each file reads top to bottom as ADD / CHECK / DEL / STATUS / GC.
+//! The plugins, grouped as the reference groups them: interface plugins make
+//! the pod's interface, IPAM plugins give out its addresses, meta plugins
+//! change what an interface plugin made. Each plugin is one module reading
+//! ADD / CHECK / DEL / STATUS / GC; the steps several of them take are the
+//! modules beside the groups, named for what they do. A new plugin is its
+//! module and a line in [`by_name`] (and its name in [`NAMES`]).
 
-pub mod bandwidth;
-pub mod bridge;
-pub mod firewall;
-pub mod host_local;
+pub mod interface;
 pub mod ipam;
-pub mod ipvlan;
-pub mod loopback;
-pub mod macvlan;
-pub mod portmap;
-pub mod tuning;
+pub mod meta;
 
-mod child;
-#[cfg(test)]
-mod child_tests;
-mod common;
-mod container;
+mod conf_keys;
 mod firewall_backend;
+mod ipam_delegation;
 mod link_owner;
-mod portmap_marker;
-#[cfg(test)]
-mod portmap_tests;
+mod pod_interface;
+mod pod_netns;
 mod safe_dir;
 
 use crate::cni::Plugin;
 use firewall_backend::FirewallBackend;
-
+use interface::{bridge, ipvlan, loopback, macvlan};
+use ipam::host_local;
+use meta::{bandwidth, firewall, portmap, tuning};
 /// Names a symlink (argv[0]) or `cnikit <name>` may use.
 pub const NAMES: [&str; 10] = [
     "bridge",

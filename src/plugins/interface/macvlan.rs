@@ -2,9 +2,9 @@
 //! the container. IPAM is optional: without it the link is L2 only.
 
 use super::child::{add_child, load, ChildKind, Loaded};
-use super::common::{requested_mac, validate_mac};
 use crate::cni::{CniResult, Error, Interface, Request};
 use crate::netlink::{Link, MacvlanMode, MacvlanSpec, Netlink};
+use crate::plugins::conf_keys::{requested_mac, validate_mac};
 use serde::Deserialize;
 
 pub struct Macvlan;

@@ -4,11 +4,11 @@
 //! bridges apart. The result is `prevResult` unchanged. Where the rules go
 //! (the host's iptables-nft tables or ours) is `firewall::forward`'s call.
 
-use super::firewall_backend::{FirewallBackend, FirewallConf};
 use crate::cni::env::validate_ifname;
 use crate::cni::{CniResult, Code, Error, Plugin, Request};
 use crate::firewall::forward::{Forget, Op, Spec};
 use crate::firewall::{Gc, Isolation, DEFAULT_ADMIN_CHAIN};
+use crate::plugins::firewall_backend::{FirewallBackend, FirewallConf};
 use serde::Deserialize;
 use std::net::IpAddr;
 use std::path::PathBuf;
@@ -85,7 +85,7 @@ impl Conf {
     /// needs the daemon.
     fn del_fallback(req: &Request) -> Conf {
         Conf {
-            daemon_socket: super::common::daemon_socket_of(req),
+            daemon_socket: crate::plugins::conf_keys::daemon_socket_of(req),
             ..Conf::default()
         }
     }

@@ -4,7 +4,7 @@
 use super::Conf;
 use crate::cni::{CniResult, Code, Error, Route};
 use crate::netlink::{sysctl, Link, NetNs, Netlink, VethSpec};
-use crate::plugins::common::random_veth_name;
+use crate::plugins::pod_interface::random_veth_name;
 use ipnet::IpNet;
 use std::net::IpAddr;
 

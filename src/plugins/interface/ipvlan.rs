@@ -2,9 +2,9 @@
 //! addresses, from IPAM or, when chained, from prevResult.
 
 use super::child::{add_child, address_single_iface, ChildConf, ChildKind, Loaded};
-use super::common::config_ifname;
 use crate::cni::{CniResult, Error, Request};
 use crate::netlink::{IpvlanMode, IpvlanSpec, Link, NetNs, Netlink};
+use crate::plugins::conf_keys::config_ifname;
 use serde::de::IgnoredAny;
 
 pub struct Ipvlan;

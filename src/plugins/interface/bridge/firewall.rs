@@ -5,7 +5,7 @@ use super::Conf;
 use crate::cni::{CniResult, Error, Request};
 use crate::firewall::{macspoof, masq, Del, Firewall, Gc};
 use crate::netlink::Netlink;
-use crate::plugins::common::ipam_rollback_on_error;
+use crate::plugins::ipam_delegation::ipam_rollback_on_error;
 use ipnet::IpNet;
 use std::net::IpAddr;
 

@@ -4,11 +4,12 @@
 //! ADD backs up what it changes on the link (`backup.rs`) and DEL puts it back; sysctls
 //! are not restored (they die with the pod's netns), as in the reference.
 
-use super::common::{configured_mtu, open_netns, validate_mac};
-use super::container::{is_own_netns, netns_for_del};
 use crate::cni::config::without_nulls;
 use crate::cni::{CniResult, Code, Error, Plugin, Request};
 use crate::netlink::{sysctl, Link, NetNs, Netlink};
+use crate::plugins::conf_keys::{configured_mtu, validate_mac};
+use crate::plugins::pod_netns::open_netns;
+use crate::plugins::pod_netns::{is_own_netns, netns_for_del};
 use backup::{Backup, BackupFile, DEFAULT_DIR};
 use serde::Deserialize;
 use serde_json::{Map, Value};

@@ -1,14 +1,18 @@
 //! bridge: a veth pair from a host bridge into the container, addressed by IPAM.
 //! Keys and behaviour follow the reference plugin; see README "bridge".
 
-use super::common::{
-    check_iface_state, config_ifname, configure_iface, configured_mtu, delete_container_link,
-    ensure_ifname_free, find_container_link, ipam_add, ipam_if_configured, ipam_rollback_on_error,
-    open_netns, random_veth_name, requested_mac, with_configured_dns, without_ipv6, OwnLink,
-};
-use super::firewall_backend::{FirewallBackend, FirewallConf};
 use crate::cni::{CniResult, Code, Command, Error, Interface, Plugin, Request};
 use crate::netlink::{BridgeSpec, Link, NetNs, Netlink, VethSpec};
+use crate::plugins::conf_keys::{
+    config_ifname, configured_mtu, requested_mac, with_configured_dns,
+};
+use crate::plugins::firewall_backend::{FirewallBackend, FirewallConf};
+use crate::plugins::ipam_delegation::{ipam_add, ipam_if_configured, ipam_rollback_on_error};
+use crate::plugins::pod_interface::{
+    check_iface_state, configure_iface, ensure_ifname_free, find_container_link, random_veth_name,
+    without_ipv6,
+};
+use crate::plugins::pod_netns::{delete_container_link, open_netns, OwnLink};
 use check::{check_peer_on_bridge, expect_kind, expect_mac};
 use gateway::{apply_gateways, gateway_on_bridge};
 use port::{attach_port, gc_links};
@@ -131,7 +135,7 @@ impl Conf {
         Conf {
             ip_masq: true,
             macspoofchk: true,
-            daemon_socket: super::common::daemon_socket_of(req),
+            daemon_socket: crate::plugins::conf_keys::daemon_socket_of(req),
             ..Conf::default()
         }
     }

@@ -12,8 +12,8 @@
 //! only regular files count as markers. Their name is the SHA-256 of the
 //! attachment key, so any container ID length fits a file name.
 
-use super::safe_dir::{open_dir, stat_at};
 use crate::cni::{Attachment, Request};
+use crate::plugins::safe_dir::{open_dir, stat_at};
 use sha2::{Digest, Sha256};
 use std::collections::HashSet;
 use std::ffi::CString;

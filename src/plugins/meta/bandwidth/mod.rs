@@ -8,10 +8,10 @@
 
 mod conf;
 
-use super::container::{is_own_netns, netns_for_del, open_netns};
-use super::link_owner;
 use crate::cni::{Attachment, CniResult, Code, Error, Interface, Plugin, Request};
 use crate::netlink::{Ifb, Link, NetNs, Netlink, Qdisc, Tbf, INGRESS_HANDLE};
+use crate::plugins::link_owner;
+use crate::plugins::pod_netns::{is_own_netns, netns_for_del, open_netns};
 use conf::Shaping;
 use sha2::{Digest, Sha512};
 

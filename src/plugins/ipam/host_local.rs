@@ -3,7 +3,7 @@
 //! node keeps every lease when it switches between the reference and cnikit, either way.
 //! The `ipam` object is parsed and validated by the same code as ipamd's.
 
-use super::ipam::{ipam_object, parse_ipam, runtime_ranges, with_runtime_ranges, Ipam, Leases};
+use super::{ipam_object, parse_ipam, runtime_ranges, with_runtime_ranges, Ipam, Leases};
 use crate::cni::{Attachment, Error, Request, Version};
 use ipamd::api::Allocation;
 use ipamd::config::{RangeSet, RouteSpec};

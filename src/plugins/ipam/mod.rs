@@ -4,6 +4,8 @@
 //! (host_local.rs). Configuration keys are host-local's, so migrating is a change of
 //! `type`.
 
+pub mod host_local;
+
 use crate::cni::{Attachment, CniResult, Code, Dns, Error, IpConfig, Plugin, Request, Route};
 use ipamd::api::{AllocateRequest, Allocation};
 use ipamd::client::Client;

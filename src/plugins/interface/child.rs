@@ -2,13 +2,14 @@
 //! pod and addressed from IPAM. [`ChildKind`] states what differs between
 //! them; every `ChildKind` is a [`Plugin`] made of the same steps.
 
-use super::common::{
-    check_iface_state, config_ifname, configure_iface, configured_mtu, delete_container_link,
-    ensure_ifname_free, find_container_link, ipam_add, ipam_if_configured, ipam_rollback_on_error,
-    open_netns, with_configured_dns, OwnLink,
-};
 use crate::cni::{CniResult, Code, Command, Error, Plugin, Request};
 use crate::netlink::{Link, NetNs, Netlink};
+use crate::plugins::conf_keys::{config_ifname, configured_mtu, with_configured_dns};
+use crate::plugins::ipam_delegation::{ipam_add, ipam_if_configured, ipam_rollback_on_error};
+use crate::plugins::pod_interface::{
+    check_iface_state, configure_iface, ensure_ifname_free, find_container_link,
+};
+use crate::plugins::pod_netns::{delete_container_link, open_netns, OwnLink};
 use serde::de::DeserializeOwned;
 use serde::Deserialize;
 use std::fmt::Debug;

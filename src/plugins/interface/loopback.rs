@@ -2,9 +2,9 @@
 //! call it for every pod with `CNI_IFNAME=lo`; whatever ifname is given, only
 //! `lo` is touched, as in the reference plugin.
 
-use super::container::{is_own_netns, netns_for_del, open_netns};
 use crate::cni::{CniResult, Code, Error, Interface, IpConfig, Plugin, Request};
 use crate::netlink::{Link, Netlink};
+use crate::plugins::pod_netns::{is_own_netns, netns_for_del, open_netns};
 use ipnet::IpNet;
 
 pub struct Loopback;

@@ -1,6 +1,5 @@
 //! portmap's firewall requests for ADD, DEL and GC, with a recording backend.
 
-use super::firewall_backend::{test_request, FirewallBackend};
 use super::portmap::Portmap;
 use crate::cni::Command;
 use crate::cni::Plugin;
@@ -8,6 +7,7 @@ use crate::firewall::conntrack::{self, UdpPort};
 use crate::firewall::portmap::{Op, Spec};
 use crate::firewall::Attachment;
 use crate::firewall::{Del, Gc, Recording, Request};
+use crate::plugins::firewall_backend::{test_request, FirewallBackend};
 use ipnet::IpNet;
 use serde_json::json;
 use std::sync::Arc;

@@ -3,13 +3,13 @@
 //! `prevResult`; the result is `prevResult` unchanged. The nftables side
 //! (maps, masquerade, ownership tags) is in `firewall::portmap`.
 
-use super::firewall_backend::{FirewallBackend, FirewallConf};
 use super::portmap_marker;
 use crate::cni::{CniResult, Code, Error, Plugin, Request};
 use crate::firewall::conntrack::{self, UdpPort};
 use crate::firewall::portmap::{Mapping, Masquerade, Op, Proto, Spec};
 use crate::firewall::{Del, Firewall, Gc};
 use crate::netlink::{sysctl, Netlink};
+use crate::plugins::firewall_backend::{FirewallBackend, FirewallConf};
 use ipnet::IpNet;
 use serde::Deserialize;
 use serde_json::Value;
@@ -100,7 +100,7 @@ impl Conf {
     /// DEL with a configuration `load` refuses: DEL only needs the daemon.
     fn del_fallback(req: &Request) -> Conf {
         Conf {
-            daemon_socket: super::common::daemon_socket_of(req),
+            daemon_socket: crate::plugins::conf_keys::daemon_socket_of(req),
             ..Conf::default()
         }
     }

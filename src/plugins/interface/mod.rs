@@ -1,0 +1,10 @@
+//! Interface plugins: each makes the pod's interface and addresses it from IPAM.
+
+pub mod bridge;
+pub mod ipvlan;
+pub mod loopback;
+pub mod macvlan;
+
+mod child;
+#[cfg(test)]
+mod child_tests;

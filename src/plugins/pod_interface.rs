@@ -1,0 +1,192 @@
+//! The pod's side of an attachment: its interface addressed and routed from an
+//! IPAM result (IPv6 only where there is IPv6 to carry), CHECK's read-back of
+//! it, and the host veth's name.
+
+use super::pod_netns::open_netns;
+use crate::cni::{CniResult, Code, Error, Request};
+use crate::netlink::{random_bytes, sysctl, Link, NetNs, Netlink, Route as KernelRoute};
+use ipnet::IpNet;
+use std::net::IpAddr;
+
+/// The kernel's "main" routing table; routes with no table land there.
+const MAIN_TABLE: u32 = 254;
+
+/// `veth` + 8 random hex digits, like the reference (fits IFNAMSIZ).
+pub fn random_veth_name() -> String {
+    format!("veth{:08x}", u32::from_be_bytes(random_bytes()))
+}
+
+/// Fill in gateway-less default routes and address the container interface:
+/// addresses, link up, then routes (gateway-less routes use the family's gateway).
+pub fn configure_iface(
+    ns: &NetNs,
+    nl: &mut Netlink,
+    index: u32,
+    ifname: &str,
+    result: &CniResult,
+    enable_dad: bool,
+) -> Result<(), Error> {
+    // An IPv6 route (say ::/0 from IPAM's routes on an IPv4-only range) needs
+    // IPv6 on the interface even without an IPv6 address of its own.
+    let has_v6 = result.ips.iter().any(|ip| ip.address.addr().is_ipv6())
+        || result.routes.iter().any(|r| r.dst.addr().is_ipv6());
+    if has_v6 {
+        ns.run(|| prepare_ipv6(ifname, enable_dad))??;
+    } else {
+        ns.run(|| without_ipv6(ifname))??;
+    }
+    for ip in &result.ips {
+        nl.add_address(index, ip.address)?;
+    }
+    nl.set_up(index)?;
+    for route in &result.routes {
+        let gw = route
+            .gw
+            .or_else(|| family_gateway(result, route.dst.addr()));
+        nl.add_route(&kernel_route(route, gw, index))?;
+    }
+    Ok(())
+}
+
+fn prepare_ipv6(ifname: &str, enable_dad: bool) -> Result<(), Error> {
+    // DAD delays a fresh address by a second or more; IPAM already made it unique.
+    let dad = if enable_dad { "1" } else { "0" };
+    sysctl::set(&format!("net/ipv6/conf/{ifname}/accept_dad"), dad)?;
+    sysctl::set(&format!("net/ipv6/conf/{ifname}/disable_ipv6"), "0")?;
+    Ok(())
+}
+
+/// An interface with no IPv6 address or route to carry gets no IPv6 at all (set
+/// before it goes up): otherwise its link-local address's DAD, router and
+/// MLD solicitations are multicast, which a bridge floods to every port and
+/// every pod then handles — a cost of each new pod that grows with the pods
+/// already there. A kernel without IPv6 has nothing to turn off.
+pub fn without_ipv6(ifname: &str) -> Result<(), Error> {
+    match sysctl::set(&format!("net/ipv6/conf/{ifname}/disable_ipv6"), "1") {
+        Err(e) if e.is_not_found() => Ok(()),
+        other => Ok(other?),
+    }
+}
+
+fn family_gateway(result: &CniResult, like: IpAddr) -> Option<IpAddr> {
+    result
+        .ips
+        .iter()
+        .filter_map(|ip| ip.gateway)
+        .find(|gw| gw.is_ipv4() == like.is_ipv4())
+}
+
+fn kernel_route(route: &crate::cni::Route, gw: Option<IpAddr>, oif: u32) -> KernelRoute {
+    KernelRoute {
+        dst: route.dst.trunc(),
+        gateway: gw,
+        oif: Some(oif),
+        mtu: route.mtu,
+        advmss: route.advmss,
+        priority: route.priority,
+        table: route.table,
+        scope: route.scope,
+    }
+}
+
+/// CHECK: every address of `result` that belongs to interface `iface_pos` is
+/// on the link, and every route is in the table.
+pub fn check_iface_state(
+    nl: &mut Netlink,
+    index: u32,
+    ifname: &str,
+    iface_pos: usize,
+    result: &CniResult,
+) -> Result<(), Error> {
+    let present = nl.addresses(index)?;
+    for ip in result
+        .ips
+        .iter()
+        .filter(|ip| ip.interface.is_none_or(|i| i == iface_pos))
+    {
+        if !present.contains(&ip.address) {
+            return Err(Error::check_failed(format_args!(
+                "{ifname} lacks address {} (has {})",
+                ip.address,
+                list(&present)
+            )));
+        }
+    }
+    let routes = nl.routes()?;
+    // `routes()` dumps the main table; routes for other tables are not verified.
+    for want in result
+        .routes
+        .iter()
+        .filter(|r| r.table.is_none_or(|t| t == MAIN_TABLE))
+    {
+        let gw = want.gw.or_else(|| family_gateway(result, want.dst.addr()));
+        let found = routes
+            .iter()
+            .any(|r| r.dst == want.dst.trunc() && r.gateway == gw);
+        if !found {
+            return Err(Error::check_failed(format_args!(
+                "route to {}{} is missing in the container",
+                want.dst,
+                gw.map(|g| format!(" via {g}")).unwrap_or_default()
+            )));
+        }
+    }
+    Ok(())
+}
+
+fn list(nets: &[IpNet]) -> String {
+    if nets.is_empty() {
+        return "none".into();
+    }
+    nets.iter()
+        .map(ToString::to_string)
+        .collect::<Vec<_>>()
+        .join(", ")
+}
+
+/// The first interface of `result` named `ifname` inside `netns`.
+pub fn container_iface_pos(result: &CniResult, ifname: &str, netns: &str) -> Option<usize> {
+    result
+        .interfaces
+        .iter()
+        .position(|i| i.name == ifname && i.sandbox == netns)
+}
+
+/// Refuse ADD when the interface name is taken (spec), with a message naming both.
+pub fn ensure_ifname_free(nl: &mut Netlink, ifname: &str, netns: &str) -> Result<(), Error> {
+    if nl.link_by_name(ifname)?.is_some() {
+        return Err(Error::new(
+            Code::InterfaceExists,
+            format!("interface {ifname} already exists in netns {netns}"),
+        ));
+    }
+    Ok(())
+}
+
+/// CHECK's view of the container interface: where prevResult lists it, and
+/// the link as it is in the netns (with a socket there for further reads).
+pub struct ContainerLink {
+    pub pos: usize,
+    pub nl: Netlink,
+    pub link: Link,
+}
+
+pub fn find_container_link(req: &Request, prev: &CniResult) -> Result<ContainerLink, Error> {
+    let pos = container_iface_pos(prev, req.ifname(), req.netns()).ok_or_else(|| {
+        Error::invalid_config(format!(
+            "CHECK: prevResult has no interface {} in {}",
+            req.ifname(),
+            req.netns()
+        ))
+    })?;
+    let ns = open_netns(req.netns())?;
+    let mut nl = Netlink::open_in(&ns)?;
+    let link = nl.link_by_name(req.ifname())?.ok_or_else(|| {
+        Error::check_failed(format_args!(
+            "interface {} is missing in {}",
+            req.ifname(),
+            req.netns()
+        ))
+    })?;
+    Ok(ContainerLink { pos, nl, link })
+}
