@@ -23,7 +23,7 @@ use interface::{bridge, ipvlan, loopback, macvlan};
 use ipam::host_local;
 use meta::{bandwidth, firewall, portmap, tuning};
 /// Names a symlink (argv[0]) or `cnikit <name>` may use.
-pub const NAMES: [&str; 10] = [
+pub const NAMES: &[&str] = &[
     "bridge",
     "macvlan",
     "ipvlan",
