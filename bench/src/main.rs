@@ -2,7 +2,7 @@
 //! detach pods (create netns → ADD the list → DEL → delete netns) through the
 //! same runtime code as `cnikit net`, for cnikit, the reference plugins and
 //! the kernel floor, interleaved. Runs inside its own network and mount
-//! namespaces; see README "Benchmark". `cnikit-bench soak` is the long run
+//! namespaces; see docs/performance.md. `cnikit-bench soak` is the long run
 //! with daemon restarts and leak checks (soak/).
 
 mod churn;

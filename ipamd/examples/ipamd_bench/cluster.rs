@@ -1,4 +1,4 @@
-//! `--cluster`: cluster pools measured with a real etcd (the README's "Cluster pools on
+//! `--cluster`: cluster pools measured with a real etcd (docs/cluster-pools.md's "Cluster pools on
 //! etcd" targets).
 //!
 //! One etcd member (`--etcd`, Debian's by default) and three `cnikit ipamd daemon` nodes are
