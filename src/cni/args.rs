@@ -5,10 +5,11 @@
 use super::env::Command;
 use super::error::{Code, Error};
 
-/// Keys any cnikit plugin understands. Interface plugins pass `IP` on to IPAM,
-/// so they accept it too (the reference bridge would reject it without
-/// IgnoreUnknown, a common stumbling block).
-pub const KNOWN_KEYS: &[&str] = &["IgnoreUnknown", "IP", "MAC"];
+/// Keys any cnikit plugin understands. Interface plugins pass `IP` (and static's
+/// `GATEWAY`, which goes with it) on to IPAM, so they accept them too (the reference
+/// bridge would reject them without IgnoreUnknown, a common stumbling block); one list
+/// for every strict plugin, so host-local and ipamd take `GATEWAY` and ignore it.
+pub const KNOWN_KEYS: &[&str] = &["IgnoreUnknown", "IP", "MAC", "GATEWAY"];
 
 #[derive(Debug, Clone, Default, PartialEq, Eq)]
 pub struct CniArgs {
@@ -114,6 +115,14 @@ mod tests {
         assert!(e.msg.contains("K8S_POD_NAME"));
         assert!(CniArgs::parse("IgnoreUnknown=1;K8S_POD_NAME=x").is_ok());
         assert!(CniArgs::parse("IgnoreUnknown=true;K8S_POD_NAME=x").is_ok());
+    }
+
+    /// static's pair, `IP=a/24,b/24;GATEWAY=g`, passes every strict plugin on the way to it.
+    #[test]
+    fn static_gateway_is_known() {
+        let a = CniArgs::parse("IP=10.10.0.1/24,11.11.0.1/24;GATEWAY=10.10.0.254").unwrap();
+        assert_eq!(a.get("GATEWAY"), Some("10.10.0.254"));
+        assert_eq!(CniArgs::parse("Gateway=10.10.0.254").unwrap_err().code, 4);
     }
 
     #[test]

@@ -20,6 +20,7 @@ use serde_json::{Map, Value};
 /// Go's matching; `tests::*_fields_are_known` in each plugin guard that.
 pub const KEYS: &[&str] = &[
     "address",
+    "addresses",
     "advmss",
     "aliases",
     "allmulti",

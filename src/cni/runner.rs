@@ -115,8 +115,8 @@ pub trait Plugin: Sync {
 
     /// Whether the plugin holds `CNI_ARGS` to the keys it knows on ADD and CHECK
     /// (unless `IgnoreUnknown`), as the reference plugins that decode them do
-    /// (bridge, macvlan, tuning, host-local). Those that never read them
-    /// (loopback, ipvlan, portmap, firewall, bandwidth) take anything, since
+    /// (bridge, macvlan, tuning, host-local, static). Those that never read them
+    /// (loopback, ipvlan, dummy, portmap, firewall, bandwidth) take anything, since
     /// runtimes send them `K8S_POD_NAME=…` without `IgnoreUnknown`.
     fn reads_cni_args(&self) -> bool {
         false

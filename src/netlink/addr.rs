@@ -48,11 +48,48 @@ fn decode_address(payload: &[u8], index: u32) -> Option<IpNet> {
 
 /// IFA_FLAGS (32 bit) supersedes the 8 bit header flags when present.
 fn is_permanent(header: &AddressHeader, attrs: &[AddressAttribute]) -> bool {
+    has_flag(
+        header,
+        attrs,
+        AddressFlags::Permanent,
+        AddressHeaderFlags::Permanent,
+    )
+}
+
+fn has_flag(
+    header: &AddressHeader,
+    attrs: &[AddressAttribute],
+    flag: AddressFlags,
+    header_flag: AddressHeaderFlags,
+) -> bool {
     let extended = attrs.iter().find_map(|a| match a {
-        AddressAttribute::Flags(flags) => Some(flags.contains(AddressFlags::Permanent)),
+        AddressAttribute::Flags(flags) => Some(flags.contains(flag)),
         _ => None,
     });
-    extended.unwrap_or(header.flags.contains(AddressHeaderFlags::Permanent))
+    extended.unwrap_or(header.flags.contains(header_flag))
+}
+
+/// Whether one RTM_NEWADDR is a tentative address of `index` (IPv6 before
+/// its DAD has run, even when DAD is off: the kernel clears it from a work
+/// queue after the link is up).
+fn is_tentative(payload: &[u8], index: u32) -> bool {
+    let Ok(header) = AddressHeader::parse(payload) else {
+        return false;
+    };
+    let attrs: Vec<AddressAttribute> = match payload.get(ADDR_HEADER_LEN..) {
+        Some(rest) => NlasIterator::new(rest)
+            .filter_map(|nla| nla.ok())
+            .filter_map(|nla| AddressAttribute::parse(&nla).ok())
+            .collect(),
+        None => return false,
+    };
+    header.index == index
+        && has_flag(
+            &header,
+            &attrs,
+            AddressFlags::Tentative,
+            AddressHeaderFlags::Tentative,
+        )
 }
 
 fn address_message(index: u32, addr: IpNet) -> AddressMessage {
@@ -90,6 +127,22 @@ impl Netlink {
             .filter(|r| r.kind == RTM_NEWADDR)
             .filter_map(|r| decode_address(&r.payload, index))
             .collect())
+    }
+
+    /// Whether link `index` has an address still tentative (IPv6): the
+    /// kernel refuses it as a route's preferred source until it is not.
+    pub fn has_tentative_address(&mut self, index: u32) -> Result<bool> {
+        let mut msg = AddressMessage::default();
+        msg.header.family = AddressFamily::Inet6;
+        let replies = self
+            .request(RouteNetlinkMessage::GetAddress(msg), NLM_F_DUMP)
+            .map_err(|f| {
+                let link = self.describe(index);
+                f.context(&format!("list addresses of {link}"))
+            })?;
+        Ok(replies
+            .iter()
+            .any(|r| r.kind == RTM_NEWADDR && is_tentative(&r.payload, index)))
     }
 
     /// Adds `addr` (e.g. 10.22.0.5/16) to link `index`; already present is Ok.

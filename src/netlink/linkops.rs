@@ -384,6 +384,15 @@ impl Netlink {
             })
     }
 
+    /// Names link `index`'s owner in its alias and brings it up, in one
+    /// request (the kernel ignores an alias in a create request).
+    pub fn set_up_with_alias(&mut self, index: u32, alias: &str) -> Result<()> {
+        let mut msg = link_message(index, vec![LinkAttribute::IfAlias(alias.to_string())]);
+        msg.header.change_mask = LinkFlags::Up;
+        msg.header.flags = LinkFlags::Up;
+        self.send_setlink(index, msg, "up with alias")
+    }
+
     /// Deletes the link (for a veth, both ends). ENODEV is `ErrorKind::NotFound`.
     pub fn delete_link(&mut self, index: u32) -> Result<()> {
         let msg = RouteNetlinkMessage::DelLink(link_message(index, vec![]));

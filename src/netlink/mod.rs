@@ -16,8 +16,8 @@
 //! - `socket.rs`: the socket, generic over the [`Family`]: sequence numbers,
 //!   send, receive until the exchange's last answer; I/O only.
 //! - `netfilter.rs`: the netfilter family and its nftables batches.
-//! - `linkops.rs`, `linkattr.rs`, `bridge.rs`, `addr.rs`, `route.rs`: the typed rtnetlink
-//!   operations, as `impl Netlink` blocks; `link.rs` their value types.
+//! - `linkops.rs`, `linkattr.rs`, `bridge.rs`, `dummy.rs`, `addr.rs`, `route.rs`: the
+//!   typed rtnetlink operations, as `impl Netlink` blocks; `link.rs` their value types.
 //! - `error.rs`: [`Error`] with one errno table for all of the above.
 //! - `netns.rs`: [`NetNs`] (open, run a closure inside, the current one's id).
 //! - `sysctl.rs`: `net/ipv4/ip_forward` style keys of the current netns.
@@ -29,6 +29,7 @@
 
 mod addr;
 mod bridge;
+mod dummy;
 mod error;
 mod fault;
 mod frame;

@@ -26,6 +26,8 @@ pub struct Route {
     pub table: Option<u32>,
     /// RT_SCOPE_* (0 universe, 253 link, 254 host); None = kernel default for the route.
     pub scope: Option<u8>,
+    /// RTA_PREFSRC: the source address the kernel picks for what the route carries.
+    pub prefsrc: Option<IpAddr>,
 }
 
 /// sizeof(struct rtmsg)
@@ -45,6 +47,7 @@ impl Route {
             priority: None,
             table: None,
             scope: None,
+            prefsrc: None,
         }
     }
 
@@ -81,6 +84,10 @@ impl Route {
         }
         if let Some(oif) = self.oif {
             msg.attributes.push(RouteAttribute::Oif(oif));
+        }
+        if let Some(src) = self.prefsrc {
+            msg.attributes
+                .push(RouteAttribute::PrefSource(RouteAddress::from(src)));
         }
         if let Some(priority) = self.priority {
             msg.attributes.push(RouteAttribute::Priority(priority));
@@ -129,6 +136,7 @@ impl Route {
             }
             RouteAttribute::Gateway(addr) => self.gateway = to_ip(addr),
             RouteAttribute::Oif(oif) => self.oif = Some(*oif),
+            RouteAttribute::PrefSource(addr) => self.prefsrc = to_ip(addr),
             RouteAttribute::Priority(p) => self.priority = Some(*p),
             RouteAttribute::Table(t) => *table = *t,
             RouteAttribute::Metrics(metrics) => {
@@ -154,6 +162,9 @@ impl fmt::Display for Route {
         }
         if let Some(oif) = self.oif {
             write!(f, " dev index {oif}")?;
+        }
+        if let Some(src) = self.prefsrc {
+            write!(f, " src {src}")?;
         }
         if let Some(p) = self.priority {
             write!(f, " metric {p}")?;
@@ -228,7 +239,6 @@ impl Netlink {
         }
     }
 
-    #[cfg(test)]
     /// Deletes the route matching dst/gateway/oif/priority/table (scope
     /// "nowhere" matches any scope unless given). Missing is `ErrorKind::NotFound`.
     pub fn del_route(&mut self, route: &Route) -> Result<()> {

@@ -43,3 +43,18 @@ pub fn get(key: &str) -> Result<String> {
         .map(|s| s.trim().to_string())
         .map_err(|e| Error::io(&format!("read sysctl {key}"), &e))
 }
+
+/// Turns on forwarding of one family in this thread's netns (as the reference's
+/// `ip.EnableForward`), writing only when it is off: the write takes the RTNL lock,
+/// and on a node that forwards already it would be paid for every pod.
+pub fn enable_forwarding(ipv4: bool) -> Result<()> {
+    let key = if ipv4 {
+        "net/ipv4/ip_forward"
+    } else {
+        "net/ipv6/conf/all/forwarding"
+    };
+    if get(key).ok().as_deref() == Some("1") {
+        return Ok(());
+    }
+    set(key, "1")
+}

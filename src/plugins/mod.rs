@@ -13,14 +13,15 @@ mod conf_keys;
 mod firewall_backend;
 mod ipam_delegation;
 mod link_owner;
+mod masquerade;
 mod pod_interface;
 mod pod_netns;
 mod safe_dir;
 
 use crate::cni::Plugin;
 use firewall_backend::FirewallBackend;
-use interface::{bridge, ipvlan, loopback, macvlan};
-use ipam::host_local;
+use interface::{bridge, dummy, ipvlan, loopback, macvlan};
+use ipam::{host_local, static_ipam};
 use meta::{bandwidth, firewall, portmap, tuning};
 /// Names a symlink (argv[0]) or `cnikit <name>` may use.
 pub const NAMES: &[&str] = &[
@@ -34,6 +35,9 @@ pub const NAMES: &[&str] = &[
     "tuning",
     "bandwidth",
     "firewall",
+    "static",
+    "dummy",
+    "ptp",
 ];
 
 static BRIDGE: bridge::Bridge = bridge::Bridge {
@@ -58,6 +62,9 @@ pub fn by_name(name: &str) -> Option<&'static dyn Plugin> {
         "host-local" => &host_local::HostLocal::PLUGIN,
         "tuning" => &tuning::Tuning,
         "firewall" => &FIREWALL,
+        "static" => &static_ipam::Static,
+        "dummy" => &dummy::Dummy,
+        "ptp" => &interface::ptp::Ptp::PLUGIN,
         _ => return None,
     })
 }

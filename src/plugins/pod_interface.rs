@@ -26,6 +26,20 @@ pub fn configure_iface(
     result: &CniResult,
     enable_dad: bool,
 ) -> Result<(), Error> {
+    address_iface(ns, nl, index, ifname, result, enable_dad)?;
+    route_iface(nl, index, result)
+}
+
+/// The first half of [`configure_iface`]: IPv6 made ready (or turned off),
+/// the addresses, the link up.
+pub fn address_iface(
+    ns: &NetNs,
+    nl: &mut Netlink,
+    index: u32,
+    ifname: &str,
+    result: &CniResult,
+    enable_dad: bool,
+) -> Result<(), Error> {
     // An IPv6 route (say ::/0 from IPAM's routes on an IPv4-only range) needs
     // IPv6 on the interface even without an IPv6 address of its own.
     let has_v6 = result.ips.iter().any(|ip| ip.address.addr().is_ipv6())
@@ -39,6 +53,12 @@ pub fn configure_iface(
         nl.add_address(index, ip.address)?;
     }
     nl.set_up(index)?;
+    Ok(())
+}
+
+/// The second half of [`configure_iface`]: `result`'s routes through link
+/// `index`, a gateway-less one via its family's gateway.
+pub fn route_iface(nl: &mut Netlink, index: u32, result: &CniResult) -> Result<(), Error> {
     for route in &result.routes {
         let gw = route
             .gw
@@ -86,6 +106,7 @@ fn kernel_route(route: &crate::cni::Route, gw: Option<IpAddr>, oif: u32) -> Kern
         priority: route.priority,
         table: route.table,
         scope: route.scope,
+        prefsrc: None,
     }
 }
 
@@ -130,6 +151,30 @@ pub fn check_iface_state(
                 gw.map(|g| format!(" via {g}")).unwrap_or_default()
             )));
         }
+    }
+    Ok(())
+}
+
+/// CHECK: `link` is of `kind` ("veth", "bridge", …).
+pub fn expect_kind(link: &Link, kind: &str) -> Result<(), Error> {
+    if link.kind.as_deref() != Some(kind) {
+        return Err(Error::check_failed(format_args!(
+            "{} is a {}, expected a {kind}",
+            link.name,
+            link.kind.as_deref().unwrap_or("device without kind")
+        )));
+    }
+    Ok(())
+}
+
+/// CHECK: `link` has the MAC a prevResult lists (none listed: any).
+pub fn expect_mac(link: &Link, want: &str) -> Result<(), Error> {
+    if !want.is_empty() && link.mac.as_deref() != Some(&want.to_ascii_lowercase()) {
+        return Err(Error::check_failed(format_args!(
+            "{} has MAC {}, prevResult says {want}",
+            link.name,
+            link.mac.as_deref().unwrap_or("none")
+        )));
     }
     Ok(())
 }

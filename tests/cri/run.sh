@@ -261,6 +261,28 @@ jq '.plugins[0].ipam.type = "host-local"' "$WORK/confs/cri.conflist" > "$WORK/co
 jq 'if .cniVersion == "1.1.0" then .cniVersion = "1.0.0" else . end' \
   "$ROOT/contrib/examples/10-pods.conflist" > "$WORK/confs/pods.conflist"
 POD_NAME=$(jq -r .name "$WORK/confs/pods.conflist")
+# kind's own list, as kindnetd writes it on every kind node (its pod CIDR and eth0's MTU
+# filled in): ptp + host-local + portmap
+cat > "$WORK/confs/kind.conflist" << 'EOF'
+{
+  "cniVersion": "0.3.1",
+  "name": "kindnet",
+  "plugins": [
+    {
+      "type": "ptp",
+      "ipMasq": false,
+      "ipam": {
+        "type": "host-local",
+        "dataDir": "/run/cni-ipam-state",
+        "routes": [{"dst": "0.0.0.0/0"}],
+        "ranges": [[{"subnet": "10.244.0.0/24"}]]
+      },
+      "mtu": 1500
+    },
+    {"type": "portmap", "capabilities": {"portMappings": true}}
+  ]
+}
+EOF
 
 COMMON=(--socket "$SOCK" --image "$TAG" --cgroup-parent "$CGROUP_PARENT" --node-ip "$NODE_IP"
         --log-dir "$WORK/ctd/logs" --cnikit "$WORK/bin/cnikit")
@@ -302,6 +324,8 @@ for mode in inproc daemon; do
   # the dual-stack example conflist itself (with cniVersion 1.0.0 if it says 1.1.0)
   use_conflist "$WORK/confs/pods.conflist" "$POD_NAME"
   "$SUITE" dualstack "${COMMON[@]}" --mode "$mode" --network "$POD_NAME" | tee -a "$WORK/results.txt" || true
+  use_conflist "$WORK/confs/kind.conflist" kindnet
+  "$SUITE" kind "${COMMON[@]}" --mode "$mode" --network kindnet | tee -a "$WORK/results.txt" || true
   [ $mode = daemon ] && stop_daemon
 done
 stop_containerd

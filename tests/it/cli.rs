@@ -241,7 +241,7 @@ fn no_cni_command_prints_help() {
     }
     let o = Call::cnikit(&[]).run();
     o.ok();
-    assert_mentions("cnikit help", &o.stdout, &PLUGINS);
+    assert_mentions("cnikit help", &o.stdout, PLUGINS);
     assert_mentions("cnikit help", &o.stdout, &ALL_VERSIONS);
     // Any other argv[0] prints the help too.
     let other = env.tmp.join("not-a-plugin");

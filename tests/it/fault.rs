@@ -71,9 +71,15 @@ impl<'e> Walk<'e> {
     }
 
     /// Nothing of container `id` is left: only lo in the netns, no lease, no
-    /// nft element, no portmap marker, no port on the bridge.
+    /// nft element, no portmap marker, no port on the bridge, no host link
+    /// whose alias names the attachment.
     fn assert_clean(&self, id: &str, what: &str) {
         assert_only_lo(&self.ns, what);
+        let (_, host_links, _) = sh("ip", &["-d", "link", "show"]);
+        assert!(
+            !host_links.contains(id),
+            "{what}: a host link names {id}: {host_links}"
+        );
         assert_eq!(
             self.env.lease_count(&self.ipam, self.network),
             0,
@@ -200,6 +206,63 @@ fn every_failure_point_of_a_macvlan_add_leaves_nothing() {
     let points = FAULTS.map(|fault| walk.every(fault, &id, &steps));
     eprintln!("macvlan ADD: {points:?} failure points ({FAULTS:?}), each failed once");
     assert!(points[0] > 3 && points[1] > 0, "{points:?}");
+}
+
+/// ptp with ipMasq over in-process ipamd (dual stack): every kernel send and
+/// every lease write and fsync of its ADD fails once, and leaves no veth (the
+/// host end is found by its alias), lease or masquerade entry.
+#[test]
+fn every_failure_point_of_a_ptp_add_leaves_nothing() {
+    let env = TestEnv::new("fault_ptp");
+    let ipam = env.ipam(Ipam::Ipamd, env.subnets().dual_ranges());
+    let conf = json!({
+        "cniVersion": "1.0.0", "name": "faultptp", "type": "ptp", "ipMasq": true, "ipam": ipam,
+    });
+    let walk = Walk::new(&env, "faultptp", ipam, None);
+    let steps = Steps::alone("ptp", &conf);
+    let id = cid("fault-ptp");
+    let points = FAULTS.map(|fault| walk.every(fault, &id, &steps));
+    eprintln!("ptp ADD: {points:?} failure points ({FAULTS:?}), each failed once");
+    assert!(points[0] > 10 && points[1] > 0, "{points:?}");
+}
+
+/// dummy over in-process ipamd (dual stack): every kernel send and every lease write and
+/// fsync of its ADD fails once. On a kernel without dummy links (the CI machine's) the ADD
+/// ends in code 101 instead of a result: the walk then covers the sends before the create,
+/// and the store is never reached (no lease is taken before the link exists).
+#[test]
+fn every_failure_point_of_a_dummy_add_leaves_nothing() {
+    let env = TestEnv::new("fault_dummy");
+    let probe = env.link_name("fdp");
+    let has_dummy = sh("ip", &["link", "add", &probe, "type", "dummy"]).0;
+    let ipam = env.ipam(Ipam::Ipamd, env.subnets().dual_ranges());
+    let conf = json!({"cniVersion": "1.0.0", "name": "faultdm", "type": "dummy", "ipam": ipam});
+    let walk = Walk::new(&env, "faultdm", ipam, None);
+    let steps = Steps::alone("dummy", &conf);
+    let id = cid("fault-dm");
+    if has_dummy {
+        let points = FAULTS.map(|fault| walk.every(fault, &id, &steps));
+        eprintln!("dummy ADD: {points:?} failure points ({FAULTS:?}), each failed once");
+        assert!(points[0] > 3 && points[1] > 0, "{points:?}");
+        return;
+    }
+    for n in 1..MAX_SENDS {
+        let what = format!("dummy ADD failing at CNIKIT_FAULT_NETLINK={n}");
+        let out = walk
+            .call("dummy", "ADD", &id, &conf)
+            .env("CNIKIT_FAULT_NETLINK", &n.to_string())
+            .run();
+        let e = out.err();
+        walk.call("dummy", "DEL", &id, &conf).run().ok_silent();
+        walk.assert_clean(&id, &what);
+        if !e.msg.contains("injected failure") {
+            assert_eq!(e.code, 101, "{what}: {e:?}");
+            eprintln!("dummy ADD without kernel support: {} failure points", n - 1);
+            assert!(n > 2, "{n}");
+            return;
+        }
+    }
+    panic!("dummy ADD still failing after {MAX_SENDS} injected failures");
 }
 
 /// bridge over host-local (in-process, dual stack): every kernel send and every lease

@@ -127,8 +127,8 @@ fn batch_applies_whole_or_not_at_all() {
 // ------------------------------------------------------------------ ipMasq
 
 /// An "outside" netns on a veth link from the host: host end .1, outside .2
-/// (both families), no route back to container subnets.
-fn outside(env: &TestEnv) -> (Netns, Subnets) {
+/// (both families), no route back to container subnets (also ptp's ipMasq test).
+pub(crate) fn outside(env: &TestEnv) -> (Netns, Subnets) {
     let o = env.netns();
     let link = env.subnets();
     let (host_end, far_end) = env.veth_pair();

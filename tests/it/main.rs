@@ -27,6 +27,7 @@ mod bridge;
 mod cli;
 mod cluster;
 mod doctor;
+mod dummy;
 #[cfg(feature = "fault-injection")]
 mod fault;
 mod firewall;
@@ -43,7 +44,9 @@ mod loopback;
 mod macvlan;
 mod portmap;
 mod protocol;
+mod ptp;
 mod runtime;
 mod runtime_input;
 mod security;
+mod static_ipam;
 mod tuning;

@@ -396,6 +396,70 @@ t "$V: GC with no valid attachments" cni GC "" "" "" /tmp/gc.json
 t "$V: ... frees i2's lease" no_lease 10.70.0.77
 t "$V: STATUS" cni STATUS "" "" "" /tmp/ipam.json
 
+# ------------------------------------------------------------------ dummy, with ipamd and with static
+# The pod's eth0 is a dummy link (next to the host's own eth0, a dummy as well); addresses are
+# read back with `ip -j`. This kernel has dummy links (the CI machine's has not: ADD is 101 there).
+# ipj_addrs NETNS DEV: "addr/prefix" of DEV's global addresses, sorted, space separated
+ipj_addrs() {
+  ip -n "$1" -j addr show dev "$2" | tr -d ' \n' | grep -o '"local":"[^"]*","prefixlen":[0-9]*' \
+    | sed 's/"local":"\([^"]*\)","prefixlen":\([0-9]*\)/\1\/\2/' | grep -v '^fe80' | sort | tr '\n' ' ' | sed 's/ $//'
+}
+# res_addrs RESULT: the same for a result file
+res_addrs() { tr -d ' \n' < "$1" | grep -o '"address":"[^"]*"' | cut -d'"' -f4 | sort | tr '\n' ' ' | sed 's/ $//'; }
+dn=0  # not $n: nsreset uses that
+for v in 1.1.0 0.4.0; do
+  dn=$((dn + 1))
+  V="dummy + ipamd $v"
+  cat > /tmp/dm.json << EOF
+{"cniVersion":"$v","name":"dm-$dn","type":"dummy","ipam":{"type":"ipamd","dataDir":"$IPAM_DIR","ranges":[[{"subnet":"10.85.$dn.0/24"}],[{"subnet":"fd85:$dn::/64"}]],"routes":[{"dst":"0.0.0.0/0"}]}}
+EOF
+  nsreset dm dm2
+  RD=/tmp/res-dm-$dn-eth0.json
+  [ $v = 1.1.0 ] && t "$V: STATUS (the kernel has dummy links)" cni STATUS "" "" "" /tmp/dm.json
+  t "$V: ADD" cni ADD dm-$dn /run/netns/dm eth0 /tmp/dm.json
+  t "$V: result shape" shape_ok $RD $v
+  t "$V: result interface eth0 in the sandbox" has $RD "\"interfaces\":\[{\"name\":\"eth0\",\"mac\":\"[0-9a-f:]*\",\"sandbox\":\"/run/netns/dm\"}"
+  t "$V: kernel: eth0 is a dummy, up" sh -c "/sbin/ip -n dm -d link show eth0 | grep -qw dummy && /sbin/ip -n dm link show eth0 | grep -qE '[<,]UP[,>]'"
+  teq "$V: ip -j: eth0 has exactly the result's addresses" "$(res_addrs $RD)" "$(ipj_addrs dm eth0)"
+  t "$V: result MAC is the kernel's" sh -c "/sbin/ip -n dm link show eth0 | grep -q \"link/ether \$(tr -d ' \n' < $RD | grep -o '\"mac\":\"[^\"]*\"' | head -1 | cut -d'\"' -f4) \""
+  t "$V: default route via 10.85.$dn.1" sh -c "/sbin/ip -n dm route show default | grep -q 'via 10.85.$dn.1 dev eth0'"
+  A=$(addr_of $RD)
+  t "$V: lease held for $A" lease_held "${A%/*}"
+  t "$V: CHECK" chk dm-$dn /run/netns/dm eth0 /tmp/dm.json
+  ip -n dm addr del "$A" dev eth0
+  tn "$V: CHECK fails once an address is gone" chk dm-$dn /run/netns/dm eth0 /tmp/dm.json
+  t "$V: DEL" del dm-$dn /run/netns/dm eth0 /tmp/dm.json
+  t "$V: eth0 gone, leases released" sh -c "! /sbin/ip -n dm link show eth0 > /dev/null 2>&1 && ! /cni/cnikit ipamd leases --data-dir $IPAM_DIR --json | grep -q '10.85.$dn.'"
+  t "$V: DEL again" del dm-$dn /run/netns/dm eth0 /tmp/dm.json
+  t "$V: ADD in a second pod" cni ADD dm2-$dn /run/netns/dm2 eth0 /tmp/dm.json
+  ip netns del dm2
+  t "$V: DEL with the netns gone" del dm2-$dn /run/netns/dm2 eth0 /tmp/dm.json
+  t "$V: ... released the leases" sh -c "! /cni/cnikit ipamd leases --data-dir $IPAM_DIR --json | grep -q '10.85.$dn.'"
+  ip netns del dm
+done
+V="dummy + static"
+cat > /tmp/dms.json << 'EOF'
+{"cniVersion":"1.1.0","name":"dms","type":"dummy","ipam":{"type":"static","addresses":[{"address":"10.86.0.5/24","gateway":"10.86.0.1"},{"address":"fd86::5/64"}],"routes":[{"dst":"0.0.0.0/0"},{"dst":"192.168.86.0/24","gw":"10.86.0.2"}]}}
+EOF
+nsreset dms
+ip -n dms link set lo up
+t "$V: ADD" cni ADD dms /run/netns/dms eth0 /tmp/dms.json
+teq "$V: ip -j: eth0 has exactly the static addresses" "10.86.0.5/24 fd86::5/64" "$(ipj_addrs dms eth0)"
+t "$V: the static routes" sh -c "/sbin/ip -n dms route show default | grep -q 'via 10.86.0.1 dev eth0' && /sbin/ip -n dms route show 192.168.86.0/24 | grep -q 'via 10.86.0.2 dev eth0'"
+t "$V: the pod reaches its own address" ping_ok dms 10.86.0.5
+t "$V: CHECK" chk dms /run/netns/dms eth0 /tmp/dms.json
+t "$V: DEL" del dms /run/netns/dms eth0 /tmp/dms.json
+t "$V: eth0 gone" sh -c '! /sbin/ip -n dms link show eth0 > /dev/null 2>&1'
+t "$V: DEL again" del dms /run/netns/dms eth0 /tmp/dms.json
+cat > /tmp/dmsa.json << 'EOF'
+{"cniVersion":"1.1.0","name":"dmsa","type":"dummy","ipam":{"type":"static","routes":[{"dst":"0.0.0.0/0"}]}}
+EOF
+t "$V: addresses from CNI_ARGS IP and GATEWAY (dummy hands them on)" cni ADD dmsa /run/netns/dms eth0 /tmp/dmsa.json "IP=10.87.0.9/24;GATEWAY=10.87.0.1"
+teq "$V: ... the pod has just 10.87.0.9/24" "10.87.0.9/24" "$(ipj_addrs dms eth0)"
+t "$V: ... and its default route via 10.87.0.1" sh -c "/sbin/ip -n dms route show default | grep -q 'via 10.87.0.1 dev eth0'"
+t "$V: ... DEL" cni DEL dmsa /run/netns/dms eth0 /tmp/dmsa.json
+ip netns del dms
+
 # ------------------------------------------------------------------ tuning, chained after bridge
 # Link flags as the kernel reports them (promisc, allmulti) and sysctls in the pod's netns.
 V="tuning"

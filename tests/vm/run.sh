@@ -2,11 +2,11 @@
 # Real-kernel suite: boot Debian's stock kernel (it has ipvlan, dummy, 802.1q and bridge
 # VLAN filtering as modules, which the CI machine's kernel lacks) under qemu with a busybox
 # initramfs, put the release `cnikit` binary into the guest, and run tests/vm/guest.sh there:
-# ipvlan l2/l3/l3s, bridge VLANs, macvlan modes, ipamd in-process fallback, tuning, and (netfilter.sh)
-# nftables (ipMasq, portmap, macspoofchk, firewall) and tc (bandwidth); like a real node the
-# guest host has its own eth0 (address, default route) and the pods get eth0 too. The guest reports
-# `N passed, M failed` on the serial console; this script exits non-zero on any failure or if
-# the guest never reports (timeout).
+# ipvlan l2/l3/l3s, bridge VLANs, macvlan modes, ipamd in-process fallback, dummy (with ipamd and
+# static), tuning, and (netfilter.sh) nftables (ipMasq, portmap, macspoofchk, firewall) and tc
+# (bandwidth); like a real node the guest host has its own eth0 (address, default route) and
+# the pods get eth0 too. The guest reports `N passed, M failed` on the serial console; this
+# script exits non-zero on any failure or if the guest never reports (timeout).
 #
 # Nothing is installed into /boot or /lib/modules: the kernel .deb is only unpacked, under $W.
 # Env: W=/var/cache/cnikit-vm (kernel cache + work dir)  MEM=768  ACCEL=tcg|kvm  TIMEOUT=420

@@ -155,6 +155,12 @@ impl IpamConfig {
         let sets = parse_range_sets(v, "runtimeConfig.ipRanges")?;
         validate::validate_sets(sets)
     }
+
+    /// Parse `ipam.routes` alone, by the same rules as `from_json`: for IPAM plugins whose
+    /// `routes` are host-local's but whose other keys are not (static).
+    pub fn routes_from_json(v: &Value) -> Result<Vec<RouteSpec>, Error> {
+        parse_routes(v)
+    }
 }
 
 /// `pool` (one name) or `pools` (a list, one address from each), never both.

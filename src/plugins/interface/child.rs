@@ -207,8 +207,8 @@ pub fn add_child(
     })
 }
 
-/// Addresses from IPAM, released again if addressing fails.
-fn address_from_ipam(
+/// Addresses from IPAM, released again if addressing fails (dummy's too).
+pub(super) fn address_from_ipam(
     req: &Request,
     ns: &NetNs,
     cont: &mut Netlink,

@@ -5,6 +5,7 @@
 //! `type`.
 
 pub mod host_local;
+pub mod static_ipam;
 
 use crate::cni::{Attachment, CniResult, Code, Dns, Error, IpConfig, Plugin, Request, Route};
 use ipamd::api::{AllocateRequest, Allocation};

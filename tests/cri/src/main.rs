@@ -3,6 +3,7 @@
 //!   cnikit-cri-suite suite        OPTS --mode M --network NAME   16 parallel pods, hostPort pod,
 //!                                                                hostPort conflict
 //!   cnikit-cri-suite dualstack    OPTS --mode M --network NAME   the dual-stack example conflist
+//!   cnikit-cri-suite kind         OPTS --mode M --network NAME   kind's own conflist (ptp + host-local + portmap)
 //!   cnikit-cri-suite measure      OPTS --count N --label L       RunPodSandbox/StopPodSandbox/
 //!                     [--host-network true]                      RemovePodSandbox latencies
 //!   cnikit-cri-suite wait-network --socket S --name NAME         until containerd loaded NAME
@@ -11,6 +12,7 @@
 
 mod checks;
 mod cri;
+mod kind;
 mod measure;
 #[allow(dead_code)] // serve is cri-echo's
 mod probe;
@@ -69,6 +71,10 @@ async fn main() {
             scenarios::conflicting_pod(&cri, &mut rep, &env.cnikit).await;
         }
         "dualstack" => scenarios::dualstack_pod(&cri, &mut rep, &env.network, &env.cnikit).await,
+        "kind" => {
+            let (net, node) = (&env.network, &env.node_ip);
+            kind::kind_pods(&cri, &mut rep, net, node, &env.cnikit).await
+        }
         "measure" => {
             if let Err(e) = measure::run(&cri, count, &label, host_network).await {
                 eprintln!("cnikit-cri-suite: measure {label}: {e}");
@@ -86,6 +92,6 @@ async fn main() {
 }
 
 fn usage() -> ! {
-    eprintln!("usage: cnikit-cri-suite suite|dualstack|measure|wait-network [--option value]... (see src/main.rs)");
+    eprintln!("usage: cnikit-cri-suite suite|dualstack|kind|measure|wait-network [--option value]... (see src/main.rs)");
     std::process::exit(2)
 }

@@ -7,7 +7,7 @@ use k8s_cri::v1::Protocol;
 use std::collections::BTreeSet;
 use tokio::task::JoinSet;
 
-fn spec(name: &str, ports: &[(Protocol, u16, u16)]) -> PodSpec {
+pub(crate) fn spec(name: &str, ports: &[(Protocol, u16, u16)]) -> PodSpec {
     PodSpec {
         name: name.into(),
         ports: ports.to_vec(),
@@ -16,7 +16,7 @@ fn spec(name: &str, ports: &[(Protocol, u16, u16)]) -> PodSpec {
 }
 
 /// Until the pod's TCP server answers (the container has just been started).
-async fn wait_serving(ip: &str, port: u16) -> Result<(), String> {
+pub(crate) async fn wait_serving(ip: &str, port: u16) -> Result<(), String> {
     let mut last = String::new();
     for _ in 0..50 {
         match probe("tcp", &hostport(ip, port)) {
@@ -28,7 +28,7 @@ async fn wait_serving(ip: &str, port: u16) -> Result<(), String> {
     Err(last)
 }
 
-fn expect(rep: &mut Report, what: &str, want: &str, proto: &str, addr: &str) {
+pub(crate) fn expect(rep: &mut Report, what: &str, want: &str, proto: &str, addr: &str) {
     match probe(proto, addr) {
         Ok(got) => rep.eq(
             &format!("{what}: {proto} {addr} answers"),
@@ -59,13 +59,13 @@ async fn expect_in_pod(
     }
 }
 
-async fn stop_remove(cri: &Cri, rep: &mut Report, what: &str, id: &str) {
+pub(crate) async fn stop_remove(cri: &Cri, rep: &mut Report, what: &str, id: &str) {
     rep.check(&format!("{what}: StopPodSandbox"), cri.stop(id).await);
     rep.check(&format!("{what}: RemovePodSandbox"), cri.remove(id).await);
 }
 
 /// Best effort after a failure, so that the next scenario starts from an empty node.
-async fn remove_all(cri: &Cri, names: &[&str]) {
+pub(crate) async fn remove_all(cri: &Cri, names: &[&str]) {
     for n in names {
         for (id, _) in cri.find(n).await.unwrap_or_default() {
             let _ = cri.stop(&id).await;

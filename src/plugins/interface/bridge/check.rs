@@ -2,28 +2,7 @@
 
 use crate::cni::Error;
 use crate::netlink::{Link, Netlink};
-
-pub(super) fn expect_kind(link: &Link, kind: &str) -> Result<(), Error> {
-    if link.kind.as_deref() != Some(kind) {
-        return Err(Error::check_failed(format_args!(
-            "{} is a {}, expected a {kind}",
-            link.name,
-            link.kind.as_deref().unwrap_or("device without kind")
-        )));
-    }
-    Ok(())
-}
-
-pub(super) fn expect_mac(link: &Link, want: &str) -> Result<(), Error> {
-    if !want.is_empty() && link.mac.as_deref() != Some(&want.to_ascii_lowercase()) {
-        return Err(Error::check_failed(format_args!(
-            "{} has MAC {}, prevResult says {want}",
-            link.name,
-            link.mac.as_deref().unwrap_or("none")
-        )));
-    }
-    Ok(())
-}
+pub(super) use crate::plugins::pod_interface::{expect_kind, expect_mac};
 
 /// The container veth's peer (IFLA_LINK, a host ifindex) must be a port of the bridge.
 pub(super) fn check_peer_on_bridge(

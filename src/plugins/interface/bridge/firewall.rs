@@ -3,11 +3,10 @@
 
 use super::Conf;
 use crate::cni::{CniResult, Error, Request};
-use crate::firewall::{macspoof, masq, Del, Firewall, Gc};
+use crate::firewall::{macspoof, Del, Firewall};
 use crate::netlink::Netlink;
 use crate::plugins::ipam_delegation::ipam_rollback_on_error;
-use ipnet::IpNet;
-use std::net::IpAddr;
+use crate::plugins::masquerade;
 
 /// ipMasq and macspoofchk, once addressing succeeded. A failure releases the
 /// IPAM reservation (the caller removes the veth); each firewall call is one
@@ -45,24 +44,15 @@ pub(super) fn apply_add(
     mac: Option<&str>,
     result: &CniResult,
 ) -> Result<(), Error> {
-    let att = req.attachment();
-    if conf.ip_masq && !result.ips.is_empty() {
-        let addrs: Vec<IpAddr> = result.ips.iter().map(|ip| ip.address.addr()).collect();
-        let subnets: Vec<IpNet> = result.ips.iter().map(|ip| ip.address.trunc()).collect();
-        fw.apply(
-            masq::Op::Add {
-                att: att.clone(),
-                addrs,
-                subnets,
-            }
-            .into(),
-        )?;
+    if conf.ip_masq {
+        masquerade::add(fw, req, result)?;
     }
     if conf.macspoofchk {
+        let att = req.attachment();
         let spoof = macspoof::Op::add(&att, host_veth, mac.unwrap_or_default())
             .and_then(|op| fw.apply(op.into()));
         if let (Err(_), true) = (&spoof, conf.ip_masq) {
-            let _ = fw.apply(masq::Op::Del(Del { att }).into());
+            let _ = masquerade::undo(fw, req);
         }
         spoof?;
     }
@@ -76,15 +66,7 @@ pub(super) fn del(fw: &dyn Firewall, req: &Request, conf: &Conf) -> Result<(), E
     let att = req.attachment();
     let prev = req.conf.prev_result.as_ref();
     if conf.ip_masq {
-        let op = match prev.filter(|p| !p.ips.is_empty()) {
-            Some(prev) => masq::Op::DelKeys {
-                att: att.clone(),
-                addrs: prev.ips.iter().map(|ip| ip.address.addr()).collect(),
-                subnets: prev.ips.iter().map(|ip| ip.address.trunc()).collect(),
-            },
-            None => masq::Op::Del(Del { att: att.clone() }),
-        };
-        fw.apply(op.into())?;
+        masquerade::del(fw, req)?;
     }
     if conf.macspoofchk {
         let op = match prev.and_then(|p| spoof_guard(p, &conf.bridge, req.ifname())) {
@@ -118,14 +100,10 @@ fn spoof_guard(prev: &CniResult, bridge: &str, ifname: &str) -> Option<(String, 
 /// Whatever this network's attachments left behind, whatever the config
 /// says now.
 pub(super) fn gc(fw: &dyn Firewall, req: &Request) -> Result<(), Error> {
-    let Some(valid) = req.conf.valid_attachments()? else {
+    let Some(gc) = masquerade::gc_request(req)? else {
         return Ok(());
     };
-    let gc = Gc {
-        network: req.conf.name.clone(),
-        valid,
-    };
-    let masq = fw.apply(masq::Op::Gc(gc.clone()).into());
+    let masq = masquerade::gc(fw, gc.clone());
     let spoof = fw.apply(macspoof::Op::Gc(gc).into());
-    Error::all([masq.map_err(Error::from), spoof.map_err(Error::from)])
+    Error::all([masq, spoof.map_err(Error::from)])
 }

@@ -90,7 +90,7 @@ pub(super) fn gateway_on_bridge(
             sysctl::set(&format!("net/ipv6/conf/{}/accept_dad", bridge.name), "0")?;
         }
         host.add_address(bridge.index, want)?;
-        enable_forwarding(gw)?;
+        sysctl::enable_forwarding(gw.is_ipv4())?;
     }
     Ok(())
 }
@@ -166,17 +166,6 @@ fn wire_vlan_gateway(
     Ok(())
 }
 
-fn enable_forwarding(gw: IpAddr) -> Result<(), Error> {
-    let key = if gw.is_ipv4() {
-        "net/ipv4/ip_forward"
-    } else {
-        "net/ipv6/conf/all/forwarding"
-    };
-    if sysctl::get(key).ok().as_deref() != Some("1") {
-        sysctl::set(key, "1")?;
-    }
-    Ok(())
-}
 #[cfg(test)]
 mod tests {
     use super::first_host;

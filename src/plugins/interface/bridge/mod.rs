@@ -1,5 +1,5 @@
 //! bridge: a veth pair from a host bridge into the container, addressed by IPAM.
-//! Keys and behaviour follow the reference plugin; see README "bridge".
+//! Keys and behaviour follow the reference plugin; see docs/plugins/bridge.md.
 
 use crate::cni::{CniResult, Code, Command, Error, Interface, Plugin, Request};
 use crate::netlink::{BridgeSpec, Link, NetNs, Netlink, VethSpec};
@@ -175,22 +175,10 @@ impl Conf {
         self.vlan.is_some() || self.vlan_trunk.is_some()
     }
 
-    /// ADD's masquerading backend: the reference refuses an unknown one when
-    /// it masquerades (ipMasq with addresses from IPAM), and only then.
+    /// ADD's masquerading backend (see masquerade::check_backend).
     fn masq_backend(&self, req: &Request) -> Result<(), Error> {
-        if !self.ip_masq || req.conf.ipam_type.is_none() {
-            return Ok(());
-        }
-        match self.ip_masq_backend.as_deref() {
-            None | Some("nftables") => Ok(()),
-            Some("iptables") => {
-                eprintln!("bridge: ipMasqBackend \"iptables\" requested; cnikit always masquerades with nftables");
-                Ok(())
-            }
-            Some(other) => Err(Error::invalid_config(format!(
-                "unknown ipmasq backend {other:?}: ipMasqBackend must be \"iptables\" or \"nftables\""
-            ))),
-        }
+        let backend = self.ip_masq_backend.as_deref();
+        crate::plugins::masquerade::check_backend("bridge", req, self.ip_masq, backend)
     }
 }
 

@@ -1,0 +1,269 @@
+//! ptp: a veth pair per pod and no bridge. The pod reaches everything, its
+//! own subnet too, through the gateway address on the host end; the host
+//! reaches the pod by a host route. Keys and behaviour follow the reference
+//! plugin; see docs/plugins/ptp.md.
+
+use crate::cni::{CniResult, Command, Error, Interface, Plugin, Request};
+use crate::firewall::Firewall;
+use crate::netlink::{NetNs, Netlink, VethPair, VethSpec};
+use crate::plugins::conf_keys::{configured_mtu, daemon_socket_of, with_configured_dns};
+use crate::plugins::firewall_backend::{FirewallBackend, FirewallConf};
+use crate::plugins::ipam_delegation::{ipam_add, ipam_if_configured, ipam_rollback_on_error};
+use crate::plugins::link_owner;
+use crate::plugins::masquerade;
+use crate::plugins::pod_interface::{
+    address_iface, check_iface_state, ensure_ifname_free, expect_kind, expect_mac,
+    find_container_link, random_veth_name, route_iface,
+};
+use crate::plugins::pod_netns::{delete_container_link, open_netns, OwnLink};
+use routing::{enable_forwarding, hops, prepare_host_end, route_host, route_pod, settle_ipv6, Hop};
+use serde::Deserialize;
+use std::path::{Path, PathBuf};
+
+mod routing;
+#[cfg(test)]
+mod tests;
+
+/// The plugin's name in the aliases of the host veths it owns (see link_owner).
+const PLUGIN: &str = "ptp";
+
+pub struct Ptp {
+    pub firewall: FirewallBackend,
+}
+
+impl Ptp {
+    /// The registered plugin: ipMasq through the daemon when it serves, else here.
+    pub const PLUGIN: Ptp = Ptp {
+        firewall: FirewallBackend::DAEMON_OR_HERE,
+    };
+}
+
+#[derive(Debug, Default, Deserialize)]
+#[serde(rename_all = "camelCase")]
+struct Conf {
+    #[serde(default)]
+    ip_masq: bool,
+    /// `iptables` or `nftables` in the reference; cnikit masquerades with nftables.
+    #[serde(default)]
+    ip_masq_backend: Option<String>,
+    #[serde(default)]
+    mtu: Option<u32>,
+    /// The ipamd daemon that applies ipMasq (see firewall/backend.rs).
+    #[serde(default)]
+    daemon_socket: Option<PathBuf>,
+}
+
+impl FirewallConf for Conf {
+    fn daemon_socket(&self) -> Option<&Path> {
+        self.daemon_socket.as_deref()
+    }
+}
+
+impl Conf {
+    fn load(req: &Request) -> Result<Conf, Error> {
+        let mut c: Conf = req.conf.typed()?;
+        // 0 means "not set" in the reference's Go struct; kind sends none, others 0.
+        c.mtu = configured_mtu(c.mtu)?;
+        if req.conf.ipam_type.is_none() {
+            return Err(Error::invalid_config(
+                "ptp needs IPAM: the configuration has no ipam.type",
+            ));
+        }
+        Ok(c)
+    }
+
+    /// DEL with a configuration `load` refuses: remove whatever masquerade
+    /// entries the attachment may own (a removal of nothing is harmless).
+    fn del_fallback(req: &Request) -> Conf {
+        Conf {
+            ip_masq: true,
+            daemon_socket: daemon_socket_of(req),
+            ..Conf::default()
+        }
+    }
+}
+
+impl Plugin for Ptp {
+    // reads_cni_args: false, as the reference, which never decodes CNI_ARGS
+    // (its IPAM plugin reads them by its own rule).
+
+    // ---------------------------------------------------------------- ADD
+    fn add(&self, req: &Request) -> Result<CniResult, Error> {
+        let conf = Conf::load(req)?;
+        let backend = conf.ip_masq_backend.as_deref();
+        masquerade::check_backend(PLUGIN, req, conf.ip_masq, backend)?;
+        // Held to the end of the call (its netfilter sockets; see bridge).
+        let fw = self.firewall.for_call(req, &conf);
+        let ns = open_netns(req.netns())?;
+        let mut host = Netlink::open()?;
+        let mut cont = Netlink::open_in(&ns)?;
+        ensure_ifname_free(&mut cont, req.ifname(), req.netns())?;
+
+        let mut result = ipam_add(req)?;
+        let result = ipam_rollback_on_error(req, || {
+            let hops = hops(&result)?;
+            enable_forwarding(&hops)?;
+            // Every address is the container interface's, interfaces[1].
+            for ip in &mut result.ips {
+                ip.interface = Some(1);
+            }
+            let host_name = random_veth_name();
+            let pair = host.create_veth(VethSpec {
+                host_name: host_name.clone(),
+                peer_name: req.ifname().to_string(),
+                peer_netns: &ns,
+                mtu: conf.mtu,
+                peer_mac: None,
+            })?;
+            // From here on a failure removes the veth (both ends go together).
+            let mut pod = Pod {
+                req,
+                ns: &ns,
+                host: &mut host,
+                cont: &mut cont,
+                pair,
+                host_name,
+            };
+            pod.wire(&conf, &*fw, &hops, result).inspect_err(|_| {
+                if let Err(e) = pod.host.delete_link(pair.host_index) {
+                    eprintln!("cleanup after failed ADD: {e}");
+                }
+            })
+        })?;
+        Ok(with_configured_dns(req, result))
+    }
+
+    // ---------------------------------------------------------------- CHECK
+    fn check(&self, req: &Request) -> Result<(), Error> {
+        Conf::load(req)?;
+        let Some(prev) = req.conf.prev_result.clone() else {
+            return Err(Error::invalid_config("ptp: CHECK needs prevResult"));
+        };
+        ipam_if_configured(req, Command::Check)?;
+        let found = find_container_link(req, &prev)?;
+        let (pos, mut cont, link) = (found.pos, found.nl, found.link);
+        expect_kind(&link, "veth")?;
+        expect_mac(&link, &prev.interfaces[pos].mac)?;
+        check_iface_state(&mut cont, link.index, req.ifname(), pos, &prev)?;
+        routing::check_pod_routes(&mut cont, &prev, pos)
+    }
+
+    // ---------------------------------------------------------------- DEL
+    fn del(&self, req: &Request) -> Result<(), Error> {
+        // Never fail DEL on kernel state that is gone, nor on a config it cannot use.
+        let conf = req.conf_or_del_fallback(Conf::load, Conf::del_fallback)?;
+        // Every step runs even if an earlier one failed.
+        let ipam = ipam_if_configured(req, Command::Del);
+        let fw = self.firewall.for_call(req, &conf);
+        let rules = match conf.ip_masq {
+            true => masquerade::del(&*fw, req),
+            false => Ok(()),
+        };
+        // The veth, with the gateway address and host route on its host end.
+        let ours = OwnLink {
+            kind: "veth",
+            bridge: None,
+        };
+        let link = delete_container_link(req.netns(), req.ifname(), ours);
+        Error::all([ipam, rules, link])
+    }
+
+    // ---------------------------------------------------------------- STATUS
+    fn status(&self, req: &Request) -> Result<(), Error> {
+        Conf::load(req)?;
+        ipam_if_configured(req, Command::Status)
+    }
+
+    // ---------------------------------------------------------------- GC
+    /// The veths of attachments not in the valid list go first, so that no
+    /// address IPAM frees is still routed to a stale interface.
+    fn gc(&self, req: &Request) -> Result<(), Error> {
+        let conf = Conf::load(req)?;
+        // The spec: continue past individual errors, report them.
+        let links = gc_links(req);
+        let ipam = ipam_if_configured(req, Command::Gc);
+        let fw = self.firewall.for_call(req, &conf);
+        let rules = match masquerade::gc_request(req) {
+            Ok(Some(gc)) => masquerade::gc(&*fw, gc),
+            other => other.map(drop),
+        };
+        Error::all([links, ipam, rules])
+    }
+}
+
+/// GC: the host ends (so the pairs) of this network's veths whose
+/// attachment is not in the valid list.
+fn gc_links(req: &Request) -> Result<(), Error> {
+    let Some(valid) = req.conf.valid_attachments()? else {
+        return Ok(());
+    };
+    let mut host = Netlink::open()?;
+    let stale = link_owner::stale_links(&mut host, "veth", PLUGIN, &req.conf.name, &valid)?;
+    link_owner::delete_links(&mut host, &stale)
+}
+
+/// One ADD's freshly made veth and the sockets on both sides of it.
+struct Pod<'a> {
+    req: &'a Request,
+    ns: &'a NetNs,
+    host: &'a mut Netlink,
+    cont: &'a mut Netlink,
+    pair: VethPair,
+    host_name: String,
+}
+
+impl Pod<'_> {
+    /// Everything after the veth exists: both ends addressed and routed,
+    /// the result's interfaces, ipMasq.
+    fn wire(
+        &mut self,
+        conf: &Conf,
+        fw: &dyn Firewall,
+        hops: &[Hop],
+        mut result: CniResult,
+    ) -> Result<CniResult, Error> {
+        let (req, pair) = (self.req, self.pair);
+        prepare_host_end(&self.host_name, hops)?;
+        let alias = link_owner::alias(PLUGIN, &req.attachment());
+        self.host.set_up_with_alias(pair.host_index, &alias)?;
+        // In the pod: addresses, ptp's routes, then IPAM's routes, which may
+        // go via a gateway only ptp's own routes make reachable.
+        address_iface(
+            self.ns,
+            self.cont,
+            pair.peer_index,
+            req.ifname(),
+            &result,
+            false,
+        )?;
+        settle_ipv6(self.cont, pair.peer_index, hops)?;
+        route_pod(self.cont, pair.peer_index, hops)?;
+        route_iface(self.cont, pair.peer_index, &result)?;
+        route_host(self.host, pair.host_index, hops)?;
+        result.interfaces = self.interfaces()?;
+        if conf.ip_masq {
+            masquerade::add(fw, req, &result)?;
+        }
+        Ok(result)
+    }
+
+    /// Result interfaces in the reference order: host veth, container.
+    fn interfaces(&mut self) -> Result<Vec<Interface>, Error> {
+        let host_mac = self.host.link_by_index(self.pair.host_index)?;
+        let cont_mac = self.cont.link_by_index(self.pair.peer_index)?;
+        let mac = |l: Option<crate::netlink::Link>| l.and_then(|l| l.mac).unwrap_or_default();
+        Ok(vec![
+            Interface {
+                name: self.host_name.clone(),
+                mac: mac(host_mac),
+                ..Default::default()
+            },
+            Interface {
+                name: self.req.ifname().to_string(),
+                mac: mac(cont_mac),
+                sandbox: self.req.netns().to_string(),
+                ..Default::default()
+            },
+        ])
+    }
+}

@@ -1,0 +1,104 @@
+//! `ipMasq` as the interface plugins that route a pod's addresses do it
+//! (bridge, ptp): masquerade what the attachment's addresses send outside
+//! their own subnets, through the firewall backend. Every entry is tagged
+//! with the attachment, so DEL and GC need no netns. Also ADD's check of
+//! `ipMasqBackend`.
+
+use crate::cni::{CniResult, Error, Request};
+use crate::firewall::{masq, Del, Firewall, Gc};
+use ipnet::IpNet;
+use std::net::IpAddr;
+
+/// ADD's `ipMasqBackend`: the reference refuses an unknown one when it
+/// masquerades (ipMasq with addresses from IPAM), and only then. cnikit
+/// always masquerades with nftables; "iptables" is noted on stderr.
+pub fn check_backend(
+    plugin: &str,
+    req: &Request,
+    ip_masq: bool,
+    backend: Option<&str>,
+) -> Result<(), Error> {
+    if !ip_masq || req.conf.ipam_type.is_none() {
+        return Ok(());
+    }
+    match backend {
+        None | Some("nftables") => Ok(()),
+        Some("iptables") => {
+            eprintln!("{plugin}: ipMasqBackend \"iptables\" requested; cnikit always masquerades with nftables");
+            Ok(())
+        }
+        Some(other) => Err(Error::invalid_config(format!(
+            "unknown ipmasq backend {other:?}: ipMasqBackend must be \"iptables\" or \"nftables\""
+        ))),
+    }
+}
+
+/// The addresses of `result` and the subnets they belong to.
+fn keys(result: &CniResult) -> (Vec<IpAddr>, Vec<IpNet>) {
+    let addrs = result.ips.iter().map(|ip| ip.address.addr()).collect();
+    let subnets = result.ips.iter().map(|ip| ip.address.trunc()).collect();
+    (addrs, subnets)
+}
+
+/// ADD: masquerade what `result`'s addresses send anywhere but to their
+/// subnets (one atomic batch; nothing to do without addresses).
+pub fn add(fw: &dyn Firewall, req: &Request, result: &CniResult) -> Result<(), Error> {
+    if result.ips.is_empty() {
+        return Ok(());
+    }
+    let (addrs, subnets) = keys(result);
+    let att = req.attachment();
+    fw.apply(
+        masq::Op::Add {
+            att,
+            addrs,
+            subnets,
+        }
+        .into(),
+    )?;
+    Ok(())
+}
+
+/// Takes back what `add` put in, when a later step of ADD failed (by tag;
+/// a failure here is the caller's to ignore).
+pub fn undo(fw: &dyn Firewall, req: &Request) -> Result<(), Error> {
+    let att = req.attachment();
+    fw.apply(masq::Op::Del(Del { att }).into())?;
+    Ok(())
+}
+
+/// DEL: with a prevResult that has addresses, by the keys ADD made from
+/// them (the cost does not grow with the pods on the node); without one, by
+/// tag, which also works when the netns (and the veth with it) is gone.
+pub fn del(fw: &dyn Firewall, req: &Request) -> Result<(), Error> {
+    let att = req.attachment();
+    let prev = req.conf.prev_result.as_ref().filter(|p| !p.ips.is_empty());
+    let op = match prev {
+        Some(prev) => {
+            let (addrs, subnets) = keys(prev);
+            masq::Op::DelKeys {
+                att,
+                addrs,
+                subnets,
+            }
+        }
+        None => masq::Op::Del(Del { att }),
+    };
+    fw.apply(op.into())?;
+    Ok(())
+}
+
+/// GC: the entries of the network's attachments not in `gc.valid`, whatever
+/// the configuration says now.
+pub fn gc(fw: &dyn Firewall, gc: Gc) -> Result<(), Error> {
+    fw.apply(masq::Op::Gc(gc).into())?;
+    Ok(())
+}
+
+/// GC's request for this network, None when the runtime sent no valid list.
+pub fn gc_request(req: &Request) -> Result<Option<Gc>, Error> {
+    Ok(req.conf.valid_attachments()?.map(|valid| Gc {
+        network: req.conf.name.clone(),
+        valid,
+    }))
+}
