@@ -12,7 +12,7 @@ use k8s_cri::v1::Protocol;
 /// host-local's `dataDir` in kind's list.
 const KIND_IPAM_DIR: &str = "/run/cni-ipam-state";
 
-/// Two pods on kind's network: A serves a hostPort; B reaches A directly and the node.
+/// Two pods on kind's network: A's hostPort answers; B reaches A directly and the node.
 pub async fn kind_pods(cri: &Cri, rep: &mut Report, network: &str, node_ip: &str, cnikit: &str) {
     let w = "kind's conflist";
     let names = ["kind-a", "kind-b"];
@@ -23,7 +23,8 @@ pub async fn kind_pods(cri: &Cri, rep: &mut Report, network: &str, node_ip: &str
     );
     let b = rep.check(
         &format!("{w}: pod B starts"),
-        cri.run_pod(&spec(names[1], &[])).await,
+        // (cri-echo, the container, serves its ports: with none it exits)
+        cri.run_pod(&spec(names[1], &[(Protocol::Tcp, 80, 8281)])).await,
     );
     let (Some(a), Some(b)) = (a, b) else {
         return remove_all(cri, &names).await;
