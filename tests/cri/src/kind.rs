@@ -24,7 +24,8 @@ pub async fn kind_pods(cri: &Cri, rep: &mut Report, network: &str, node_ip: &str
     let b = rep.check(
         &format!("{w}: pod B starts"),
         // (cri-echo, the container, serves its ports: with none it exits)
-        cri.run_pod(&spec(names[1], &[(Protocol::Tcp, 80, 8281)])).await,
+        cri.run_pod(&spec(names[1], &[(Protocol::Tcp, 80, 8281)]))
+            .await,
     );
     let (Some(a), Some(b)) = (a, b) else {
         return remove_all(cri, &names).await;
