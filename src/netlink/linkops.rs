@@ -80,7 +80,12 @@ pub(crate) fn says_unknown_kind(f: &Failure) -> bool {
 /// Error for a failed RTM_NEWLINK create of `kind`.
 pub(crate) fn create_error(f: Failure, kind: &str, what: &str) -> Error {
     if is_unknown_kind(&f) {
-        let config = format!("CONFIG_{}", kind.to_uppercase());
+        // The kernel options whose names are not CONFIG_ and the kind.
+        let config = match kind {
+            "vlan" => "CONFIG_VLAN_8021Q".to_string(),
+            "vrf" => "CONFIG_NET_VRF".to_string(),
+            _ => format!("CONFIG_{}", kind.to_uppercase()),
+        };
         return unsupported(what, kind, &config, f.errno());
     }
     f.context(what)
@@ -263,7 +268,11 @@ impl Netlink {
     /// with IFLA_NET_NS_FD, so creating the pod's `eth0` from a host that has
     /// an `eth0` of its own fails with EEXIST. One RTM_SETLINK more; a failure
     /// after the create removes the link again.
-    fn create_child(&mut self, c: Child, kind_attrs: Vec<LinkAttribute>) -> Result<Link> {
+    pub(super) fn create_child(
+        &mut self,
+        c: Child,
+        kind_attrs: Vec<LinkAttribute>,
+    ) -> Result<Link> {
         let Some(ns) = c.netns else {
             self.new_child(&c, c.name, kind_attrs)?;
             let link = self.link_by_name(c.name)?;
@@ -423,15 +432,15 @@ impl Netlink {
     }
 }
 
-/// What `create_child` needs of a macvlan/ipvlan spec.
-struct Child<'a> {
-    kind: &'static str,
+/// What `create_child` needs of a macvlan/ipvlan/vlan spec.
+pub(super) struct Child<'a> {
+    pub kind: &'static str,
     /// The final name.
-    name: &'a str,
+    pub name: &'a str,
     /// Index of the master in the creating socket's netns.
-    master: u32,
-    mtu: Option<u32>,
-    netns: Option<&'a NetNs>,
+    pub master: u32,
+    pub mtu: Option<u32>,
+    pub netns: Option<&'a NetNs>,
 }
 
 fn name_attr(name: &str) -> LinkAttribute {

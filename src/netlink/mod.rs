@@ -22,6 +22,13 @@
 //! - `netns.rs`: [`NetNs`] (open, run a closure inside, the current one's id).
 //! - `sysctl.rs`: `net/ipv4/ip_forward` style keys of the current netns.
 //! - `tc.rs`: qdiscs, u32 redirect filters and ifb links (bandwidth).
+//! - `vlan.rs`: 802.1Q links and VRF devices, with their VLAN id and table (vlan, vrf).
+//! - `rule.rs`, `route_table.rs`: policy rules and routes of any table, moved whole
+//!   between tables (sbr).
+//! - `move_link.rs`: an existing link moved into another netns, renamed and
+//!   aliased on the way (host-device).
+//! - `tap.rs`: persistent taps made through `/dev/net/tun` in a netns, and their tun
+//!   details (tap).
 //!
 //! Replies are decoded attribute by attribute, so an attribute this crate
 //! version cannot parse (a newer kernel) is skipped instead of failing the
@@ -36,14 +43,19 @@ mod frame;
 mod link;
 mod linkattr;
 mod linkops;
+mod move_link;
 mod netfilter;
 mod netns;
 mod route;
+mod route_table;
+mod rule;
 mod socket;
 pub mod sysctl;
+mod tap;
 mod tc;
 #[cfg(test)]
 mod tests;
+mod vlan;
 
 pub(crate) use error::Failure;
 pub use error::{Error, ErrorKind};
@@ -56,7 +68,11 @@ pub use link::{
 pub use netfilter::Netfilter;
 pub use netns::NetNs;
 pub use route::Route;
+pub use route_table::{TableRoute, MAIN_TABLE};
+pub use rule::Rule;
 pub use socket::{Family, Netlink, Rtnetlink, Socket};
+pub use tap::{selinux_context, tap_supported, TapSpec, TunInfo};
 pub use tc::{Ifb, Qdisc, Tbf, INGRESS_HANDLE};
+pub use vlan::VlanSpec;
 
 pub type Result<T, E = Error> = std::result::Result<T, E>;

@@ -90,6 +90,22 @@ impl NetNs {
         Ok(out)
     }
 
+    /// Waits for, then holds, an exclusive `flock` on the namespace file until this
+    /// handle is dropped: plugins that read, then change a namespace's state (sbr picking
+    /// a free routing table) take turns, as the reference's lock on the netns path makes
+    /// them.
+    pub fn lock_exclusive(&self) -> Result<()> {
+        // SAFETY: flock on a descriptor we own.
+        if unsafe { libc::flock(self.as_raw_fd(), libc::LOCK_EX) } != 0 {
+            let e = io::Error::last_os_error();
+            return Err(Error::io(
+                &format!("lock network namespace {}", self.display()),
+                &e,
+            ));
+        }
+        Ok(())
+    }
+
     fn display(&self) -> String {
         self.path.display().to_string()
     }

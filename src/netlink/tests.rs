@@ -353,3 +353,126 @@ fn large_link_dump() {
     }
     assert_eq!(nl.links().expect("dump").len(), 301);
 }
+
+#[test]
+fn rules_and_routes_moved_between_tables() {
+    let Some((host, cont)) = host_and_pod("rules_and_tables", "rt") else {
+        return;
+    };
+    host.netlink()
+        .create_veth(veth("vethrt", "net1", &cont.ns))
+        .expect("veth");
+    let mut nl = cont.netlink();
+    let net1 = nl.link_by_name("net1").expect("read").expect("net1");
+    nl.set_up(net1.index).expect("up");
+    nl.add_address(net1.index, "10.23.0.5/24".parse().expect("net"))
+        .expect("address");
+    let src: std::net::IpAddr = "10.23.0.5".parse().expect("ip");
+    let v6: std::net::IpAddr = "fd00:23::5".parse().expect("ip");
+    nl.add_source_rule(src, 100).expect("rule");
+    nl.add_source_rule(v6, 70000)
+        .expect("rule with a 32-bit table");
+    let rules = nl.rules().expect("rules");
+    let ours = |t: u32| {
+        rules
+            .iter()
+            .find(|r| r.table == t)
+            .cloned()
+            .expect("listed")
+    };
+    assert_eq!(ours(100).src, Some("10.23.0.5/32".parse().expect("net")));
+    assert_eq!(
+        ours(70000).src,
+        Some("fd00:23::5/128".parse().expect("net"))
+    );
+    assert!(ours(100).priority.is_some(), "{rules:?}");
+    assert!(rules
+        .iter()
+        .any(|r| r.table == MAIN_TABLE && r.src.is_none()));
+    nl.del_rule(&ours(70000)).expect("delete as listed");
+    nl.del_source_rule(src, 100).expect("delete by source");
+    let e = nl.del_source_rule(src, 100).expect_err("twice");
+    assert_eq!(e.kind, ErrorKind::NotFound);
+    assert!(!nl
+        .rules()
+        .expect("rules")
+        .iter()
+        .any(|r| r.table == 100 || r.table == 70000));
+
+    // The kernel's subnet route (proto kernel, scope link, src) moves to table 100 whole.
+    let main = nl.all_routes().expect("routes");
+    let subnet = main
+        .iter()
+        .find(|r| r.table == MAIN_TABLE && r.oif == Some(net1.index) && r.dst.addr().is_ipv4())
+        .expect("subnet route")
+        .clone();
+    assert_eq!(subnet.prefsrc, Some(src));
+    nl.replace_route(&subnet.in_table(100)).expect("copy");
+    nl.replace_route(&subnet.in_table(100))
+        .expect("replace is idempotent");
+    nl.delete_table_route(&subnet).expect("delete from main");
+    let shown = ip(&["-n", &cont.name, "route", "show", "table", "100"]);
+    let moved = "10.23.0.0/24 dev net1 proto kernel scope link src 10.23.0.5";
+    assert!(shown.starts_with(moved), "{shown}");
+    assert!(!ip(&["-n", &cont.name, "route", "show"]).contains("10.23.0.0/24"));
+    nl.restore_route(&subnet).expect("back in main");
+    nl.restore_route(&subnet).expect("EEXIST is ok");
+    nl.delete_table_route(&subnet.in_table(100))
+        .expect("out of 100");
+    assert!(ip(&["-n", &cont.name, "route", "show", "table", "100"])
+        .trim()
+        .is_empty());
+}
+
+#[test]
+fn taps_made_in_a_namespace() {
+    let Some((_host, cont)) = host_and_pod("taps", "tp") else {
+        return;
+    };
+    let spec = TapSpec {
+        name: "tap0".into(),
+        multi_queue: true,
+        vnet_hdr: false,
+        owner: Some(4242),
+        group: Some(4343),
+    };
+    let index = cont.ns.create_tap(&spec).expect("create");
+    let mut nl = cont.netlink();
+    let link = nl
+        .link_by_name("tap0")
+        .expect("read")
+        .expect("tap0 in the pod");
+    assert_eq!((link.index, link.kind.as_deref()), (index, Some("tun")));
+    let info = nl.tun_info(index).expect("read").expect("tun info");
+    let want = TunInfo {
+        tap: true,
+        multi_queue: true,
+        vnet_hdr: false,
+        persist: true,
+        owner: Some(4242),
+        group: Some(4343),
+    };
+    assert_eq!(info, want);
+    let e = cont.ns.create_tap(&spec).expect_err("the name is taken");
+    assert_eq!(e.kind, ErrorKind::AlreadyExists, "{e:?}");
+    ip(&[
+        "-n", &cont.name, "link", "add", "veth9", "type", "veth", "peer", "name", "veth8",
+    ]);
+    let taken = TapSpec {
+        name: "veth9".into(),
+        ..TapSpec::default()
+    };
+    let e = cont.ns.create_tap(&taken).expect_err("a veth has the name");
+    assert_eq!(e.kind, ErrorKind::AlreadyExists, "{e:?}");
+    let plain = TapSpec {
+        name: "tap1".into(),
+        vnet_hdr: true,
+        ..TapSpec::default()
+    };
+    let index = cont.ns.create_tap(&plain).expect("create");
+    let info = nl.tun_info(index).expect("read").expect("tun info");
+    assert!(info.tap && info.vnet_hdr && !info.multi_queue && info.owner.is_none());
+    let veth = nl.link_by_name("veth9").expect("read").expect("veth9");
+    assert_eq!(nl.tun_info(veth.index).expect("read"), None);
+    nl.delete_link(index).expect("a tap deletes like any link");
+}

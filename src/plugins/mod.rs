@@ -37,7 +37,12 @@ pub const NAMES: &[&str] = &[
     "firewall",
     "static",
     "dummy",
+    "host-device",
     "ptp",
+    "sbr",
+    "tap",
+    "vlan",
+    "vrf",
 ];
 
 static BRIDGE: bridge::Bridge = bridge::Bridge {
@@ -64,7 +69,12 @@ pub fn by_name(name: &str) -> Option<&'static dyn Plugin> {
         "firewall" => &FIREWALL,
         "static" => &static_ipam::Static,
         "dummy" => &dummy::Dummy,
+        "host-device" => &interface::host_device::HostDevice,
         "ptp" => &interface::ptp::Ptp::PLUGIN,
+        "sbr" => &meta::sbr::Sbr,
+        "tap" => &interface::tap::Tap,
+        "vlan" => &interface::vlan::Vlan,
+        "vrf" => &meta::vrf::Vrf,
         _ => return None,
     })
 }

@@ -265,6 +265,53 @@ fn every_failure_point_of_a_dummy_add_leaves_nothing() {
     panic!("dummy ADD still failing after {MAX_SENDS} injected failures");
 }
 
+/// vlan over in-process ipamd (dual stack) on a veth master: every kernel send and every
+/// lease write and fsync of its ADD fails once. On a kernel without 802.1Q (the CI
+/// machine's) the ADD ends in code 101 instead: the walk then covers the sends before
+/// the create, and the store is never reached (no lease is taken before the link exists).
+#[test]
+fn every_failure_point_of_a_vlan_add_leaves_nothing() {
+    let env = TestEnv::new("fault_vlan");
+    let (master, _) = env.veth_pair();
+    let probe = env.link_name("fvp");
+    let has_vlan = sh(
+        "ip",
+        &[
+            "link", "add", "link", &master, &probe, "type", "vlan", "id", "9",
+        ],
+    )
+    .0;
+    let ipam = env.ipam(Ipam::Ipamd, env.subnets().dual_ranges());
+    let conf = json!({"cniVersion": "1.0.0", "name": "faultvl", "type": "vlan",
+        "master": master, "vlanId": 10, "ipam": ipam});
+    let walk = Walk::new(&env, "faultvl", ipam, None);
+    let steps = Steps::alone("vlan", &conf);
+    let id = cid("fault-vl");
+    if has_vlan {
+        let points = FAULTS.map(|fault| walk.every(fault, &id, &steps));
+        eprintln!("vlan ADD: {points:?} failure points ({FAULTS:?}), each failed once");
+        assert!(points[0] > 3 && points[1] > 0, "{points:?}");
+        return;
+    }
+    for n in 1..MAX_SENDS {
+        let what = format!("vlan ADD failing at CNIKIT_FAULT_NETLINK={n}");
+        let out = walk
+            .call("vlan", "ADD", &id, &conf)
+            .env("CNIKIT_FAULT_NETLINK", &n.to_string())
+            .run();
+        let e = out.err();
+        walk.call("vlan", "DEL", &id, &conf).run().ok_silent();
+        walk.assert_clean(&id, &what);
+        if !e.msg.contains("injected failure") {
+            assert_eq!(e.code, 101, "{what}: {e:?}");
+            eprintln!("vlan ADD without kernel support: {} failure points", n - 1);
+            assert!(n > 2, "{n}");
+            return;
+        }
+    }
+    panic!("vlan ADD still failing after {MAX_SENDS} injected failures");
+}
+
 /// bridge over host-local (in-process, dual stack): every kernel send and every lease
 /// write and fsync of its ADD fails once; then tuning chained after it: every kernel
 /// send of its ADD fails once, and each failure puts the sysctls and the link back and
@@ -326,4 +373,70 @@ fn every_failure_point_of_host_local_and_tuning_adds_leaves_nothing() {
     }
     walk.assert_clean(&id, "after the DELs");
     assert_eq!(std::fs::read_dir(&dir).unwrap().count(), 0);
+}
+
+/// tap over in-process ipamd (dual stack): every kernel send and every lease write and
+/// fsync of its ADD fails once, and leaves no tap and no lease.
+#[test]
+fn every_failure_point_of_a_tap_add_leaves_nothing() {
+    let env = TestEnv::new("fault_tap");
+    let ipam = env.ipam(Ipam::Ipamd, env.subnets().dual_ranges());
+    let conf = json!({"cniVersion": "1.0.0", "name": "faulttap", "type": "tap", "mtu": 1400,
+        "mac": "0a:58:00:00:00:11", "ipam": ipam});
+    let walk = Walk::new(&env, "faulttap", ipam, None);
+    let steps = Steps::alone("tap", &conf);
+    let id = cid("fault-tap");
+    let points = FAULTS.map(|fault| walk.every(fault, &id, &steps));
+    eprintln!("tap ADD: {points:?} failure points ({FAULTS:?}), each failed once");
+    assert!(points[0] > 5 && points[1] > 0, "{points:?}");
+}
+
+/// sbr chained after bridge + ipamd (dual stack, with a default route): every kernel send
+/// of its ADD fails once, and each failure leaves the pod's rules and routes (every table)
+/// as they were before it; the DELs then leave nothing.
+#[test]
+fn every_failure_point_of_an_sbr_add_puts_rules_and_routes_back() {
+    let env = TestEnv::new("fault_sbr");
+    let ipam = env.ipam(Ipam::Ipamd, env.subnets().dual_ranges());
+    let extra = json!({"isDefaultGateway": true});
+    let (walk, bridge_conf) = Walk::bridge(&env, "faultsbr", ipam, extra);
+    let id = cid("fault-sbr");
+    let prev = walk.call("bridge", "ADD", &id, &bridge_conf).run().result();
+    let sbr = json!({"cniVersion": "1.0.0", "name": "faultsbr", "type": "sbr", "prevResult": prev});
+    let ns = walk.ns.name.clone();
+    let state = || {
+        let show = |args: &[&str]| ip(&[&["-n", ns.as_str()][..], args].concat());
+        [
+            show(&["-d", "-4", "rule"]),
+            show(&["-d", "-6", "rule"]),
+            show(&["-d", "-4", "route", "show", "table", "all"]),
+            show(&["-d", "-6", "route", "show", "table", "all"]),
+        ]
+        .concat()
+    };
+    let before = state();
+    assert!(before.contains("default via"), "{before}");
+    for n in 1..MAX_SENDS {
+        let out = walk
+            .call("sbr", "ADD", &id, &sbr)
+            .env("CNIKIT_FAULT_NETLINK", &n.to_string())
+            .run();
+        if out.success() {
+            eprintln!("sbr ADD: {} failure points", n - 1);
+            assert!(
+                n > 8,
+                "rules, routes and deletes are sends of their own: {n}"
+            );
+            break;
+        }
+        let what = format!("sbr ADD failing at CNIKIT_FAULT_NETLINK={n}");
+        assert!(out.err().msg.contains("injected failure"), "{what}");
+        assert_eq!(state(), before, "{what}: not all put back");
+    }
+    assert_ne!(state(), before, "the last ADD worked");
+    for (plugin, conf) in [("sbr", &sbr), ("bridge", &bridge_conf)] {
+        walk.call(plugin, "DEL", &id, conf).run().ok_silent();
+    }
+    walk.assert_clean(&id, "after the DELs");
+    assert!(!state().contains("lookup 10"), "a rule is left");
 }

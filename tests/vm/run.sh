@@ -3,8 +3,9 @@
 # VLAN filtering as modules, which the CI machine's kernel lacks) under qemu with a busybox
 # initramfs, put the release `cnikit` binary into the guest, and run tests/vm/guest.sh there:
 # ipvlan l2/l3/l3s, bridge VLANs, macvlan modes, ipamd in-process fallback, dummy (with ipamd and
-# static), tuning, and (netfilter.sh) nftables (ipMasq, portmap, macspoofchk, firewall) and tc
-# (bandwidth); like a real node the guest host has its own eth0 (address, default route) and
+# static), tuning, (links.sh) vlan and vrf, and (netfilter.sh) nftables (ipMasq, portmap,
+# macspoofchk, firewall) and tc (bandwidth), and (hostdev.sh) host-device with a virtio-net PCI
+# NIC; like a real node the guest host has its own eth0 (address, default route) and
 # the pods get eth0 too. The guest reports `N passed, M failed` on the serial console; this
 # script exits non-zero on any failure or if the guest never reports (timeout).
 #
@@ -96,18 +97,21 @@ copy_with_libs /usr/sbin/tc /sbin/tc           # `tc -j qdisc show`; shadows bus
 copy_with_libs /usr/sbin/nft /sbin/nft         # `nft -j list set`
 rm -f "$I/bin/ip" "$I/bin/bridge" "$I/bin/tc"
 copy_with_libs "$CNIKIT" /cni/cnikit           # symlinks are made in the guest by `cnikit install`
-# The reference bridge plugin (Debian containernetworking-plugins), for a VLAN comparison.
-for p in bridge host-local; do
+# The reference plugins (Debian containernetworking-plugins), for comparisons: bridge VLANs,
+# vlan and vrf (links.sh).
+for p in bridge host-local static vlan vrf host-device; do
   [ -x /usr/lib/cni/$p ] && copy_with_libs /usr/lib/cni/$p /ref/$p
 done
 install -m755 "$ROOT/tests/vm/guest.sh" "$I/guest.sh"
 install -m755 "$ROOT/tests/vm/netfilter.sh" "$I/netfilter.sh"
+install -m755 "$ROOT/tests/vm/links.sh" "$I/links.sh"
+install -m755 "$ROOT/tests/vm/hostdev.sh" "$I/hostdev.sh"
 # kernel modules in dependency order, resolved on the host
 : > "$I/modules.order"
 # (nftables with the expressions cnikit's tables use, the xt matches of the firewall plugin's
 # iptables rules, conntrack's netlink for portmap's UDP flush, and tc's tbf, ingress, u32,
 # mirred and ifb for bandwidth)
-for m in dummy veth macvlan ipvlan bridge 8021q \
+for m in dummy veth macvlan ipvlan bridge 8021q vrf \
   nf_tables nft_chain_nat nft_nat nft_masq nft_ct nft_fib_inet nft_meta_bridge nf_conntrack_netlink \
   nft_compat xt_comment xt_conntrack \
   sch_tbf sch_ingress cls_u32 act_mirred ifb; do
@@ -116,6 +120,16 @@ for m in dummy veth macvlan ipvlan bridge 8021q \
     [ -e "$I$rel" ] && continue
     install -D -m644 "$ko" "$I$rel"
     echo "$rel" >> "$I/modules.order"
+  done
+done
+# virtio-net for hostdev.sh's PCI NIC, loaded there (after guest.sh made the node's eth0)
+: > "$I/modules.hostdev"
+for m in virtio_pci virtio_net; do
+  modprobe -d "$W/kroot" -S "$KV" --show-depends $m | awk '$1=="insmod"{print $2}' | while read -r ko; do
+    rel=${ko#"$W/kroot"}
+    [ -e "$I$rel" ] && continue
+    install -D -m644 "$ko" "$I$rel"
+    echo "$rel" >> "$I/modules.hostdev"
   done
 done
 cat > "$I/init" <<'EOF'
@@ -127,6 +141,8 @@ echo "VM-BOOTED uptime=$(cut -d' ' -f1 /proc/uptime) kernel=$(uname -r)"
 while read -r ko; do insmod "$ko" || echo "insmod $ko FAILED"; done < /modules.order
 ip link set lo up
 . /guest.sh
+. /links.sh
+. /hostdev.sh
 echo "VM-RESULT $ok passed, $fail failed"
 echo "VM-DONE uptime=$(cut -d' ' -f1 /proc/uptime)"
 poweroff -f
@@ -143,6 +159,7 @@ timeout "$TIMEOUT" qemu-system-x86_64 $ACCEL_ARGS -m "$MEM" -smp 1 \
   -kernel "$KERNEL" -initrd "$W/initramfs.cpio.gz" \
   -append "console=ttyS0 quiet panic=-1 rdinit=/init" \
   -nographic -no-reboot -monitor none -serial stdio -display none -nic none \
+  -netdev user,id=hd,restrict=on -device virtio-net-pci,netdev=hd,addr=0x5,mac=52:54:00:12:34:56 \
   </dev/null 2>&1 | tr -d '\r' > "$LOG"
 QRC=${PIPESTATUS[0]}
 set -e

@@ -305,7 +305,7 @@ fn check_child<M: PartialEq + Debug>(
 
 /// DEL for macvlan/ipvlan: IPAM first (so the lease goes even if the netns is
 /// gone), then the link; the master is never needed (plugins#953).
-fn del_single_iface(req: &Request, kind: &str) -> Result<(), Error> {
+pub(super) fn del_single_iface(req: &Request, kind: &str) -> Result<(), Error> {
     // Both steps run even if the first fails: a broken IPAM must not keep the link.
     let ipam = ipam_if_configured(req, Command::Del);
     let ours = OwnLink { kind, bridge: None };
