@@ -35,3 +35,14 @@ pub fn ipam_if_configured(req: &Request, command: Command) -> Result<(), Error> 
     }
     Ok(())
 }
+
+/// The reference's rule for interface plugins whose only source of addresses
+/// is IPAM (dummy, vlan): refuse a configuration without it, before ADD makes anything.
+pub fn require_ipam(req: &Request, plugin: &str) -> Result<(), Error> {
+    match req.conf.ipam_type {
+        Some(_) => Ok(()),
+        None => Err(Error::invalid_config(format!(
+            "{plugin} interface requires an IPAM configuration (an \"ipam\" section with a type)"
+        ))),
+    }
+}

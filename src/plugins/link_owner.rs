@@ -6,7 +6,7 @@
 //! it, GC would free a gone pod's address while its veth still held it on the
 //! bridge, and the next pod given that address would share it.
 
-use crate::cni::{Attachment, Error};
+use crate::cni::{Attachment, Error, Request};
 use crate::netlink::{Link, Netlink};
 
 /// The alias that marks a link as `plugin`'s, made for `att`.
@@ -49,6 +49,17 @@ pub fn stale_links(
                 .is_some_and(|a| a.starts_with(&prefix) && !keep.iter().any(|k| k == a))
         })
         .collect())
+}
+
+/// GC of `plugin`'s links of `kind` (and so, for a veth, the pod end too): those
+/// of this network whose attachment is not in the request's valid list.
+pub fn remove_stale(req: &Request, kind: &str, plugin: &str) -> Result<(), Error> {
+    let Some(valid) = req.conf.valid_attachments()? else {
+        return Ok(());
+    };
+    let mut host = Netlink::open()?;
+    let stale = stale_links(&mut host, kind, plugin, &req.conf.name, &valid)?;
+    delete_links(&mut host, &stale)
 }
 
 /// Deletes every link of `links`; one already gone (say, with its netns) is

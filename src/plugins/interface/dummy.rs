@@ -6,7 +6,7 @@
 use super::child::address_from_ipam;
 use crate::cni::{CniResult, Code, Command, Error, Plugin, Request};
 use crate::netlink::{Link, Netlink};
-use crate::plugins::ipam_delegation::ipam_if_configured;
+use crate::plugins::ipam_delegation::{ipam_if_configured, require_ipam};
 use crate::plugins::pod_interface::{check_iface_state, ensure_ifname_free, find_container_link};
 use crate::plugins::pod_netns::{delete_container_link, open_netns, OwnLink};
 
@@ -24,7 +24,7 @@ impl Plugin for Dummy {
     /// fails (101) before anything is leased. A failure after the create removes the link
     /// again, and one after IPAM's ADD releases what it gave.
     fn add(&self, req: &Request) -> Result<CniResult, Error> {
-        require_ipam(req)?;
+        require_ipam(req, "dummy")?;
         let ns = open_netns(req.netns())?;
         let mut cont = Netlink::open_in(&ns)?;
         ensure_ifname_free(&mut cont, req.ifname(), req.netns())?;
@@ -40,7 +40,7 @@ impl Plugin for Dummy {
     /// IPAM's CHECK, then the link of prevResult in the pod: a dummy, up, with
     /// prevResult's MAC, addresses and routes.
     fn check(&self, req: &Request) -> Result<(), Error> {
-        require_ipam(req)?;
+        require_ipam(req, "dummy")?;
         let Some(prev) = &req.conf.prev_result else {
             return Err(Error::invalid_config("CHECK needs prevResult"));
         };
@@ -74,7 +74,7 @@ impl Plugin for Dummy {
     // ---------------------------------------------------------------- STATUS
     /// IPAM's STATUS, after the kernel: without dummy support no ADD can succeed (50).
     fn status(&self, req: &Request) -> Result<(), Error> {
-        require_ipam(req)?;
+        require_ipam(req, "dummy")?;
         if !Netlink::open()?.dummy_supported()? {
             return Err(Error::new(
                 Code::NotAvailable,
@@ -88,16 +88,6 @@ impl Plugin for Dummy {
     /// IPAM's GC: the links go with their pods' netns.
     fn gc(&self, req: &Request) -> Result<(), Error> {
         ipam_if_configured(req, Command::Gc)
-    }
-}
-
-/// The reference's rule: a dummy interface needs IPAM (its only source of addresses).
-fn require_ipam(req: &Request) -> Result<(), Error> {
-    match req.conf.ipam_type {
-        Some(_) => Ok(()),
-        None => Err(Error::invalid_config(
-            "dummy interface requires an IPAM configuration (an \"ipam\" section with a type)",
-        )),
     }
 }
 

@@ -7,7 +7,7 @@ use super::child::{add_child, del_single_iface};
 use crate::cni::{CniResult, Code, Command, Error, Plugin, Request};
 use crate::netlink::{Link, NetNs, Netlink, VlanSpec};
 use crate::plugins::conf_keys::{config_ifname, configured_mtu, with_configured_dns};
-use crate::plugins::ipam_delegation::ipam_if_configured;
+use crate::plugins::ipam_delegation::{ipam_if_configured, require_ipam};
 use crate::plugins::pod_interface::{check_iface_state, find_container_link};
 use crate::plugins::pod_netns::open_netns;
 use serde::Deserialize;
@@ -81,7 +81,7 @@ impl Plugin for Vlan {
     /// The link, then IPAM, as the reference; a failure after the create removes the
     /// link, and one after IPAM's ADD releases its lease.
     fn add(&self, req: &Request) -> Result<CniResult, Error> {
-        require_ipam(req)?;
+        require_ipam(req, "vlan")?;
         let conf = Conf::load(req)?;
         let made = add_child(
             req,
@@ -106,7 +106,7 @@ impl Plugin for Vlan {
     /// prevResult is a VLAN with prevResult's MAC, the configured id and (when set) MTU,
     /// and has prevResult's addresses and routes.
     fn check(&self, req: &Request) -> Result<(), Error> {
-        require_ipam(req)?;
+        require_ipam(req, "vlan")?;
         let conf = Conf::load(req)?;
         let Some(prev) = &req.conf.prev_result else {
             return Err(Error::invalid_config("vlan: Required prevResult missing"));
@@ -137,7 +137,7 @@ impl Plugin for Vlan {
     // ---------------------------------------------------------------- STATUS
     /// The keys decode, the kernel makes VLAN links (else 50), then IPAM's STATUS.
     fn status(&self, req: &Request) -> Result<(), Error> {
-        require_ipam(req)?;
+        require_ipam(req, "vlan")?;
         req.conf.typed::<Conf>()?;
         if !Netlink::open()?.child_kind_supported(KIND)? {
             return Err(Error::new(
@@ -152,16 +152,6 @@ impl Plugin for Vlan {
     /// IPAM's GC: the links go with their pods' netns.
     fn gc(&self, req: &Request) -> Result<(), Error> {
         ipam_if_configured(req, Command::Gc)
-    }
-}
-
-/// The reference's ADD needs an IPAM plugin to run (its only source of addresses).
-fn require_ipam(req: &Request) -> Result<(), Error> {
-    match req.conf.ipam_type {
-        Some(_) => Ok(()),
-        None => Err(Error::invalid_config(
-            "vlan interface requires an IPAM configuration (an \"ipam\" section with a type)",
-        )),
     }
 }
 

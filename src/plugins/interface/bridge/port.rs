@@ -12,12 +12,7 @@ const PLUGIN: &str = "bridge";
 /// GC: the host ends (so the pairs) of this network's veths whose attachment
 /// is not in the valid list.
 pub(super) fn gc_links(req: &Request) -> Result<(), Error> {
-    let Some(valid) = req.conf.valid_attachments()? else {
-        return Ok(());
-    };
-    let mut host = Netlink::open()?;
-    let stale = link_owner::stale_links(&mut host, "veth", PLUGIN, &req.conf.name, &valid)?;
-    link_owner::delete_links(&mut host, &stale)
+    link_owner::remove_stale(req, "veth", PLUGIN)
 }
 
 /// Enslave the host end `index` to `bridge`, naming `att` its owner; set port

@@ -194,12 +194,7 @@ impl Plugin for Ptp {
 /// GC: the host ends (so the pairs) of this network's veths whose
 /// attachment is not in the valid list.
 fn gc_links(req: &Request) -> Result<(), Error> {
-    let Some(valid) = req.conf.valid_attachments()? else {
-        return Ok(());
-    };
-    let mut host = Netlink::open()?;
-    let stale = link_owner::stale_links(&mut host, "veth", PLUGIN, &req.conf.name, &valid)?;
-    link_owner::delete_links(&mut host, &stale)
+    link_owner::remove_stale(req, "veth", PLUGIN)
 }
 
 /// One ADD's freshly made veth and the sockets on both sides of it.
