@@ -337,19 +337,21 @@ fn add_result(allocations: Vec<Allocation>, routes: &[RouteSpec], dns: Dns) -> C
             .collect(),
         // As configured, metrics, table and scope included (the reference returns its
         // `types.Route`s unchanged); the result's version decides what is printed.
-        routes: routes
-            .iter()
-            .map(|r| Route {
-                dst: r.dst,
-                gw: r.gw,
-                mtu: r.mtu,
-                advmss: r.advmss,
-                priority: r.priority,
-                table: r.table,
-                scope: r.scope,
-            })
-            .collect(),
+        routes: routes.iter().map(result_route).collect(),
         dns,
+    }
+}
+
+/// A configured route as the result carries it, every field kept.
+pub(super) fn result_route(r: &RouteSpec) -> Route {
+    Route {
+        dst: r.dst,
+        gw: r.gw,
+        mtu: r.mtu,
+        advmss: r.advmss,
+        priority: r.priority,
+        table: r.table,
+        scope: r.scope,
     }
 }
 

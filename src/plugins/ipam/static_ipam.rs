@@ -119,16 +119,8 @@ fn load(req: &Request) -> Result<StaticConf, Error> {
     let mut entries = configured_addresses(ipam)?;
     let routes = match ipam.get("routes").filter(|v| !v.is_null()) {
         Some(v) => IpamConfig::routes_from_json(v)?
-            .into_iter()
-            .map(|r| Route {
-                dst: r.dst,
-                gw: r.gw,
-                mtu: r.mtu,
-                advmss: r.advmss,
-                priority: r.priority,
-                table: r.table,
-                scope: r.scope,
-            })
+            .iter()
+            .map(super::result_route)
             .collect(),
         None => Vec::new(),
     };
