@@ -22,7 +22,9 @@ leases() { cnikit ipamd leases --network pods --json; }
 t "dpkg -i next to containernetworking-plugins and podman" dpkg -i /root/cnikit.deb
 t "links in /opt/cni/bin" test "$(readlink /opt/cni/bin/bridge)" = cnikit
 t "links in /usr/lib/cni (Debian's runtimes look there)" test "$(readlink -f /usr/lib/cni/portmap)" = /opt/cni/bin/cnikit
-t "Debian's other plugins stay (host-device)" test -x /usr/lib/cni/host-device
+t "Debian's plugins cnikit has are diverted aside (ptp, host-device, vrf)" \
+  bash -c 'for p in ptp host-device vrf; do test -x /usr/lib/cni/$p.containernetworking-plugins && test "$(readlink -f /usr/lib/cni/$p)" = /opt/cni/bin/cnikit || exit 1; done'
+t "Debian's other plugins stay (dhcp)" bash -c 'test -x /usr/lib/cni/dhcp && ! test -L /usr/lib/cni/dhcp'
 teq "ipamd.socket enabled" enabled "$(systemctl is-enabled ipamd.socket)"
 teq "ipamd.socket listening" active "$(systemctl is-active ipamd.socket)"
 teq "the daemon is not started before it is used" inactive "$(systemctl is-active ipamd.service)"
@@ -82,7 +84,7 @@ t "dpkg -r cnikit" dpkg -r cnikit
 t "our links are gone" test ! -e /opt/cni/bin/bridge
 t "the unit files are gone" bash -c '! test -e /usr/lib/systemd/system/ipamd.socket && ! test -e /usr/lib/systemd/system/ipamd.service'
 t "Debian's plugins are back in /usr/lib/cni (diversions removed)" \
-  bash -c 'test -f /usr/lib/cni/bridge && ! test -L /usr/lib/cni/bridge && ! dpkg-divert --list | grep -q cnikit'
+  bash -c 'for p in bridge ptp host-device vrf; do test -f /usr/lib/cni/$p && ! test -L /usr/lib/cni/$p || exit 1; done && ! dpkg-divert --list | grep -q cnikit'
 
 echo "SYSTEMD-RESULT $ok passed, $fail failed"
 [ "$fail" = 0 ]
