@@ -2,7 +2,8 @@
 # nsreset, ping_ok, ping_no, ipj_addrs, res_addrs, shape_ok, lease_held): the vlan interface
 # plugin and the vrf meta plugin on Debian's kernel (8021q, vrf), which the CI machine's kernel
 # lacks. Kernel state is compared with the reference plugins (/ref/vlan, /ref/vrf, Debian's
-# containernetworking-plugins) on the same configuration where the CNI versions allow.
+# containernetworking-plugins) on the same configuration where the CNI versions allow; and
+# ptp with real traffic between two pods, its pod routes compared with /ref/ptp.
 
 # refcni CMD ID NETNS IFNAME CONF: `cni` with the reference plugins (and their IPAM) from /ref
 refcni() { CNI_BIN=/ref cni "$@"; }
@@ -183,3 +184,37 @@ ip netns del vv
 t "$V: DEL with the netns gone" cni DEL vv /run/netns/vv eth0 /tmp/vrfgp.json
 ip link del brv1 2> /dev/null; ip link del brv2 2> /dev/null
 ip link del vm1 2> /dev/null
+
+# ------------------------------------------------------------------ ptp
+# ptp on Debian's kernel: two pods routed through their host ends reach each other and the
+# node; the pod's routes are the reference's (/ref/ptp) on the same shape.
+pconf() { # FILE TYPE(ipamd|host-local) SUBNET4 SUBNET6
+  cat > "$1" << EOF
+{"cniVersion":"1.0.0","name":"pp","type":"ptp","ipMasq":false,"mtu":1400,"ipam":{"type":"$2","dataDir":"$IPAM_DIR/ptp-$2","routes":[{"dst":"0.0.0.0/0"}],"ranges":[[{"subnet":"$3"}],[{"subnet":"$4"}]]}}
+EOF
+}
+# pod_routes NETNS: the pod's routes of both families (subnets made alike), without
+# link-local and multicast lines
+pod_routes() { { ip -n "$1" -4 route show; ip -n "$1" -6 route show; } | grep -v '^fe80\|^ff00\|^multicast' | sed 's/10\.9[01]\./10.9X./g; s/fd9[01]:/fd9X:/g; s/ expires [0-9]*sec//' | sort | tr '\n' ';'; }
+V="ptp + ipamd 1.0.0"
+pconf /tmp/pp.json ipamd 10.90.0.0/24 fd90::/64
+pconf /tmp/ppref.json host-local 10.91.0.0/24 fd91::/64
+nsreset ppa ppb ppr
+t "$V: ADD pod a" cni ADD ppa /run/netns/ppa eth0 /tmp/pp.json
+t "$V: ADD pod b" cni ADD ppb /run/netns/ppb eth0 /tmp/pp.json
+PA=$(ip -n ppa -4 -o addr show eth0 | awk '{print $4}' | cut -d/ -f1)
+PB=$(ip -n ppb -4 -o addr show eth0 | awk '{print $4}' | cut -d/ -f1)
+t "$V: a reaches b ($PB) through the host" ping_ok ppa "$PB"
+t "$V: b reaches a ($PA)" ping_ok ppb "$PA"
+t "$V: a reaches its gateway on the host end (10.90.0.1)" ping_ok ppa 10.90.0.1
+t "$V: CHECK" chk ppa /run/netns/ppa eth0 /tmp/pp.json
+if [ -x /ref/ptp ]; then
+  t "$V: the reference's ptp ADD on the same shape" refcni ADD ppr /run/netns/ppr eth0 /tmp/ppref.json
+  teq "$V: the pod's routes are the reference's" "$(pod_routes ppr)" "$(pod_routes ppa)"
+  refcni DEL ppr /run/netns/ppr eth0 /tmp/ppref.json > /dev/null
+fi
+t "$V: DEL a" del ppa /run/netns/ppa eth0 /tmp/pp.json
+ip netns del ppb
+t "$V: DEL b with its netns gone" del ppb /run/netns/ppb eth0 /tmp/pp.json
+t "$V: no host end left (by its owner alias)" sh -c "! /sbin/ip -o link show | grep -q 'alias cnikit ptp pp/'"
+ip netns del ppa; ip netns del ppr

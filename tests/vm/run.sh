@@ -99,7 +99,7 @@ rm -f "$I/bin/ip" "$I/bin/bridge" "$I/bin/tc"
 copy_with_libs "$CNIKIT" /cni/cnikit           # symlinks are made in the guest by `cnikit install`
 # The reference plugins (Debian containernetworking-plugins), for comparisons: bridge VLANs,
 # vlan and vrf (links.sh).
-for p in bridge host-local static vlan vrf host-device; do
+for p in bridge host-local static vlan vrf host-device ptp; do
   [ -x /usr/lib/cni/$p ] && copy_with_libs /usr/lib/cni/$p /ref/$p
 done
 install -m755 "$ROOT/tests/vm/guest.sh" "$I/guest.sh"
