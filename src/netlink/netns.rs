@@ -13,6 +13,9 @@ use std::os::fd::{AsFd, AsRawFd, BorrowedFd, OwnedFd, RawFd};
 use std::os::unix::fs::MetadataExt;
 use std::path::{Path, PathBuf};
 
+/// How long [`NetNs::lock_exclusive`] waits for another holder.
+const LOCK_WAIT: std::time::Duration = std::time::Duration::from_secs(10);
+
 const THREAD_NETNS: &str = "/proc/thread-self/ns/net";
 
 /// An open network namespace (an nsfs file descriptor) and the path it came from.
@@ -93,17 +96,28 @@ impl NetNs {
     /// Waits for, then holds, an exclusive `flock` on the namespace file until this
     /// handle is dropped: plugins that read, then change a namespace's state (sbr picking
     /// a free routing table) take turns, as the reference's lock on the netns path makes
-    /// them.
+    /// them. The wait is bounded: anyone who can open the file can take the lock, and a
+    /// plugin must not hang the runtime behind them.
     pub fn lock_exclusive(&self) -> Result<()> {
-        // SAFETY: flock on a descriptor we own.
-        if unsafe { libc::flock(self.as_raw_fd(), libc::LOCK_EX) } != 0 {
+        let deadline = std::time::Instant::now() + LOCK_WAIT;
+        loop {
+            // SAFETY: flock on a descriptor we own.
+            if unsafe { libc::flock(self.as_raw_fd(), libc::LOCK_EX | libc::LOCK_NB) } == 0 {
+                return Ok(());
+            }
             let e = io::Error::last_os_error();
-            return Err(Error::io(
-                &format!("lock network namespace {}", self.display()),
-                &e,
-            ));
+            let what = format!("lock network namespace {}", self.display());
+            if e.raw_os_error() != Some(libc::EWOULDBLOCK) {
+                return Err(Error::io(&what, &e));
+            }
+            if std::time::Instant::now() >= deadline {
+                return Err(Error::new(
+                    ErrorKind::Other,
+                    format!("{what}: another process has held it for {LOCK_WAIT:?}"),
+                ));
+            }
+            std::thread::sleep(std::time::Duration::from_millis(10));
         }
-        Ok(())
     }
 
     fn display(&self) -> String {
