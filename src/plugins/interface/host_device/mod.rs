@@ -7,7 +7,7 @@
 //! implementations can DEL each other's attachments. ADD moves, renames and sets the
 //! alias in one RTM_SETLINK (see `netlink::move_link`); DEL moves the device back under
 //! its alias. Where the reference fails DEL when that name was taken on the host
-//! meanwhile (its issue #1072), the device comes back as `<name>_<n>` (the first free
+//! meanwhile, the device comes back as `<name>_<n>` (the first free
 //! one), keeping the alias, and DEL succeeds. When the pod's netns is gone the kernel has
 //! already returned a physical device to the initial netns (under its pod name, or
 //! `dev<n>`); DEL renames it back from its alias there (see [`restore`]).
