@@ -31,9 +31,10 @@ pub struct Route {
 }
 
 /// sizeof(struct rtmsg)
-const ROUTE_HEADER_LEN: usize = 12;
+pub(super) const ROUTE_HEADER_LEN: usize = 12;
 const RTM_NEWROUTE: u16 = 24;
-const RT_TABLE_MAIN: u32 = 254;
+/// The kernel's main table, where routes without a table land.
+pub const MAIN_TABLE: u32 = 254;
 
 impl Route {
     /// A plain route to `dst`, everything else unset.
@@ -65,7 +66,7 @@ impl Route {
 
     /// The header and attributes shared by add and delete.
     fn message(&self) -> RouteMessage {
-        let table = self.table.unwrap_or(RT_TABLE_MAIN);
+        let table = self.table.unwrap_or(MAIN_TABLE);
         let mut msg = RouteMessage::default();
         msg.header.address_family = self.family();
         msg.header.destination_prefix_length = self.dst.prefix_len();
@@ -123,7 +124,7 @@ impl Route {
             route.apply(attr, &mut table);
         }
         // The public struct says None for the main table; callers filter on it.
-        route.table = (table != RT_TABLE_MAIN).then_some(table);
+        route.table = (table != MAIN_TABLE).then_some(table);
         Some(route)
     }
 
@@ -177,8 +178,8 @@ impl fmt::Display for Route {
 }
 
 /// The all-zero network of `family` with `prefix` bits (RTA_DST is absent for
-/// default routes).
-fn unspecified(family: AddressFamily, prefix: u8) -> Option<IpNet> {
+/// default routes); None for families other than IPv4 and IPv6.
+pub(super) fn unspecified(family: AddressFamily, prefix: u8) -> Option<IpNet> {
     let ip = match family {
         AddressFamily::Inet => IpAddr::V4(Ipv4Addr::UNSPECIFIED),
         AddressFamily::Inet6 => IpAddr::V6(Ipv6Addr::UNSPECIFIED),
@@ -198,15 +199,23 @@ fn to_ip(addr: &RouteAddress) -> Option<IpAddr> {
 impl Netlink {
     /// Unicast routes of the main table, IPv4 and IPv6.
     pub fn routes(&mut self) -> Result<Vec<Route>> {
+        let main = |payload: &[u8]| Route::decode(payload).filter(|r| r.table.is_none());
+        self.dump_routes("list routes", main)
+    }
+
+    /// One dump of the routes of every table, each RTM_NEWROUTE `decode`d (None
+    /// drops it); `what` names the dump in errors.
+    pub(super) fn dump_routes<T>(
+        &mut self,
+        what: &str,
+        decode: impl Fn(&[u8]) -> Option<T>,
+    ) -> Result<Vec<T>> {
         let msg = RouteNetlinkMessage::GetRoute(RouteMessage::default());
-        let replies = self
-            .request(msg, NLM_F_DUMP)
-            .map_err(|f| f.context("list routes"))?;
+        let replies = self.request(msg, NLM_F_DUMP).map_err(|f| f.context(what))?;
         Ok(replies
             .iter()
             .filter(|r| r.kind == RTM_NEWROUTE)
-            .filter_map(|r| Route::decode(&r.payload))
-            .filter(|r| r.table.is_none())
+            .filter_map(|r| decode(&r.payload))
             .collect())
     }
 

@@ -1,20 +1,17 @@
 //! Routes of every table, kept whole as the kernel dumps them so they can move between
 //! tables (source-based routing): listed, re-added in another table, deleted.
+pub use super::route::MAIN_TABLE;
+use super::route::{unspecified, Route, ROUTE_HEADER_LEN};
 use super::{Netlink, Result};
 use ipnet::IpNet;
 use netlink_packet_core::{
-    DefaultNla, NlasIterator, Parseable, NLM_F_CREATE, NLM_F_DUMP, NLM_F_EXCL, NLM_F_REPLACE,
+    DefaultNla, NlasIterator, Parseable, NLM_F_CREATE, NLM_F_EXCL, NLM_F_REPLACE,
 };
 use netlink_packet_route::route::{RouteAttribute, RouteFlags, RouteHeader, RouteMessage};
-use netlink_packet_route::{AddressFamily, RouteNetlinkMessage};
+use netlink_packet_route::RouteNetlinkMessage;
 use std::fmt;
-use std::net::{IpAddr, Ipv4Addr, Ipv6Addr};
+use std::net::IpAddr;
 
-/// sizeof(struct rtmsg)
-const ROUTE_HEADER_LEN: usize = 12;
-const RTM_NEWROUTE: u16 = 24;
-/// The kernel's main table, where routes without a table land.
-pub const MAIN_TABLE: u32 = 254;
 const RTA_DST: u16 = 1;
 const RTA_OIF: u16 = 4;
 const RTA_GATEWAY: u16 = 5;
@@ -45,16 +42,12 @@ impl TableRoute {
     /// One RTM_NEWROUTE of a dump; None for IPv4/IPv6 cache clones and other families.
     fn decode(payload: &[u8]) -> Option<TableRoute> {
         let header = RouteHeader::parse(payload).ok()?;
-        let unspecified = match header.address_family {
-            AddressFamily::Inet => IpAddr::V4(Ipv4Addr::UNSPECIFIED),
-            AddressFamily::Inet6 => IpAddr::V6(Ipv6Addr::UNSPECIFIED),
-            _ => return None,
-        };
+        let dst = unspecified(header.address_family, header.destination_prefix_length)?;
         if header.flags.contains(RouteFlags::Cloned) {
             return None;
         }
         let mut route = TableRoute {
-            dst: IpNet::new(unspecified, header.destination_prefix_length).ok()?,
+            dst,
             gateway: None,
             prefsrc: None,
             oif: None,
@@ -110,19 +103,14 @@ impl TableRoute {
 }
 
 impl fmt::Display for TableRoute {
-    /// `ip route` style, for messages.
+    /// As a [`Route`] of the same fields shows, its table always named.
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
-        write!(f, "{}", self.dst)?;
-        if let Some(gw) = self.gateway {
-            write!(f, " via {gw}")?;
-        }
-        if let Some(oif) = self.oif {
-            write!(f, " dev index {oif}")?;
-        }
-        if let Some(src) = self.prefsrc {
-            write!(f, " src {src}")?;
-        }
-        write!(f, " table {}", self.table)
+        let mut route = Route::new(self.dst);
+        route.gateway = self.gateway;
+        route.oif = self.oif;
+        route.prefsrc = self.prefsrc;
+        route.table = Some(self.table);
+        route.fmt(f)
     }
 }
 
@@ -142,15 +130,7 @@ impl Netlink {
     /// Every IPv4 and IPv6 route of every table (local and main included), but cache
     /// clones.
     pub fn all_routes(&mut self) -> Result<Vec<TableRoute>> {
-        let msg = RouteNetlinkMessage::GetRoute(RouteMessage::default());
-        let replies = self
-            .request(msg, NLM_F_DUMP)
-            .map_err(|f| f.context("list routes of every table"))?;
-        Ok(replies
-            .iter()
-            .filter(|r| r.kind == RTM_NEWROUTE)
-            .filter_map(|r| TableRoute::decode(&r.payload))
-            .collect())
+        self.dump_routes("list routes of every table", TableRoute::decode)
     }
 
     /// Adds `route`, replacing a route of the same key in its table.

@@ -4,12 +4,11 @@
 
 use super::pod_netns::open_netns;
 use crate::cni::{CniResult, Code, Error, Request};
-use crate::netlink::{random_bytes, sysctl, Link, NetNs, Netlink, Route as KernelRoute};
+use crate::netlink::{
+    random_bytes, sysctl, Link, NetNs, Netlink, Route as KernelRoute, MAIN_TABLE,
+};
 use ipnet::IpNet;
 use std::net::IpAddr;
-
-/// The kernel's "main" routing table; routes with no table land there.
-const MAIN_TABLE: u32 = 254;
 
 /// `veth` + 8 random hex digits, like the reference (fits IFNAMSIZ).
 pub fn random_veth_name() -> String {
@@ -110,56 +109,11 @@ fn kernel_route(route: &crate::cni::Route, gw: Option<IpAddr>, oif: u32) -> Kern
     }
 }
 
-/// CHECK: every address of `result` that belongs to interface `iface_pos` is
-/// on the link, and every route is in the table.
-pub fn check_iface_state(
-    nl: &mut Netlink,
-    index: u32,
-    ifname: &str,
-    iface_pos: usize,
-    result: &CniResult,
-) -> Result<(), Error> {
-    let present = nl.addresses(index)?;
-    for ip in result
-        .ips
-        .iter()
-        .filter(|ip| ip.interface.is_none_or(|i| i == iface_pos))
-    {
-        if !present.contains(&ip.address) {
-            return Err(Error::check_failed(format_args!(
-                "{ifname} lacks address {} (has {})",
-                ip.address,
-                list(&present)
-            )));
-        }
-    }
-    let routes = nl.routes()?;
-    // `routes()` dumps the main table; routes for other tables are not verified.
-    for want in result
-        .routes
-        .iter()
-        .filter(|r| r.table.is_none_or(|t| t == MAIN_TABLE))
-    {
-        let gw = want.gw.or_else(|| family_gateway(result, want.dst.addr()));
-        let found = routes
-            .iter()
-            .any(|r| r.dst == want.dst.trunc() && r.gateway == gw);
-        if !found {
-            return Err(Error::check_failed(format_args!(
-                "route to {}{} is missing in the container",
-                want.dst,
-                gw.map(|g| format!(" via {g}")).unwrap_or_default()
-            )));
-        }
-    }
-    Ok(())
-}
-
 /// CHECK: `link` is of `kind` ("veth", "bridge", …).
 pub fn expect_kind(link: &Link, kind: &str) -> Result<(), Error> {
     if link.kind.as_deref() != Some(kind) {
         return Err(Error::check_failed(format_args!(
-            "{} is a {}, expected a {kind}",
+            "{} is a {}, not a {kind}",
             link.name,
             link.kind.as_deref().unwrap_or("device without kind")
         )));
@@ -234,4 +188,46 @@ pub fn find_container_link(req: &Request, prev: &CniResult) -> Result<ContainerL
         ))
     })?;
     Ok(ContainerLink { pos, nl, link })
+}
+
+impl ContainerLink {
+    /// CHECK: every address of `result` that belongs to this interface is on the
+    /// link, and every route is in the table.
+    pub fn check_iface_state(&mut self, result: &CniResult) -> Result<(), Error> {
+        let ifname = &self.link.name;
+        let present = self.nl.addresses(self.link.index)?;
+        for ip in result
+            .ips
+            .iter()
+            .filter(|ip| ip.interface.is_none_or(|i| i == self.pos))
+        {
+            if !present.contains(&ip.address) {
+                return Err(Error::check_failed(format_args!(
+                    "{ifname} lacks address {} (has {})",
+                    ip.address,
+                    list(&present)
+                )));
+            }
+        }
+        let routes = self.nl.routes()?;
+        // `routes()` dumps the main table; routes for other tables are not verified.
+        for want in result
+            .routes
+            .iter()
+            .filter(|r| r.table.is_none_or(|t| t == MAIN_TABLE))
+        {
+            let gw = want.gw.or_else(|| family_gateway(result, want.dst.addr()));
+            let found = routes
+                .iter()
+                .any(|r| r.dst == want.dst.trunc() && r.gateway == gw);
+            if !found {
+                return Err(Error::check_failed(format_args!(
+                    "route to {}{} is missing in the container",
+                    want.dst,
+                    gw.map(|g| format!(" via {g}")).unwrap_or_default()
+                )));
+            }
+        }
+        Ok(())
+    }
 }

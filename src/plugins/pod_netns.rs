@@ -6,6 +6,7 @@
 
 use crate::cni::{Code, Error};
 use crate::netlink::{Link, NetNs, Netlink};
+use std::fmt::Display;
 
 /// The netns for ADD/CHECK; a missing one is "container unknown" (code 3),
 /// any other failure (EPERM, …) a kernel error (see `cni::error`). The
@@ -37,6 +38,22 @@ pub fn netns_for_del(path: &str) -> Result<Option<NetNs>, Error> {
     }
 }
 
+/// The netns for a DEL that changes what is inside it: None when there is nothing to
+/// change, because [`netns_for_del`] finds none or CNI_NETNS is the plugin's own
+/// namespace, where DEL leaves `leaving` as it is (said on stderr).
+pub fn container_netns_for_del(path: &str, leaving: impl Display) -> Result<Option<NetNs>, Error> {
+    let Some(ns) = netns_for_del(path)? else {
+        return Ok(None);
+    };
+    if is_own_netns(&ns)? {
+        eprintln!(
+            "DEL: CNI_NETNS {path} is this plugin's own network namespace; leaving {leaving}"
+        );
+        return Ok(None);
+    }
+    Ok(Some(ns))
+}
+
 /// Which container link a DEL may remove: one of `kind`, and for a veth with
 /// `bridge` given (and existing), one whose host end is a port of it. Anything
 /// else named like CNI_IFNAME is someone else's and stays.
@@ -51,15 +68,10 @@ pub struct OwnLink<'a> {
 /// `/proc/<pid>/ns/net`, a hostile runtime) and a link that is not ours are
 /// reported on stderr and left alone: DEL succeeds, removing nothing there.
 pub fn delete_container_link(netns_path: &str, ifname: &str, ours: OwnLink) -> Result<(), Error> {
-    let Some(ns) = netns_for_del(netns_path)? else {
+    let leaving = format_args!("{ifname} there alone");
+    let Some(ns) = container_netns_for_del(netns_path, leaving)? else {
         return Ok(());
     };
-    if is_own_netns(&ns)? {
-        eprintln!(
-            "DEL: CNI_NETNS {netns_path} is this plugin's own network namespace; leaving {ifname} there alone"
-        );
-        return Ok(());
-    }
     let mut nl = Netlink::open_in(&ns)?;
     let Some(link) = nl.link_by_name(ifname)? else {
         return Ok(());

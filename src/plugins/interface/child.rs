@@ -1,18 +1,20 @@
 //! What macvlan and ipvlan share: a child link of a master, moved into the
 //! pod and addressed from IPAM. [`ChildKind`] states what differs between
-//! them; every `ChildKind` is a [`Plugin`] made of the same steps.
+//! them; every `ChildKind` is a [`Plugin`] made of the same steps. The steps
+//! that only need one link the plugin made in the pod (addressing it from IPAM,
+//! STATUS's kernel probe, DEL) also serve vlan, dummy and tap.
 
 use crate::cni::{CniResult, Code, Command, Error, Plugin, Request};
 use crate::netlink::{Link, NetNs, Netlink};
 use crate::plugins::conf_keys::{config_ifname, configured_mtu, with_configured_dns};
 use crate::plugins::ipam_delegation::{ipam_add, ipam_if_configured, ipam_rollback_on_error};
 use crate::plugins::pod_interface::{
-    check_iface_state, configure_iface, ensure_ifname_free, find_container_link,
+    configure_iface, ensure_ifname_free, expect_kind, find_container_link,
 };
 use crate::plugins::pod_netns::{delete_container_link, open_netns, OwnLink};
 use serde::de::DeserializeOwned;
 use serde::Deserialize;
-use std::fmt::Debug;
+use std::fmt::{Debug, Display};
 
 /// The keys macvlan and ipvlan both take.
 #[derive(Debug, Deserialize)]
@@ -89,16 +91,12 @@ impl<K: ChildKind> Plugin for K {
     // ---------------------------------------------------------------- STATUS
     fn status(&self, req: &Request) -> Result<(), Error> {
         K::validate(req)?;
-        if !Netlink::open()?.child_kind_supported(K::KIND)? {
-            return Err(Error::new(
-                Code::NotAvailable,
-                format!(
-                    "this kernel has no {0} support (no {0} module to load), so ADD cannot create {0} links",
-                    K::KIND
-                ),
-            ));
-        }
-        ipam_if_configured(req, Command::Status)
+        let supported = Netlink::open()?.child_kind_supported(K::KIND)?;
+        let lacking = format_args!(
+            "this kernel has no {0} support (no {0} module to load), so ADD cannot create {0} links",
+            K::KIND
+        );
+        status_if_supported(req, supported, lacking)
     }
 
     // ---------------------------------------------------------------- GC
@@ -268,19 +266,8 @@ fn check_single_iface(req: &Request, kind: &str) -> Result<(Link, CniResult), Er
     };
     ipam_if_configured(req, Command::Check)?;
     let mut found = find_container_link(req, &prev)?;
-    if found.link.kind.as_deref() != Some(kind) {
-        return Err(Error::check_failed(format_args!(
-            "{} is not a {kind}",
-            req.ifname()
-        )));
-    }
-    check_iface_state(
-        &mut found.nl,
-        found.link.index,
-        req.ifname(),
-        found.pos,
-        &prev,
-    )?;
+    expect_kind(&found.link, kind)?;
+    found.check_iface_state(&prev)?;
     Ok((found.link, prev))
 }
 
@@ -303,12 +290,27 @@ fn check_child<M: PartialEq + Debug>(
     Ok(())
 }
 
-/// DEL for macvlan/ipvlan: IPAM first (so the lease goes even if the netns is
-/// gone), then the link; the master is never needed (plugins#953).
+/// DEL of a plugin whose only state in the pod is the link of `kind` it made: IPAM
+/// first (so the lease goes even if the netns is gone), then the link. It reads none
+/// of the plugin's keys, so no configuration (and no missing master) can block it.
 pub(super) fn del_single_iface(req: &Request, kind: &str) -> Result<(), Error> {
     // Both steps run even if the first fails: a broken IPAM must not keep the link.
     let ipam = ipam_if_configured(req, Command::Del);
     let ours = OwnLink { kind, bridge: None };
     let link = delete_container_link(req.netns(), req.ifname(), ours);
     Error::all([ipam, link])
+}
+
+/// STATUS of a plugin whose ADD makes a link the kernel may not support: not
+/// available (50, with `lacking` saying what is missing) without that support, so
+/// that no ADD is tried, else IPAM's STATUS.
+pub(super) fn status_if_supported(
+    req: &Request,
+    supported: bool,
+    lacking: impl Display,
+) -> Result<(), Error> {
+    if !supported {
+        return Err(Error::new(Code::NotAvailable, lacking.to_string()));
+    }
+    ipam_if_configured(req, Command::Status)
 }

@@ -3,12 +3,14 @@
 //! transmitting: an address for applications to bind to, next to another plugin's
 //! interface (as the reference README puts it).
 
-use super::child::address_from_ipam;
-use crate::cni::{CniResult, Code, Command, Error, Plugin, Request};
+use super::child::{address_from_ipam, del_single_iface, status_if_supported};
+use crate::cni::{CniResult, Command, Error, Plugin, Request};
 use crate::netlink::{Link, Netlink};
 use crate::plugins::ipam_delegation::{ipam_if_configured, require_ipam};
-use crate::plugins::pod_interface::{check_iface_state, ensure_ifname_free, find_container_link};
-use crate::plugins::pod_netns::{delete_container_link, open_netns, OwnLink};
+use crate::plugins::pod_interface::{
+    ensure_ifname_free, expect_kind, expect_mac, find_container_link,
+};
+use crate::plugins::pod_netns::open_netns;
 
 pub struct Dummy;
 
@@ -47,13 +49,7 @@ impl Plugin for Dummy {
         ipam_if_configured(req, Command::Check)?;
         let mut found = find_container_link(req, prev)?;
         expect_dummy(&found.link, &prev.interfaces[found.pos].mac)?;
-        check_iface_state(
-            &mut found.nl,
-            found.link.index,
-            req.ifname(),
-            found.pos,
-            prev,
-        )
+        found.check_iface_state(prev)
     }
 
     // ---------------------------------------------------------------- DEL
@@ -62,26 +58,19 @@ impl Plugin for Dummy {
     /// is someone else's and stays. Nothing here reads a plugin key, so no configuration
     /// can block it (an `ipam` section DEL cannot decode is no IPAM, see `NetConf`).
     fn del(&self, req: &Request) -> Result<(), Error> {
-        let ipam = ipam_if_configured(req, Command::Del);
-        let ours = OwnLink {
-            kind: KIND,
-            bridge: None,
-        };
-        let link = delete_container_link(req.netns(), req.ifname(), ours);
-        Error::all([ipam, link])
+        del_single_iface(req, KIND)
     }
 
     // ---------------------------------------------------------------- STATUS
     /// IPAM's STATUS, after the kernel: without dummy support no ADD can succeed (50).
     fn status(&self, req: &Request) -> Result<(), Error> {
         require_ipam(req, "dummy")?;
-        if !Netlink::open()?.dummy_supported()? {
-            return Err(Error::new(
-                Code::NotAvailable,
-                "this kernel has no dummy support (CONFIG_DUMMY), so ADD cannot create dummy links",
-            ));
-        }
-        ipam_if_configured(req, Command::Status)
+        let supported = Netlink::open()?.dummy_supported()?;
+        status_if_supported(
+            req,
+            supported,
+            "this kernel has no dummy support (CONFIG_DUMMY), so ADD cannot create dummy links",
+        )
     }
 
     // ---------------------------------------------------------------- GC
@@ -93,20 +82,8 @@ impl Plugin for Dummy {
 
 /// CHECK: the link is a dummy, up, with the MAC prevResult gives (if it gives one).
 fn expect_dummy(link: &Link, mac: &str) -> Result<(), Error> {
-    if !link.is_kind(KIND) {
-        return Err(Error::check_failed(format_args!(
-            "{} is a {}, not a dummy",
-            link.name,
-            link.kind.as_deref().unwrap_or("device without kind")
-        )));
-    }
-    if !mac.is_empty() && link.mac.as_deref() != Some(mac.to_ascii_lowercase().as_str()) {
-        return Err(Error::check_failed(format_args!(
-            "{} has MAC {}, prevResult says {mac}",
-            link.name,
-            link.mac.as_deref().unwrap_or("none")
-        )));
-    }
+    expect_kind(link, KIND)?;
+    expect_mac(link, mac)?;
     if !link.up {
         return Err(Error::check_failed(format_args!("{} is down", link.name)));
     }
@@ -116,6 +93,7 @@ fn expect_dummy(link: &Link, mac: &str) -> Result<(), Error> {
 #[cfg(test)]
 mod tests {
     use super::*;
+    use crate::cni::Code;
     use crate::plugins::firewall_backend::test_request;
     use serde_json::json;
 

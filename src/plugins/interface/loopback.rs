@@ -4,7 +4,7 @@
 
 use crate::cni::{CniResult, Code, Error, Interface, IpConfig, Plugin, Request};
 use crate::netlink::{Link, Netlink};
-use crate::plugins::pod_netns::{is_own_netns, netns_for_del, open_netns};
+use crate::plugins::pod_netns::{container_netns_for_del, open_netns};
 use ipnet::IpNet;
 
 pub struct Loopback;
@@ -53,17 +53,10 @@ impl Plugin for Loopback {
     /// Sets `lo` down like the reference; a netns that is already gone (or
     /// none given) is success, since runtimes call DEL more than once.
     fn del(&self, req: &Request) -> Result<(), Error> {
-        let Some(ns) = netns_for_del(req.netns())? else {
+        // Setting the host's own lo down would cut every local service off.
+        let Some(ns) = container_netns_for_del(req.netns(), format_args!("{LO} up"))? else {
             return Ok(());
         };
-        // Setting the host's own lo down would cut every local service off.
-        if is_own_netns(&ns)? {
-            eprintln!(
-                "DEL: CNI_NETNS {} is this plugin's own network namespace; leaving {LO} up",
-                req.netns()
-            );
-            return Ok(());
-        }
         let mut nl = Netlink::open_in(&ns)?;
         match nl.link_by_name(LO)? {
             Some(lo) => Ok(nl.set_down(lo.index)?),

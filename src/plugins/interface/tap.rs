@@ -3,15 +3,13 @@
 //! `owner`, `group` (who may open it), `bridge` (a bridge inside the pod it joins),
 //! addresses from IPAM when there is one. See docs/plugins/tap.md.
 
-use super::child::address_from_ipam;
+use super::child::{address_from_ipam, del_single_iface, status_if_supported};
 use crate::cni::{CniResult, Code, Command, Error, Interface, Plugin, Request};
 use crate::netlink::{selinux_context, sysctl, tap_supported, Link, NetNs, Netlink, TapSpec};
 use crate::plugins::conf_keys::{config_ifname, configured_mtu, validate_mac, with_configured_dns};
 use crate::plugins::ipam_delegation::ipam_if_configured;
-use crate::plugins::pod_interface::{
-    check_iface_state, ensure_ifname_free, expect_mac, find_container_link,
-};
-use crate::plugins::pod_netns::{delete_container_link, open_netns, OwnLink};
+use crate::plugins::pod_interface::{ensure_ifname_free, expect_mac, find_container_link};
+use crate::plugins::pod_netns::open_netns;
 use serde::Deserialize;
 use serde_json::Value;
 
@@ -253,7 +251,7 @@ impl Plugin for Tap {
                 )));
             }
         }
-        check_iface_state(&mut found.nl, link.index, req.ifname(), found.pos, prev)
+        found.check_iface_state(prev)
     }
 
     // ---------------------------------------------------------------- DEL
@@ -261,26 +259,18 @@ impl Plugin for Tap {
     /// is done, and a link named CNI_IFNAME that is not a tun/tap stays. No plugin key is
     /// read, so no configuration can block it.
     fn del(&self, req: &Request) -> Result<(), Error> {
-        let ipam = ipam_if_configured(req, Command::Del);
-        let ours = OwnLink {
-            kind: KIND,
-            bridge: None,
-        };
-        let link = delete_container_link(req.netns(), req.ifname(), ours);
-        Error::all([ipam, link])
+        del_single_iface(req, KIND)
     }
 
     // ---------------------------------------------------------------- STATUS
     /// The configuration, the kernel's TUN/TAP support (50 without), then IPAM's STATUS.
     fn status(&self, req: &Request) -> Result<(), Error> {
         Settings::load(req)?;
-        if !tap_supported()? {
-            return Err(Error::new(
-                Code::NotAvailable,
-                "this kernel has no TUN/TAP support (CONFIG_TUN, /dev/net/tun), so ADD cannot create taps",
-            ));
-        }
-        ipam_if_configured(req, Command::Status)
+        status_if_supported(
+            req,
+            tap_supported()?,
+            "this kernel has no TUN/TAP support (CONFIG_TUN, /dev/net/tun), so ADD cannot create taps",
+        )
     }
 
     // ---------------------------------------------------------------- GC

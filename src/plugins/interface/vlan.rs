@@ -3,12 +3,12 @@
 //! IPAM, which is required. Not a [`ChildKind`](super::child::ChildKind): it has no
 //! `mode`, its `master` is required, and CHECK reads the VLAN id back.
 
-use super::child::{add_child, del_single_iface};
-use crate::cni::{CniResult, Code, Command, Error, Plugin, Request};
+use super::child::{add_child, del_single_iface, status_if_supported};
+use crate::cni::{CniResult, Command, Error, Plugin, Request};
 use crate::netlink::{Link, NetNs, Netlink, VlanSpec};
 use crate::plugins::conf_keys::{config_ifname, configured_mtu, with_configured_dns};
 use crate::plugins::ipam_delegation::{ipam_if_configured, require_ipam};
-use crate::plugins::pod_interface::{check_iface_state, find_container_link};
+use crate::plugins::pod_interface::{expect_kind, expect_mac, find_container_link};
 use crate::plugins::pod_netns::open_netns;
 use serde::Deserialize;
 
@@ -116,13 +116,7 @@ impl Plugin for Vlan {
         check_master(req, &conf)?;
         let id = found.nl.vlan_id(found.link.index)?;
         expect_vlan(&found.link, id, &conf, &prev.interfaces[found.pos].mac)?;
-        check_iface_state(
-            &mut found.nl,
-            found.link.index,
-            req.ifname(),
-            found.pos,
-            prev,
-        )
+        found.check_iface_state(prev)
     }
 
     // ---------------------------------------------------------------- DEL
@@ -139,13 +133,12 @@ impl Plugin for Vlan {
     fn status(&self, req: &Request) -> Result<(), Error> {
         require_ipam(req, "vlan")?;
         req.conf.typed::<Conf>()?;
-        if !Netlink::open()?.child_kind_supported(KIND)? {
-            return Err(Error::new(
-                Code::NotAvailable,
-                "this kernel has no 802.1Q VLAN support (CONFIG_VLAN_8021Q), so ADD cannot create vlan links",
-            ));
-        }
-        ipam_if_configured(req, Command::Status)
+        let supported = Netlink::open()?.child_kind_supported(KIND)?;
+        status_if_supported(
+            req,
+            supported,
+            "this kernel has no 802.1Q VLAN support (CONFIG_VLAN_8021Q), so ADD cannot create vlan links",
+        )
     }
 
     // ---------------------------------------------------------------- GC
@@ -180,20 +173,8 @@ pub(super) fn expect_vlan(
     conf: &Loaded,
     mac: &str,
 ) -> Result<(), Error> {
-    if !link.is_kind(KIND) {
-        return Err(Error::check_failed(format_args!(
-            "{} is a {}, not a vlan",
-            link.name,
-            link.kind.as_deref().unwrap_or("device without kind")
-        )));
-    }
-    if !mac.is_empty() && link.mac.as_deref() != Some(mac.to_ascii_lowercase().as_str()) {
-        return Err(Error::check_failed(format_args!(
-            "{} has MAC {}, prevResult says {mac}",
-            link.name,
-            link.mac.as_deref().unwrap_or("none")
-        )));
-    }
+    expect_kind(link, KIND)?;
+    expect_mac(link, mac)?;
     if id != Some(conf.id) {
         return Err(Error::check_failed(format_args!(
             "{} has VLAN id {}, configured {}",

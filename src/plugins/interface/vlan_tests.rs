@@ -2,6 +2,7 @@
 
 use super::*;
 use crate::cni::gojson::{assert_known, struct_fields};
+use crate::cni::Code;
 use crate::plugins::firewall_backend::test_request;
 use serde_json::{json, Value};
 

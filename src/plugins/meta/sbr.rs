@@ -12,7 +12,7 @@
 
 use crate::cni::{CniResult, Code, Error, IpConfig, Plugin, Request};
 use crate::netlink::{Netlink, Route, Rule, TableRoute, MAIN_TABLE};
-use crate::plugins::pod_netns::{is_own_netns, netns_for_del, open_netns};
+use crate::plugins::pod_netns::{container_netns_for_del, open_netns};
 use ipnet::IpNet;
 use serde::Deserialize;
 use std::collections::BTreeSet;
@@ -269,16 +269,9 @@ impl Plugin for Sbr {
     /// reported together.
     fn del(&self, req: &Request) -> Result<(), Error> {
         let table = req.conf_or_del_fallback(Conf::load, |_| None)?;
-        let Some(ns) = netns_for_del(req.netns())? else {
+        let Some(ns) = container_netns_for_del(req.netns(), "its rules alone")? else {
             return Ok(());
         };
-        if is_own_netns(&ns)? {
-            eprintln!(
-                "DEL: CNI_NETNS {} is this plugin's own network namespace; leaving its rules alone",
-                req.netns()
-            );
-            return Ok(());
-        }
         ns.lock_exclusive()?;
         let mut nl = Netlink::open_in(&ns)?;
         let Some(link) = nl.link_by_name(req.ifname())? else {

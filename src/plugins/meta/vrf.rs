@@ -9,7 +9,7 @@
 use crate::cni::{CniResult, Error, Plugin, Request};
 use crate::netlink::{Link, NetNs, Netlink, TableRoute, MAIN_TABLE};
 use crate::plugins::conf_keys::config_ifname;
-use crate::plugins::pod_netns::{is_own_netns, netns_for_del, open_netns};
+use crate::plugins::pod_netns::{container_netns_for_del, open_netns};
 use ipnet::IpNet;
 use serde::Deserialize;
 use std::time::Duration;
@@ -147,16 +147,9 @@ impl Plugin for Vrf {
     fn del(&self, req: &Request) -> Result<(), Error> {
         let wanted = req.conf_or_del_fallback(|r| Conf::load(r).map(|c| Some(c.vrf)), |_| None);
         let wanted = wanted?;
-        let Some(ns) = netns_for_del(req.netns())? else {
+        let Some(ns) = container_netns_for_del(req.netns(), "it alone")? else {
             return Ok(());
         };
-        if is_own_netns(&ns)? {
-            eprintln!(
-                "DEL: CNI_NETNS {} is this plugin's own network namespace; leaving it alone",
-                req.netns()
-            );
-            return Ok(());
-        }
         del_in(&ns, req.ifname(), wanted.as_deref())
     }
 

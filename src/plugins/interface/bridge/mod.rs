@@ -9,8 +9,7 @@ use crate::plugins::conf_keys::{
 use crate::plugins::firewall_backend::{FirewallBackend, FirewallConf};
 use crate::plugins::ipam_delegation::{ipam_add, ipam_if_configured, ipam_rollback_on_error};
 use crate::plugins::pod_interface::{
-    check_iface_state, configure_iface, ensure_ifname_free, find_container_link, random_veth_name,
-    without_ipv6,
+    configure_iface, ensure_ifname_free, find_container_link, random_veth_name, without_ipv6,
 };
 use crate::plugins::pod_netns::{delete_container_link, open_netns, OwnLink};
 use check::{check_peer_on_bridge, expect_kind, expect_mac};
@@ -284,12 +283,11 @@ impl Plugin for Bridge {
         })?;
         expect_kind(&bridge, "bridge")?;
 
-        let found = find_container_link(req, &prev)?;
-        let (pos, mut cont, link) = (found.pos, found.nl, found.link);
-        expect_kind(&link, "veth")?;
-        expect_mac(&link, &prev.interfaces[pos].mac)?;
-        check_peer_on_bridge(&mut host, &link, &bridge)?;
-        check_iface_state(&mut cont, link.index, req.ifname(), pos, &prev)
+        let mut found = find_container_link(req, &prev)?;
+        expect_kind(&found.link, "veth")?;
+        expect_mac(&found.link, &prev.interfaces[found.pos].mac)?;
+        check_peer_on_bridge(&mut host, &found.link, &bridge)?;
+        found.check_iface_state(&prev)
     }
 
     // ---------------------------------------------------------------- DEL

@@ -22,7 +22,7 @@ use crate::netlink::{ErrorKind, Link, NetNs, Netlink};
 use crate::plugins::conf_keys::with_configured_dns;
 use crate::plugins::ipam_delegation::{ipam_add, ipam_if_configured, ipam_rollback_on_error};
 use crate::plugins::pod_interface::{
-    check_iface_state, configure_iface, ensure_ifname_free, expect_mac, find_container_link,
+    configure_iface, ensure_ifname_free, expect_mac, find_container_link,
 };
 use crate::plugins::pod_netns::{is_own_netns, netns_for_del, open_netns};
 use conf::{find_host_link, load, Selector};
@@ -86,13 +86,7 @@ impl Plugin for HostDevice {
         }
         let mut found = find_container_link(req, prev)?;
         expect_mac(&found.link, &prev.interfaces[found.pos].mac)?;
-        check_iface_state(
-            &mut found.nl,
-            found.link.index,
-            req.ifname(),
-            found.pos,
-            prev,
-        )
+        found.check_iface_state(prev)
     }
 
     // ---------------------------------------------------------------- DEL

@@ -12,8 +12,8 @@ use crate::plugins::ipam_delegation::{ipam_add, ipam_if_configured, ipam_rollbac
 use crate::plugins::link_owner;
 use crate::plugins::masquerade;
 use crate::plugins::pod_interface::{
-    address_iface, check_iface_state, ensure_ifname_free, expect_kind, expect_mac,
-    find_container_link, random_veth_name, route_iface,
+    address_iface, ensure_ifname_free, expect_kind, expect_mac, find_container_link,
+    random_veth_name, route_iface,
 };
 use crate::plugins::pod_netns::{delete_container_link, open_netns, OwnLink};
 use routing::{enable_forwarding, hops, prepare_host_end, route_host, route_pod, settle_ipv6, Hop};
@@ -140,12 +140,11 @@ impl Plugin for Ptp {
             return Err(Error::invalid_config("ptp: CHECK needs prevResult"));
         };
         ipam_if_configured(req, Command::Check)?;
-        let found = find_container_link(req, &prev)?;
-        let (pos, mut cont, link) = (found.pos, found.nl, found.link);
-        expect_kind(&link, "veth")?;
-        expect_mac(&link, &prev.interfaces[pos].mac)?;
-        check_iface_state(&mut cont, link.index, req.ifname(), pos, &prev)?;
-        routing::check_pod_routes(&mut cont, &prev, pos)
+        let mut found = find_container_link(req, &prev)?;
+        expect_kind(&found.link, "veth")?;
+        expect_mac(&found.link, &prev.interfaces[found.pos].mac)?;
+        found.check_iface_state(&prev)?;
+        routing::check_pod_routes(&mut found.nl, &prev, found.pos)
     }
 
     // ---------------------------------------------------------------- DEL
