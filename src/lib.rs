@@ -6,6 +6,7 @@
 //!   layouts, errors → codes, delegation, the plugin runner); no netlink.
 //! - [`netlink`]: blocking rtnetlink and netfilter sockets, netns, sysctls.
 //! - [`firewall`]: nftables over netlink (portmap, masquerade, MAC spoof check).
+//! - [`dhcp`]: the DHCP client and its lease daemon service (the `dhcp` plugin's work).
 //! - [`plugins`]: one module per plugin, each reading ADD/CHECK/DEL/STATUS/GC.
 //! - [`runtime`]: running network lists the way libcni does (`cnikit net`,
 //!   the churn benchmark).
@@ -13,6 +14,7 @@
 
 pub mod admin;
 pub mod cni;
+pub mod dhcp;
 pub mod firewall;
 pub mod netlink;
 pub mod plugins;

@@ -15,6 +15,22 @@ fn main() {
         .and_then(OsStr::to_str)
         .unwrap_or("cnikit");
 
+    // `dhcp daemon FLAGS…`, the reference's invocation of its lease daemon (and
+    // `cnikit dhcp daemon FLAGS…`).
+    let rest = match (argv0, args.get(1).and_then(|a| a.to_str())) {
+        ("dhcp", Some("daemon")) => Some(&args[2..]),
+        ("cnikit", Some("dhcp")) if args.get(2).and_then(|a| a.to_str()) == Some("daemon") => {
+            Some(&args[3..])
+        }
+        _ => None,
+    };
+    if let Some(flags) = rest {
+        let flags: Vec<String> = flags
+            .iter()
+            .map(|a| a.to_string_lossy().into_owned())
+            .collect();
+        std::process::exit(cnikit::dhcp::daemon::main(&flags));
+    }
     // The plugin path comes first and touches nothing else: no clap, no allocation
     // of admin state, because it runs once per pod.
     if let Some(plugin) = plugins::by_name(argv0) {

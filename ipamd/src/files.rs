@@ -12,14 +12,14 @@ use std::path::Path;
 use crate::{Error, ErrorKind};
 
 /// The data dir: others may look up network directories, nothing more.
-pub(crate) const DATA_DIR_MODE: u32 = 0o755;
+pub const DATA_DIR_MODE: u32 = 0o755;
 /// A network's directory and files hold container IDs: root's alone.
-pub(crate) const NETWORK_DIR_MODE: u32 = 0o700;
-pub(crate) const FILE_MODE: u32 = 0o600;
+pub const NETWORK_DIR_MODE: u32 = 0o700;
+pub const FILE_MODE: u32 = 0o600;
 
 /// Create `dir` (and missing parents) with `mode` exactly; Ok(true) when `dir` itself was
 /// created. An existing directory is left as it is.
-pub(crate) fn create_dir(dir: &Path, mode: u32) -> Result<bool, Error> {
+pub fn create_dir(dir: &Path, mode: u32) -> Result<bool, Error> {
     match std::fs::symlink_metadata(dir) {
         Ok(m) if m.is_dir() => return Ok(false),
         Ok(_) => {
@@ -56,7 +56,7 @@ pub(crate) fn create_dir(dir: &Path, mode: u32) -> Result<bool, Error> {
 /// As root, refuse a directory that another user owns or may write to: they could swap
 /// our files for links or their own contents. Unprivileged users (tests, rootless
 /// runtimes) keep their own trust.
-pub(crate) fn check_owner(dir: &Path) -> Result<(), Error> {
+pub fn check_owner(dir: &Path) -> Result<(), Error> {
     if euid() != 0 {
         return Ok(());
     }
@@ -80,12 +80,12 @@ pub(crate) fn check_owner(dir: &Path) -> Result<(), Error> {
 }
 
 /// Open an existing file without following a symbolic link in its place.
-pub(crate) fn open_nofollow(opts: &mut OpenOptions, path: &Path) -> Result<File, Error> {
+pub fn open_nofollow(opts: &mut OpenOptions, path: &Path) -> Result<File, Error> {
     open_flags(opts, path, 0)
 }
 
 /// A directory, to fsync it; not through a link either.
-pub(crate) fn open_dir(path: &Path) -> Result<File, Error> {
+pub fn open_dir(path: &Path) -> Result<File, Error> {
     open_flags(OpenOptions::new().read(true), path, libc::O_DIRECTORY)
 }
 
@@ -114,7 +114,7 @@ pub(crate) fn open_lock(path: &Path) -> Result<File, Error> {
 }
 
 /// A new file that nothing else may exist in place of (`O_EXCL` does not follow links).
-pub(crate) fn create_new(path: &Path) -> Result<File, Error> {
+pub fn create_new(path: &Path) -> Result<File, Error> {
     let f = OpenOptions::new()
         .write(true)
         .create_new(true)

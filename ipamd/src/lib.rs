@@ -13,9 +13,10 @@
 //!   request, response, error and permission check (cnikit's firewall is one).
 //! - [`cluster`]: cluster-wide pools in etcd: `pool` commands and the daemon's blocks.
 //! - [`hostlocal`]: the reference host-local plugin's lease directory (its on-disk format).
+//! - [`files`]: modes, no links, root-owned dirs: how every file of cnikit's daemons is made.
 //! - [`fsck`]: `cnikit ipamd fsck`: find damage in the store's files and salvage what is valid.
 //! - [`fuzzing`]: entry points of the fuzz targets in `fuzz/`; not an API.
-//! - internal: `addr` (address arithmetic), `files` (modes, no links, root-owned dirs), `pool` (range arithmetic), `journal`
+//! - internal: `addr` (address arithmetic), `pool` (range arithmetic), `journal`
 //!   (checksummed records), `snapshot` (checksummed state), `store` (one network's state under a flock), `server` (HTTP over
 //!   the unix socket), `fault` (injected I/O failures for tests).
 
@@ -28,7 +29,7 @@ pub mod config;
 pub mod daemon;
 mod error;
 mod fault;
-mod files;
+pub mod files;
 pub mod fsck;
 pub mod fuzzing;
 pub mod hostlocal;

@@ -140,6 +140,22 @@ impl From<crate::firewall::Error> for Error {
     }
 }
 
+impl From<crate::dhcp::Error> for Error {
+    fn from(e: crate::dhcp::Error) -> Self {
+        use crate::dhcp::ErrorKind;
+        let code = match e.kind {
+            // The LAN may answer on the next try; the runtime retries the pod.
+            ErrorKind::NoAnswer => Code::TryAgainLater,
+            ErrorKind::Refused => Code::AddressUnavailable,
+            ErrorKind::NoInterface => Code::UnknownContainer,
+            ErrorKind::Io => Code::Io,
+            ErrorKind::Invalid => Code::InvalidConfig,
+            ErrorKind::Forbidden => Code::Internal,
+        };
+        Error::new(code, e.message)
+    }
+}
+
 impl From<ipamd::Error> for Error {
     fn from(e: ipamd::Error) -> Self {
         use ipamd::ErrorKind;

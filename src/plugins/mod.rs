@@ -43,6 +43,7 @@ pub const NAMES: &[&str] = &[
     "tap",
     "vlan",
     "vrf",
+    "dhcp",
 ];
 
 static BRIDGE: bridge::Bridge = bridge::Bridge {
@@ -75,6 +76,7 @@ pub fn by_name(name: &str) -> Option<&'static dyn Plugin> {
         "tap" => &interface::tap::Tap,
         "vlan" => &interface::vlan::Vlan,
         "vrf" => &meta::vrf::Vrf,
+        "dhcp" => &ipam::dhcp::Dhcp,
         _ => return None,
     })
 }

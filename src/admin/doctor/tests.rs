@@ -95,7 +95,7 @@ fn conflists_parse_and_name_only_plugins_present() {
         &conf,
         "20-odd.conflist",
         r#"{"cniVersion": "1.0.0", "name": "odd", "plugins": [
-            {"type": "bridge", "ipam": {"type": "dhcp"}}, {"type": "win-bridge"}]}"#,
+            {"type": "bridge", "ipam": {"type": "whereabouts"}}, {"type": "win-bridge"}]}"#,
     );
     write(&conf, "30-broken.conflist", "{ not json");
     write(
@@ -114,7 +114,7 @@ fn conflists_parse_and_name_only_plugins_present() {
         ]
     );
     let odd = find(&checks, "conf 20-odd.conflist");
-    assert!(odd.message.contains("dhcp, win-bridge"), "{odd:?}");
+    assert!(odd.message.contains("whereabouts, win-bridge"), "{odd:?}");
     assert!(
         odd.fix.as_deref().unwrap().contains("not part of cnikit"),
         "{odd:?}"

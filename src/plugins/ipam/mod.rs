@@ -4,6 +4,7 @@
 //! (host_local.rs). Configuration keys are host-local's, so migrating is a change of
 //! `type`.
 
+pub mod dhcp;
 pub mod host_local;
 pub mod static_ipam;
 
@@ -357,7 +358,7 @@ pub(super) fn result_route(r: &RouteSpec) -> Route {
 
 /// GC's list of attachments still in use, which an IPAM plugin needs: without it every
 /// lease of the network would look stale.
-fn gc_valid_attachments(req: &Request) -> Result<Vec<Attachment>, Error> {
+pub(super) fn gc_valid_attachments(req: &Request) -> Result<Vec<Attachment>, Error> {
     req.conf.valid_attachments()?.ok_or_else(|| {
         Error::invalid_config("GC needs cni.dev/valid-attachments (or cni.dev/attachments)")
     })

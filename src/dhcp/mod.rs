@@ -1,0 +1,103 @@
+//! DHCPv4 for pods: the client machinery behind the `dhcp` IPAM plugin, run by the lease
+//! daemon (`dhcp daemon`, or `cnikit ipamd daemon`, which hosts the same service).
+//!
+//! A pod's lease is acquired from inside the pod's network namespace, on the interface
+//! the interface plugin made, through a packet socket opened there (the socket stays in
+//! that namespace for its whole life, so one daemon thread serves any number of pods).
+//! The plugin process only asks the daemon; the daemon keeps each lease: it renews at T1,
+//! rebinds at T2, takes the address back after expiry, and writes every lease to a file
+//! so that a restarted (or killed) daemon resumes them.
+//!
+//! - [`socket`]: the packet socket in the pod's netns, bounded receives.
+//! - [`wire`]: DHCP messages (dhcproto) in IPv4/UDP frames (etherparse), both ways.
+//! - [`exchange`]: the client's exchanges (acquire, renew, rebind, reboot, release),
+//!   with the retransmission schedule and a deadline for each.
+//! - [`lease`]: what an ACK gives a pod (address, gateway, routes, DNS, timers), and the
+//!   CNI result made of it.
+//! - [`options`]: the `request`/`provide` options and the client identifier.
+//! - [`lease_files`]: one file per held lease, written before the plugin is answered.
+//! - [`maintain`]: one thread per lease keeping it until release.
+//! - [`service`]: the daemon's `dhcp` service: acquire, release, check, status, gc.
+//! - [`daemon`]: `dhcp daemon` with the reference's flags (`-socketpath`, `-timeout`, ...).
+
+pub mod daemon;
+pub mod exchange;
+pub mod lease;
+pub mod lease_files;
+pub mod maintain;
+pub mod options;
+pub mod service;
+pub mod socket;
+pub mod wire;
+
+use std::fmt;
+use std::time::Duration;
+
+/// The reference daemon's socket (`-socketpath`) and the plugin's `daemonSocketPath` default.
+pub const DEFAULT_SOCKET: &str = "/run/cni/dhcp.sock";
+
+/// How long the client waits and retransmits (the reference daemon's flags).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct Timing {
+    /// `-timeout`: the longest wait for the answer to one transmission.
+    pub reply: Duration,
+    /// `-resendmax`: the longest pause between retransmissions.
+    pub resend_max: Duration,
+    /// `-resendtimeout`: how long one exchange may take in all (ADD waits at most this).
+    pub exchange: Duration,
+}
+
+impl Default for Timing {
+    /// The reference's defaults.
+    fn default() -> Self {
+        Timing {
+            reply: Duration::from_secs(10),
+            resend_max: Duration::from_secs(62),
+            exchange: Duration::from_secs(208),
+        }
+    }
+}
+
+/// What a DHCP client failure was, for the plugin's error code and the daemon's logs.
+#[derive(Debug, Clone, PartialEq, Eq, serde::Serialize, serde::Deserialize)]
+pub enum ErrorKind {
+    /// No server answered within the exchange's time.
+    NoAnswer,
+    /// The server refused (DHCPNAK), or its answers were unusable (no address, no mask).
+    Refused,
+    /// The pod's netns or interface is not there (or was removed meanwhile).
+    NoInterface,
+    /// A socket or kernel call failed.
+    Io,
+    /// The request was malformed or named something the daemon cannot act on.
+    Invalid,
+    /// The caller may not have this done.
+    Forbidden,
+}
+
+/// A DHCP client error: its kind and a message a person can act on (it names the
+/// interface and the netns, and how long the client waited).
+#[derive(Debug, Clone, PartialEq, Eq, serde::Serialize, serde::Deserialize)]
+pub struct Error {
+    pub kind: ErrorKind,
+    pub message: String,
+}
+
+impl Error {
+    pub fn new(kind: ErrorKind, message: impl Into<String>) -> Error {
+        Error {
+            kind,
+            message: message.into(),
+        }
+    }
+}
+
+impl fmt::Display for Error {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.write_str(&self.message)
+    }
+}
+
+impl std::error::Error for Error {}
+
+pub type Result<T> = std::result::Result<T, Error>;

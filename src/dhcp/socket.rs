@@ -1,0 +1,379 @@
+//! The packet socket a lease's exchanges use, opened inside the pod's network namespace
+//! on the pod's interface. A packet socket (not UDP) because the pod has no address yet
+//! when it asks for one, and because DHCPRELEASE and renewals must leave from the leased
+//! address to the server's MAC whatever the pod's routes say.
+//!
+//! The socket keeps the namespace handle it was opened with: the link checks of a held
+//! lease (`link_present`, `has_address`, `set_link_up`) talk to that namespace, and
+//! `netns_still_at_path` tells whether the runtime still names it (the handle alone
+//! keeps a removed pod's namespace alive).
+
+use super::{Error, ErrorKind, Result};
+use crate::netlink::{self, NetNs, Netlink};
+use std::io;
+use std::net::Ipv4Addr;
+use std::os::fd::{AsRawFd, FromRawFd, OwnedFd, RawFd};
+use std::path::Path;
+use std::time::{Duration, Instant};
+
+/// `sll_pkttype` of a frame this host sent itself (packet sockets see those too).
+const PACKET_OUTGOING: u8 = 4;
+/// The DHCP client's UDP port: the only traffic the filter lets through.
+const CLIENT_PORT: u32 = 68;
+
+/// An AF_PACKET socket bound to one interface of one network namespace.
+#[derive(Debug)]
+pub struct PodSocket {
+    fd: OwnedFd,
+    netns: NetNs,
+    ifname: String,
+    index: u32,
+    mac: [u8; 6],
+}
+
+impl PodSocket {
+    /// Opens `ifname` in the netns at `netns`: looks the link up there (its index and MAC),
+    /// sets it up if it is down (as the reference does), and binds a packet socket to it.
+    /// A missing netns or link is `ErrorKind::NoInterface`, naming both.
+    pub fn open(netns: &Path, ifname: &str) -> Result<PodSocket> {
+        let ns = NetNs::open(netns).map_err(|e| {
+            let kind = match e.kind {
+                netlink::ErrorKind::NetnsNotFound => ErrorKind::NoInterface,
+                _ => ErrorKind::Io,
+            };
+            Error::new(kind, format!("{} (looking for {ifname})", e.message))
+        })?;
+        let where_ = format!("{ifname} in {}", netns.display());
+        let (fd, index, mac) = ns
+            .run(|| open_inside(ifname, &where_))
+            .map_err(|e| netlink_error(&e, &where_))??;
+        Ok(PodSocket {
+            fd,
+            netns: ns,
+            ifname: ifname.to_string(),
+            index,
+            mac,
+        })
+    }
+
+    pub fn mac(&self) -> [u8; 6] {
+        self.mac
+    }
+
+    pub fn ifname(&self) -> &str {
+        &self.ifname
+    }
+
+    pub fn ifindex(&self) -> u32 {
+        self.index
+    }
+
+    /// The path the namespace was opened from (`CNI_NETNS`).
+    pub fn netns_path(&self) -> &Path {
+        self.netns.path()
+    }
+
+    /// Sends one IPv4 packet (header included) to `dst_mac` (broadcast: all ones).
+    pub fn send(&self, ipv4_packet: &[u8], dst_mac: [u8; 6]) -> Result<()> {
+        let addr = self.link_addr(dst_mac);
+        // SAFETY: sendto from a live buffer to a sockaddr_ll of the size we pass.
+        let n = unsafe {
+            libc::sendto(
+                self.fd.as_raw_fd(),
+                ipv4_packet.as_ptr().cast(),
+                ipv4_packet.len(),
+                0,
+                (&addr as *const libc::sockaddr_ll).cast(),
+                sockaddr_ll_len(),
+            )
+        };
+        if n < 0 {
+            return Err(self.io_error("send a DHCP packet", &io::Error::last_os_error()));
+        }
+        Ok(())
+    }
+
+    /// Waits at most `wait` for one IPv4 packet; its length in `buf` and the sender's MAC.
+    /// Frames this host sent are skipped; a packet longer than `buf` is cut to its length.
+    pub fn recv(&self, buf: &mut [u8], wait: Duration) -> Result<Option<(usize, [u8; 6])>> {
+        let deadline = Instant::now() + wait;
+        loop {
+            let left = deadline.saturating_duration_since(Instant::now());
+            if !self.readable(left)? {
+                return Ok(None);
+            }
+            // SAFETY: all-zero is a valid sockaddr_ll.
+            let mut from: libc::sockaddr_ll = unsafe { std::mem::zeroed() };
+            let mut from_len = sockaddr_ll_len();
+            // SAFETY: recvfrom into a buffer and a sockaddr_ll we own, sizes as passed.
+            let n = unsafe {
+                libc::recvfrom(
+                    self.fd.as_raw_fd(),
+                    buf.as_mut_ptr().cast(),
+                    buf.len(),
+                    libc::MSG_DONTWAIT,
+                    (&mut from as *mut libc::sockaddr_ll).cast(),
+                    &mut from_len,
+                )
+            };
+            if n < 0 {
+                let e = io::Error::last_os_error();
+                match e.raw_os_error() {
+                    Some(libc::EAGAIN) | Some(libc::EINTR) => continue,
+                    _ => return Err(self.io_error("receive a DHCP packet", &e)),
+                }
+            }
+            if from.sll_pkttype == PACKET_OUTGOING {
+                continue;
+            }
+            let mut mac = [0u8; 6];
+            mac.copy_from_slice(&from.sll_addr[..6]);
+            return Ok(Some((usize::try_from(n).unwrap_or(0), mac)));
+        }
+    }
+
+    /// Whether the interface this socket is bound to still exists under its name in that
+    /// namespace (a link deleted, or renamed and replaced, is not).
+    pub fn link_present(&self) -> Result<bool> {
+        let mut nl = self.netlink()?;
+        let link = nl
+            .link_by_index(self.index)
+            .map_err(|e| self.netlink_error(&e))?;
+        Ok(link.is_some_and(|l| l.name == self.ifname))
+    }
+
+    /// Whether the netns path still names the namespace this socket is in: false once the
+    /// runtime removed it (or put another namespace there), although this socket's handle
+    /// keeps the old one alive.
+    pub fn netns_still_at_path(&self) -> bool {
+        let Ok(at_path) = std::fs::metadata(self.netns.path()) else {
+            return false;
+        };
+        use std::os::unix::fs::MetadataExt;
+        // SAFETY: fstat of a descriptor the NetNs owns, into a zeroed struct.
+        let mut st: libc::stat = unsafe { std::mem::zeroed() };
+        if unsafe { libc::fstat(self.netns.as_raw_fd(), &mut st) } != 0 {
+            return false;
+        }
+        at_path.ino() == st.st_ino && at_path.dev() == st.st_dev
+    }
+
+    /// Sets the interface up or down (down: the reference's answer to an expired lease).
+    pub fn set_link_up(&self, up: bool) -> Result<()> {
+        let mut nl = self.netlink()?;
+        let done = match up {
+            true => nl.set_up(self.index),
+            false => nl.set_down(self.index),
+        };
+        done.map_err(|e| self.netlink_error(&e))
+    }
+
+    /// Whether `addr/prefix` is on the interface (CHECK: the lease is still configured).
+    pub fn has_address(&self, addr: Ipv4Addr, prefix: u8) -> Result<bool> {
+        let mut nl = self.netlink()?;
+        let addrs = nl
+            .addresses(self.index)
+            .map_err(|e| self.netlink_error(&e))?;
+        Ok(addrs.iter().any(|net| match net {
+            ipnet::IpNet::V4(v4) => v4.addr() == addr && v4.prefix_len() == prefix,
+            ipnet::IpNet::V6(_) => false,
+        }))
+    }
+
+    fn netlink(&self) -> Result<Netlink> {
+        Netlink::open_in(&self.netns).map_err(|e| self.netlink_error(&e))
+    }
+
+    fn describe(&self) -> String {
+        format!("{} in {}", self.ifname, self.netns.path().display())
+    }
+
+    fn netlink_error(&self, e: &netlink::Error) -> Error {
+        netlink_error(e, &self.describe())
+    }
+
+    /// A socket call's failure; the link having gone away is `NoInterface`.
+    fn io_error(&self, what: &str, e: &io::Error) -> Error {
+        let kind = match e.raw_os_error() {
+            Some(libc::ENXIO) | Some(libc::ENODEV) => ErrorKind::NoInterface,
+            _ => ErrorKind::Io,
+        };
+        Error::new(kind, format!("{what} on {}: {e}", self.describe()))
+    }
+
+    fn link_addr(&self, mac: [u8; 6]) -> libc::sockaddr_ll {
+        // SAFETY: all-zero is a valid sockaddr_ll.
+        let mut addr: libc::sockaddr_ll = unsafe { std::mem::zeroed() };
+        addr.sll_family = libc::AF_PACKET as u16;
+        addr.sll_protocol = (libc::ETH_P_IP as u16).to_be();
+        addr.sll_ifindex = self.index as i32;
+        addr.sll_halen = 6;
+        addr.sll_addr[..6].copy_from_slice(&mac);
+        addr
+    }
+
+    /// Polls for input; false when `wait` passed without any.
+    fn readable(&self, wait: Duration) -> Result<bool> {
+        let mut pfd = libc::pollfd {
+            fd: self.fd.as_raw_fd(),
+            events: libc::POLLIN,
+            revents: 0,
+        };
+        // Rounded up, so that a wait of 0.5 ms still polls instead of spinning.
+        let ms = wait.as_micros().div_ceil(1000).min(i32::MAX as u128) as i32;
+        // SAFETY: poll on one pollfd we own.
+        let n = unsafe { libc::poll(&mut pfd, 1, ms) };
+        if n < 0 {
+            let e = io::Error::last_os_error();
+            if e.raw_os_error() == Some(libc::EINTR) {
+                return Ok(true);
+            }
+            return Err(self.io_error("wait for a DHCP packet", &e));
+        }
+        Ok(n > 0)
+    }
+}
+
+/// Runs inside the pod's namespace: the link, then the socket bound to it.
+fn open_inside(ifname: &str, where_: &str) -> Result<(OwnedFd, u32, [u8; 6])> {
+    let mut nl = Netlink::open().map_err(|e| netlink_error(&e, where_))?;
+    let link = nl
+        .link_by_name(ifname)
+        .map_err(|e| netlink_error(&e, where_))?
+        .ok_or_else(|| Error::new(ErrorKind::NoInterface, format!("no interface {where_}")))?;
+    let mac = link.mac.as_deref().and_then(parse_mac).ok_or_else(|| {
+        Error::new(
+            ErrorKind::Invalid,
+            format!("{where_} has no Ethernet address"),
+        )
+    })?;
+    if !link.up {
+        nl.set_up(link.index)
+            .map_err(|e| netlink_error(&e, where_))?;
+    }
+    let fd = packet_socket(link.index)
+        .map_err(|(what, e)| Error::new(ErrorKind::Io, format!("{what} on {where_}: {e}")))?;
+    Ok((fd, link.index, mac))
+}
+
+/// The socket is made with protocol 0 (it receives nothing), gets its filter, and only
+/// then is bound for IPv4 on the link: no unfiltered packet from another interface can
+/// queue up in between.
+fn packet_socket(index: u32) -> std::result::Result<OwnedFd, (&'static str, io::Error)> {
+    // SAFETY: plain socket(2); the descriptor is owned right away.
+    let raw = unsafe { libc::socket(libc::AF_PACKET, libc::SOCK_DGRAM | libc::SOCK_CLOEXEC, 0) };
+    if raw < 0 {
+        return Err(("open a packet socket", io::Error::last_os_error()));
+    }
+    // SAFETY: a fresh descriptor nobody else owns.
+    let fd = unsafe { OwnedFd::from_raw_fd(raw) };
+    attach_filter(fd.as_raw_fd()).map_err(|e| ("attach the DHCP packet filter", e))?;
+    // SAFETY: all-zero is a valid sockaddr_ll.
+    let mut addr: libc::sockaddr_ll = unsafe { std::mem::zeroed() };
+    addr.sll_family = libc::AF_PACKET as u16;
+    addr.sll_protocol = (libc::ETH_P_IP as u16).to_be();
+    addr.sll_ifindex = index as i32;
+    // SAFETY: bind to a sockaddr_ll of the size we pass.
+    let rc = unsafe {
+        libc::bind(
+            fd.as_raw_fd(),
+            (&addr as *const libc::sockaddr_ll).cast(),
+            sockaddr_ll_len(),
+        )
+    };
+    if rc != 0 {
+        return Err(("bind the packet socket", io::Error::last_os_error()));
+    }
+    Ok(fd)
+}
+
+/// Classic BPF: keep unfragmented (or first-fragment) UDP to port 68, so the socket is not
+/// handed a copy of every packet the pod receives. On a SOCK_DGRAM packet socket offsets
+/// start at the IPv4 header.
+fn attach_filter(fd: RawFd) -> io::Result<()> {
+    const LD_B_ABS: u16 = 0x30; // BPF_LD | BPF_B | BPF_ABS
+    const LD_H_ABS: u16 = 0x28; // BPF_LD | BPF_H | BPF_ABS
+    const LD_H_IND: u16 = 0x48; // BPF_LD | BPF_H | BPF_IND
+    const LDX_B_MSH: u16 = 0xb1; // BPF_LDX | BPF_B | BPF_MSH: X = 4 * (P[k] & 0xf)
+    const JEQ_K: u16 = 0x15; // BPF_JMP | BPF_JEQ | BPF_K
+    const JSET_K: u16 = 0x45; // BPF_JMP | BPF_JSET | BPF_K
+    const RET_K: u16 = 0x06; // BPF_RET | BPF_K
+    let op = |code, jt, jf, k| libc::sock_filter { code, jt, jf, k };
+    let mut program = [
+        op(LD_B_ABS, 0, 0, 9),
+        op(JEQ_K, 0, 6, libc::IPPROTO_UDP as u32),
+        op(LD_H_ABS, 0, 0, 6),
+        op(JSET_K, 4, 0, 0x1fff),
+        op(LDX_B_MSH, 0, 0, 0),
+        op(LD_H_IND, 0, 0, 2),
+        op(JEQ_K, 0, 1, CLIENT_PORT),
+        op(RET_K, 0, 0, 0xffff),
+        op(RET_K, 0, 0, 0),
+    ];
+    let prog = libc::sock_fprog {
+        len: program.len() as u16,
+        filter: program.as_mut_ptr(),
+    };
+    // SAFETY: the kernel copies the program during the call; `program` outlives it.
+    let rc = unsafe {
+        libc::setsockopt(
+            fd,
+            libc::SOL_SOCKET,
+            libc::SO_ATTACH_FILTER,
+            (&prog as *const libc::sock_fprog).cast(),
+            std::mem::size_of::<libc::sock_fprog>() as libc::socklen_t,
+        )
+    };
+    if rc != 0 {
+        return Err(io::Error::last_os_error());
+    }
+    Ok(())
+}
+
+fn sockaddr_ll_len() -> libc::socklen_t {
+    std::mem::size_of::<libc::sockaddr_ll>() as libc::socklen_t
+}
+
+/// "aa:bb:cc:dd:ee:ff" as the link read-back gives it.
+fn parse_mac(text: &str) -> Option<[u8; 6]> {
+    let mut mac = [0u8; 6];
+    let mut parts = text.split(':');
+    for byte in mac.iter_mut() {
+        *byte = u8::from_str_radix(parts.next()?, 16).ok()?;
+    }
+    parts.next().is_none().then_some(mac)
+}
+
+/// A netlink or namespace failure on `where_`: a namespace that is gone is
+/// `NoInterface`, anything else `Io`.
+fn netlink_error(e: &netlink::Error, where_: &str) -> Error {
+    let kind = match e.kind {
+        netlink::ErrorKind::NetnsNotFound => ErrorKind::NoInterface,
+        _ => ErrorKind::Io,
+    };
+    Error::new(kind, format!("{where_}: {}", e.message))
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn macs_parse_strictly() {
+        assert_eq!(
+            parse_mac("02:42:ac:11:00:02"),
+            Some([2, 0x42, 0xac, 0x11, 0, 2])
+        );
+        assert_eq!(parse_mac("02:42:ac:11:00"), None);
+        assert_eq!(parse_mac("02:42:ac:11:00:02:03"), None);
+        assert_eq!(parse_mac("zz:42:ac:11:00:02"), None);
+    }
+
+    #[test]
+    fn a_missing_netns_is_no_interface_naming_both() {
+        let e = PodSocket::open(Path::new("/run/netns/cnikit-no-such-ns"), "eth0").unwrap_err();
+        assert_eq!(e.kind, ErrorKind::NoInterface, "{e}");
+        assert!(e.message.contains("cnikit-no-such-ns"), "{e}");
+        assert!(e.message.contains("eth0"), "{e}");
+    }
+}
