@@ -5,7 +5,8 @@
 # ipvlan l2/l3/l3s, bridge VLANs, macvlan modes, ipamd in-process fallback, dummy (with ipamd and
 # static), tuning, (links.sh) vlan and vrf, and (netfilter.sh) nftables (ipMasq, portmap,
 # macspoofchk, firewall) and tc (bandwidth), and (hostdev.sh) host-device with a virtio-net PCI
-# NIC; like a real node the guest host has its own eth0 (address, default route) and
+# NIC, and (multihome.sh) sbr after ptp + macvlan, tap, and vlan + static through cnitool and
+# `cnikit net`; like a real node the guest host has its own eth0 (address, default route) and
 # the pods get eth0 too. The guest reports `N passed, M failed` on the serial console; this
 # script exits non-zero on any failure or if the guest never reports (timeout).
 #
@@ -98,20 +99,25 @@ copy_with_libs /usr/sbin/nft /sbin/nft         # `nft -j list set`
 rm -f "$I/bin/ip" "$I/bin/bridge" "$I/bin/tc"
 copy_with_libs "$CNIKIT" /cni/cnikit           # symlinks are made in the guest by `cnikit install`
 # The reference plugins (Debian containernetworking-plugins), for comparisons: bridge VLANs,
-# vlan and vrf (links.sh).
-for p in bridge host-local static vlan vrf host-device ptp; do
+# vlan and vrf (links.sh), sbr (multihome.sh).
+for p in bridge host-local static vlan vrf host-device ptp sbr; do
   [ -x /usr/lib/cni/$p ] && copy_with_libs /usr/lib/cni/$p /ref/$p
 done
 install -m755 "$ROOT/tests/vm/guest.sh" "$I/guest.sh"
 install -m755 "$ROOT/tests/vm/netfilter.sh" "$I/netfilter.sh"
 install -m755 "$ROOT/tests/vm/links.sh" "$I/links.sh"
 install -m755 "$ROOT/tests/vm/hostdev.sh" "$I/hostdev.sh"
+install -m755 "$ROOT/tests/vm/multihome.sh" "$I/multihome.sh"
+# libcni's cnitool (static Go), when tests/interop/cnitool.sh built it: multihome.sh runs
+# vlan + static through it (and skips that part without it)
+CNITOOL=/var/cache/cnikit-interop/bin/cnitool
+[ -x "$CNITOOL" ] && copy_with_libs "$CNITOOL" /bin/cnitool
 # kernel modules in dependency order, resolved on the host
 : > "$I/modules.order"
 # (nftables with the expressions cnikit's tables use, the xt matches of the firewall plugin's
 # iptables rules, conntrack's netlink for portmap's UDP flush, and tc's tbf, ingress, u32,
 # mirred and ifb for bandwidth)
-for m in dummy veth macvlan ipvlan bridge 8021q vrf \
+for m in dummy veth macvlan ipvlan bridge 8021q vrf tun \
   nf_tables nft_chain_nat nft_nat nft_masq nft_ct nft_fib_inet nft_meta_bridge nf_conntrack_netlink \
   nft_compat xt_comment xt_conntrack \
   sch_tbf sch_ingress cls_u32 act_mirred ifb; do
@@ -142,6 +148,7 @@ while read -r ko; do insmod "$ko" || echo "insmod $ko FAILED"; done < /modules.o
 ip link set lo up
 . /guest.sh
 . /links.sh
+. /multihome.sh
 . /hostdev.sh
 echo "VM-RESULT $ok passed, $fail failed"
 echo "VM-DONE uptime=$(cut -d' ' -f1 /proc/uptime)"
