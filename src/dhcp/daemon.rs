@@ -194,6 +194,14 @@ fn run(flags: &Flags) -> Result<(), String> {
         Some(p) => Some(write_pidfile(p)?),
         None => None,
     };
+    // Before the leases are resumed, whose threads log from the start.
+    let level = ipamd::log::Level::parse(&flags.log_level).ok_or_else(|| {
+        format!(
+            "-loglevel {:?} is not one of error, warn, info, debug",
+            flags.log_level
+        )
+    })?;
+    ipamd::log::set_level(level);
     let service = Dhcp::start(DhcpOptions {
         state_dir: flags.data_dir.join(LEASES_SUBDIR),
         timing: flags.timing,

@@ -67,19 +67,51 @@ impl Record {
     }
 }
 
-/// The directory of lease records.
+/// The directory of lease records, locked for one daemon.
 #[derive(Debug, Clone)]
 pub struct LeaseFiles {
     dir: PathBuf,
+    /// Held while the daemon runs: two daemons resuming the same leases would both keep
+    /// (and release) them.
+    _lock: std::sync::Arc<std::fs::File>,
 }
 
 impl LeaseFiles {
-    /// Creates `dir` (mode 0700) if needed; refuses one that others could change.
+    /// Creates `dir` (mode 0700) if needed, refuses one that others could change, and
+    /// takes its lock (refused while another daemon holds it).
     pub fn open(dir: &Path) -> Result<LeaseFiles> {
+        use std::os::unix::fs::OpenOptionsExt;
         ipamd::files::create_dir(dir, ipamd::files::NETWORK_DIR_MODE).map_err(store_error)?;
         ipamd::files::check_owner(dir).map_err(store_error)?;
+        let path = dir.join(".lock");
+        let lock = std::fs::OpenOptions::new()
+            .read(true)
+            .write(true)
+            .create(true)
+            .truncate(false)
+            .mode(ipamd::files::FILE_MODE)
+            .custom_flags(libc::O_NOFOLLOW | libc::O_CLOEXEC)
+            .open(&path)
+            .map_err(|e| io_error(&format!("opening {}", path.display()), e))?;
+        match lock.try_lock() {
+            Ok(()) => {}
+            Err(std::fs::TryLockError::WouldBlock) => {
+                return Err(Error::new(
+                    ErrorKind::Io,
+                    format!(
+                        "another DHCP daemon keeps its leases in {} (it holds {})",
+                        dir.display(),
+                        path.display()
+                    ),
+                ))
+            }
+            Err(std::fs::TryLockError::Error(e)) => {
+                return Err(io_error(&format!("locking {}", path.display()), e))
+            }
+        }
         Ok(LeaseFiles {
             dir: dir.to_path_buf(),
+            _lock: std::sync::Arc::new(lock),
         })
     }
 
@@ -242,5 +274,7 @@ mod tests {
         files.remove(&a).unwrap();
         files.remove(&a).unwrap();
         assert!(files.load().unwrap().0.is_empty());
+        let e = LeaseFiles::open(files.dir()).unwrap_err();
+        assert!(e.message.contains("another DHCP daemon"), "{e}");
     }
 }

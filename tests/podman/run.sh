@@ -3,7 +3,9 @@
 # cni_plugin_dirs: Podman's default network and networks it creates itself
 # (`podman network create` writes bridge + host-local + portmap + firewall + tuning
 # conflists), `podman run -p` with traffic through the host port, `--ip`, and
-# `podman rm`, after which nothing is left (links, leases, nft elements, iptables rules).
+# `podman rm`, after which nothing is left (links, leases, nft elements, iptables rules);
+# and a macvlan network Podman creates without a subnet (ipam dhcp: cnikit's dhcp plugin
+# and lease daemon against dnsmasq on a LAN), whose lease is released at `podman rm`.
 # Runs in a throwaway "host" namespace that looks like a node (its own eth0 with a
 # default route, other nftables and iptables rules), never touching the machine's network.
 # Usage: tests/podman/run.sh   (as root; CNIKIT=path, default target/release/cnikit, built
@@ -23,13 +25,21 @@ if [ "${1:-}" != --inside ]; then
   exec unshare --net --mount --propagation private -- "$0" --inside
 fi
 
-for d in /run/netns /var/lib/cni /run/cnikit /run/containers /var/lib/containers; do
+for d in /run/netns /run/cni /var/lib/cni /run/cnikit /run/containers /var/lib/containers; do
   mkdir -p "$d"
   mount -t tmpfs tmpfs "$d"
 done
 ip link set lo up
 W=$(mktemp -d /var/tmp/cnikit-podman.XXXXXX)
-trap 'podman_ rm -af -t 0 >/dev/null 2>&1 || true; rm -rf "$W"' EXIT
+DHCPD_PID=
+DNSMASQ_PID=
+HTTPD_PID=
+cleanup() {
+  podman_ rm -af -t 0 >/dev/null 2>&1 || true
+  for p in $DHCPD_PID $DNSMASQ_PID $HTTPD_PID; do kill "$p" 2>/dev/null && wait "$p" 2>/dev/null || true; done
+  rm -rf "$W"
+}
+trap cleanup EXIT
 
 # ---- a node: eth0 with an address and a default route, other firewall rules
 ip netns add upstream
@@ -127,6 +137,64 @@ t "no lease left (host-local files)" bash -c '! find /var/lib/cni/networks -type
 t "no container entry left in cnikit's nft sets" bash -c '! nft -j list ruleset | grep -q "10\.8[89]\."'
 t "no per-pod iptables rule left" bash -c '! iptables-save | grep -E "10\.8[89]\.[0-9]+\.[0-9]+/32"'
 t "no netns left but the node's" bash -c '[ "$(ip netns list | grep -vc upstream)" = 0 ]'
+
+# ---- a macvlan network without a subnet: Podman writes ipam dhcp. The LAN is a namespace
+# at the far end of a veth whose near end (lan0, on the node) is the macvlan parent;
+# dnsmasq serves it, and the node's lease daemon (cnikit's dhcp, at the default socket:
+# /run/cni is this suite's tmpfs) keeps the pod's lease.
+ip netns add lan
+ip link add lan0 type veth peer name srv0 netns lan
+ip link set lan0 up
+ip -n lan addr add 198.51.100.1/24 dev srv0
+ip -n lan link set srv0 up
+ip -n lan link set lo up
+LEASES=$W/dnsmasq.leases
+ip netns exec lan /usr/sbin/dnsmasq --no-daemon --conf-file=/dev/null --port=0 --no-ping \
+  --user=root --pid-file --log-dhcp --dhcp-authoritative \
+  --dhcp-range=198.51.100.100,198.51.100.150,255.255.255.0,1h --dhcp-leasefile="$LEASES" \
+  --log-facility="$W/dnsmasq.log" --interface=srv0 </dev/null 2>/dev/null &
+DNSMASQ_PID=$!
+ip netns exec lan /bin/busybox httpd -f -p 80 -h "$W/img/www" </dev/null &
+HTTPD_PID=$!
+"$W/bin/dhcp" daemon >"$W/dhcpd.log" 2>&1 </dev/null &
+DHCPD_PID=$!
+within() { # SECONDS CMD...: CMD succeeds within SECONDS
+  local n=$(($1 * 5)); shift
+  for _ in $(seq "$n"); do "$@" && return 0; sleep 0.2; done
+  "$@"
+}
+t "dnsmasq serves the LAN" within 10 grep -q "DHCP, IP range" "$W/dnsmasq.log"
+t "the lease daemon listens at /run/cni/dhcp.sock" within 10 test -S /run/cni/dhcp.sock
+t "podman network create -d macvlan -o parent=lan0 lan" \
+  podman_ network create -d macvlan -o parent=lan0 lan
+t "its conflist: macvlan on lan0 with ipam dhcp" bash -c "
+  grep -q '\"type\": \"macvlan\"' '$W/net.d/lan.conflist' &&
+  grep -q '\"master\": \"lan0\"' '$W/net.d/lan.conflist' &&
+  grep -Pzq '\"ipam\": \\{\\s*\"type\": \"dhcp\"' '$W/net.d/lan.conflist' || { cat '$W/net.d/lan.conflist'; exit 1; }"
+t "podman run --network lan" \
+  podman_ run -d --name dh1 --network lan localhost/cnikit-busybox sleep 600
+dh_addr=$(ip_of dh1 2>/dev/null || true)
+in_range() { case "$1" in 198.51.100.1[0-4][0-9]|198.51.100.150) return 0 ;; esac; echo "not in the range: '$1'"; return 1; }
+t "Podman reports an address from dnsmasq's range ($dh_addr)" in_range "$dh_addr"
+has_addr() { podman_ exec dh1 ip -4 -o addr show eth0 | tee /dev/stderr | grep -q " $1/24 "; }
+t "the pod's eth0 has it (/24, from the subnet mask option)" has_addr "$dh_addr"
+t "dnsmasq's lease file lists it" within 5 grep -q " $dh_addr " "$LEASES"
+t "the daemon recorded the lease" bash -c '[ "$(find /var/lib/cni/dhcp/.dhcp-leases -type f | wc -l)" = 1 ]'
+lan_fetch() {
+  podman_ exec dh1 sh -c 'printf "GET / HTTP/1.0\r\n\r\n" | nc -w 5 198.51.100.1 80' | grep -q "hello from a podman pod"
+}
+t "traffic from the pod to the LAN's server" lan_fetch
+t "podman rm the dhcp pod" podman_ rm -f -t 0 dh1
+t "the lease is released (dnsmasq's lease file drops it)" within 10 bash -c "! grep -q ' $dh_addr ' '$LEASES'"
+t "the daemon keeps no record" bash -c '! find /var/lib/cni/dhcp/.dhcp-leases -type f | grep .'
+t "the daemon is still running" kill -0 "$DHCPD_PID"
+t "podman network rm lan" podman_ network rm lan
+t "no netns left but the node's and the LAN's" \
+  bash -c '[ "$(ip netns list | grep -Evc "^(upstream|lan)( |$)")" = 0 ]'
+t "no error in the daemon's log" bash -c "! grep -Ei 'error|panic' '$W/dhcpd.log'"
+if [ "$fail" != 0 ]; then
+  echo "---- dhcp daemon log"; cat "$W/dhcpd.log"; echo "---- dnsmasq log"; tail -30 "$W/dnsmasq.log"
+fi
 
 echo "PODMAN-RESULT $ok passed, $fail failed"
 [ "$fail" = 0 ]

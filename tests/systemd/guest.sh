@@ -17,18 +17,30 @@ teq() { if [ "$2" = "$3" ]; then pass "$1"; else bad "$1"; echo "    expected '$
 prop() { systemctl show -p "$2" --value "$1"; }
 metric() { curl -s --unix-socket /run/cnikit/ipamd.sock http://x/metrics | grep -E "^$1" || true; }
 leases() { cnikit ipamd leases --network pods --json; }
+# shellcheck source=tests/systemd/dhcp.sh
+. /root/dhcp.sh
 
 # ------------------------------------------------------------------ install
 t "dpkg -i next to containernetworking-plugins and podman" dpkg -i /root/cnikit.deb
 t "links in /opt/cni/bin" test "$(readlink /opt/cni/bin/bridge)" = cnikit
 t "links in /usr/lib/cni (Debian's runtimes look there)" test "$(readlink -f /usr/lib/cni/portmap)" = /opt/cni/bin/cnikit
-t "Debian's plugins cnikit has are diverted aside (ptp, host-device, vrf)" \
-  bash -c 'for p in ptp host-device vrf; do test -x /usr/lib/cni/$p.containernetworking-plugins && test "$(readlink -f /usr/lib/cni/$p)" = /opt/cni/bin/cnikit || exit 1; done'
-t "Debian's other plugins stay (dhcp)" bash -c 'test -x /usr/lib/cni/dhcp && ! test -L /usr/lib/cni/dhcp'
+diverted() { # NAME…: Debian's plugin is aside, the name is cnikit's
+  [ $# -gt 0 ] || { echo "no plugin named"; return 1; }
+  for p; do
+    test -x "/usr/lib/cni/$p.containernetworking-plugins" &&
+      test "$(readlink -f "/usr/lib/cni/$p")" = /opt/cni/bin/cnikit || { echo "$p is not diverted"; return 1; }
+  done
+}
+t "Debian's plugins cnikit has are diverted aside (ptp, host-device, vrf, dhcp)" diverted ptp host-device vrf dhcp
+# Every plugin Debian's package installs: none is left that cnikit lacks.
+# shellcheck disable=SC2046 # one name a word
+t "every Debian plugin is diverted (none that cnikit lacks)" \
+  diverted $(dpkg -L containernetworking-plugins | sed -n 's|^/usr/lib/cni/\([^/]*\)$|\1|p')
 teq "ipamd.socket enabled" enabled "$(systemctl is-enabled ipamd.socket)"
 teq "ipamd.socket listening" active "$(systemctl is-active ipamd.socket)"
 teq "the daemon is not started before it is used" inactive "$(systemctl is-active ipamd.service)"
 t "the socket file is 0600 root" test "$(stat -c %a:%U /run/cnikit/ipamd.sock)" = 600:root
+dhcp_installed
 
 # ------------------------------------------------------------------ first use
 mkdir -p /etc/cni/net.d
@@ -79,12 +91,16 @@ t "DEL of the pod added before the crash" del pod2
 teq "no lease left" 0 "$(leases | grep -c '"address"')"
 t "no nft element of the pods left" bash -c '! nft -j list ruleset | grep -q "pod[123]"'
 
+# ------------------------------------------------------------------ dhcp
+dhcp_used
+
 # ------------------------------------------------------------------ remove
 t "dpkg -r cnikit" dpkg -r cnikit
 t "our links are gone" test ! -e /opt/cni/bin/bridge
 t "the unit files are gone" bash -c '! test -e /usr/lib/systemd/system/ipamd.socket && ! test -e /usr/lib/systemd/system/ipamd.service'
 t "Debian's plugins are back in /usr/lib/cni (diversions removed)" \
-  bash -c 'for p in bridge ptp host-device vrf; do test -f /usr/lib/cni/$p && ! test -L /usr/lib/cni/$p || exit 1; done && ! dpkg-divert --list | grep -q cnikit'
+  bash -c 'for p in bridge ptp host-device vrf dhcp; do test -f /usr/lib/cni/$p && ! test -L /usr/lib/cni/$p || exit 1; done && ! dpkg-divert --list | grep -q cnikit'
+dhcp_removed
 
 echo "SYSTEMD-RESULT $ok passed, $fail failed"
 [ "$fail" = 0 ]

@@ -11,7 +11,11 @@
 #  - the unit's hardening lets every firewall feature work in the daemon (bridge ipMasq,
 #    macspoofchk, portmap with a UDP mapping and its conntrack flush);
 #  - `systemctl stop` of socket and service: the plugins fall back to in-process cleanly;
-#  - dpkg -r removes the links and gives Debian's plugins their place back.
+#  - dhcp (tests/systemd/dhcp.sh): cnikit-dhcp.socket enabled at /run/cni/dhcp.sock, the
+#    lease daemon socket-activated by a macvlan+dhcp ADD against dnsmasq in a netns, its
+#    hardening letting it work in the pod's netns, a SIGKILL'd daemon restarted and
+#    resuming the recorded lease, DEL releasing it; Debian's cni-dhcp units left alone;
+#  - dpkg -r removes the links and units and gives Debian's plugins (dhcp too) back.
 # Usage: tests/systemd/run.sh [path/to/cnikit.deb]   (default: built by contrib/debian/build)
 #        tests/systemd/run.sh --prepare   only build the cached userland (CI starts this early,
 #                                         in the background: it is mostly download time)
@@ -20,7 +24,7 @@ cd "$(dirname "$0")/../.."
 [ "$(id -u)" = 0 ] || { echo "tests/systemd/run.sh: run as root" >&2; exit 1; }
 
 CACHE=/var/cache/cnikit-systemd
-INCLUDE=systemd,systemd-sysv,dbus,iproute2,nftables,curl,containernetworking-plugins,podman
+INCLUDE=systemd,systemd-sysv,dbus,iproute2,nftables,curl,containernetworking-plugins,podman,dnsmasq-base
 # Named by what it holds, so a changed package list builds a new one.
 ROOTFS_TAR=$CACHE/bookworm-$(echo "$INCLUDE" | sha256sum | cut -c1-12).tar
 mkdir -p "$CACHE"
@@ -58,7 +62,7 @@ trap cleanup EXIT
 tar -C "$ROOT" -xf "$ROOTFS_TAR"
 echo cnikit-node > "$ROOT/etc/hostname"
 cp "$DEB" "$ROOT/root/cnikit.deb"
-cp tests/systemd/guest.sh "$ROOT/root/guest.sh"
+cp tests/systemd/guest.sh tests/systemd/dhcp.sh "$ROOT/root/"
 
 # --register/--keep-unit: the machine running the tests need not run systemd itself.
 systemd-nspawn -q -D "$ROOT" --boot --private-network --register=no --keep-unit \
