@@ -88,6 +88,10 @@ pub struct MacvlanSpec<'a> {
     pub bc_queue_len: Option<u32>,
     /// Move into this netns as part of the create (IFLA_NET_NS_FD); None = stay.
     pub netns: Option<&'a NetNs>,
+    /// Turn its `arp_notify` on, so that it announces its IPv4 addresses when it goes
+    /// up: in the request that renames it in `netns` (see `create_child`), or in one
+    /// of its own when it stays.
+    pub arp_notify: bool,
 }
 
 #[derive(Debug)]
@@ -97,6 +101,8 @@ pub struct IpvlanSpec<'a> {
     pub mode: IpvlanMode,
     pub mtu: Option<u32>,
     pub netns: Option<&'a NetNs>,
+    /// As [`MacvlanSpec::arp_notify`].
+    pub arp_notify: bool,
 }
 
 /// Bridge port settings written with RTM_SETLINK / AF_BRIDGE / IFLA_PROTINFO.

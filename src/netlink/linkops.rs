@@ -4,7 +4,8 @@ use super::frame::Reply;
 use super::link::parse_mac;
 use super::Failure;
 use super::{
-    Error, ErrorKind, IpvlanSpec, Link, MacvlanSpec, NetNs, Netlink, Result, VethPair, VethSpec,
+    Error, ErrorKind, IpvlanSpec, Link, LinkSetup, MacvlanSpec, NetNs, Netlink, Result, VethPair,
+    VethSpec,
 };
 use netlink_packet_core::ParseableParametrized;
 use netlink_packet_core::{NlasIterator, NLM_F_CREATE, NLM_F_DUMP, NLM_F_EXCL};
@@ -239,6 +240,7 @@ impl Netlink {
             master: spec.master_index,
             mtu: spec.mtu,
             netns: spec.netns,
+            arp_notify: spec.arp_notify,
         };
         self.create_child(child, attrs)
     }
@@ -257,6 +259,7 @@ impl Netlink {
             master: spec.master_index,
             mtu: spec.mtu,
             netns: spec.netns,
+            arp_notify: spec.arp_notify,
         };
         self.create_child(child, attrs)
     }
@@ -266,8 +269,10 @@ impl Netlink {
     /// without the "look up in target netns" rtnetlink change (Debian 12's 6.1,
     /// for one) check a create's IFLA_IFNAME against the *sender's* netns even
     /// with IFLA_NET_NS_FD, so creating the pod's `eth0` from a host that has
-    /// an `eth0` of its own fails with EEXIST. One RTM_SETLINK more; a failure
-    /// after the create removes the link again.
+    /// an `eth0` of its own fails with EEXIST. One RTM_SETLINK more, which also
+    /// turns `arp_notify` on when asked (a create request cannot, see
+    /// `link_setup.rs`); created in place, that takes a request of its own. A
+    /// failure after the create removes the link again.
     pub(super) fn create_child(
         &mut self,
         c: Child,
@@ -275,8 +280,17 @@ impl Netlink {
     ) -> Result<Link> {
         let Some(ns) = c.netns else {
             self.new_child(&c, c.name, kind_attrs)?;
-            let link = self.link_by_name(c.name)?;
-            return link.ok_or_else(|| vanished(&c, c.name));
+            let link = self
+                .link_by_name(c.name)?
+                .ok_or_else(|| vanished(&c, c.name))?;
+            let setup = LinkSetup {
+                arp_notify: c.arp_notify,
+                ..LinkSetup::default()
+            };
+            if let Err(e) = self.setup_link(link.index, &setup) {
+                return Err(self.undo_child(e, link_message(link.index, vec![])));
+            }
+            return Ok(link);
         };
         // Opened first: once the link exists, every failure must be able to remove it.
         let mut there = Netlink::open_in(ns)?;
@@ -287,7 +301,12 @@ impl Netlink {
             Ok(None) => return Err(vanished(&c, &tmp)),
             Err(e) => return Err(there.undo_child(e, link_message(0, vec![name_attr(&tmp)]))),
         };
-        if let Err(e) = there.rename(link.index, c.name) {
+        let setup = LinkSetup {
+            name: Some(c.name),
+            arp_notify: c.arp_notify,
+            ..LinkSetup::default()
+        };
+        if let Err(e) = there.setup_link(link.index, &setup) {
             let what = self.child_what(&c);
             let e = Error {
                 message: format!("{what}: {}", e.message),
@@ -441,6 +460,8 @@ pub(super) struct Child<'a> {
     pub master: u32,
     pub mtu: Option<u32>,
     pub netns: Option<&'a NetNs>,
+    /// Turn the child's `arp_notify` on before it can go up.
+    pub arp_notify: bool,
 }
 
 fn name_attr(name: &str) -> LinkAttribute {

@@ -29,6 +29,8 @@
 //!   aliased on the way (host-device).
 //! - `tap.rs`: persistent taps made through `/dev/net/tun` in a netns, and their tun
 //!   details (tap).
+//! - `link_setup.rs`: a fresh link's name, MTU, MAC and `arp_notify` (it announces its
+//!   addresses going up) in one RTM_SETLINK.
 //!
 //! Replies are decoded attribute by attribute, so an attribute this crate
 //! version cannot parse (a newer kernel) is skipped instead of failing the
@@ -41,6 +43,7 @@ mod error;
 mod fault;
 mod frame;
 mod link;
+mod link_setup;
 mod linkattr;
 mod linkops;
 mod move_link;
@@ -65,6 +68,7 @@ pub use link::{
     BridgePort, BridgeSpec, IpvlanMode, IpvlanSpec, Link, MacvlanMode, MacvlanSpec, VethPair,
     VethSpec,
 };
+pub use link_setup::LinkSetup;
 pub use netfilter::Netfilter;
 pub use netns::NetNs;
 pub use route::Route;

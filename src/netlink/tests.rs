@@ -16,7 +16,7 @@ fn isolated(test: &str) -> bool {
 
 /// For `test`, if it may run here: a host and a pod namespace, named `{prefix}-h`
 /// and `{prefix}-c`.
-fn host_and_pod(test: &str, prefix: &str) -> Option<(TestNs, TestNs)> {
+pub(super) fn host_and_pod(test: &str, prefix: &str) -> Option<(TestNs, TestNs)> {
     if !isolated(test) {
         return None;
     }
@@ -26,9 +26,9 @@ fn host_and_pod(test: &str, prefix: &str) -> Option<(TestNs, TestNs)> {
 }
 
 /// A named netns (`ip netns add`), deleted on drop.
-struct TestNs {
+pub(super) struct TestNs {
     name: String,
-    ns: NetNs,
+    pub(super) ns: NetNs,
 }
 
 impl TestNs {
@@ -39,12 +39,12 @@ impl TestNs {
         TestNs { name, ns }
     }
 
-    fn netlink(&self) -> Netlink {
+    pub(super) fn netlink(&self) -> Netlink {
         Netlink::open_in(&self.ns).expect("netlink socket in test netns")
     }
 
     /// The link `name`, which must exist here.
-    fn link(&self, name: &str) -> Link {
+    pub(super) fn link(&self, name: &str) -> Link {
         let link = self.netlink().link_by_name(name).expect("read");
         link.unwrap_or_else(|| panic!("no link {name} in {}", self.name))
     }
@@ -68,7 +68,7 @@ fn ip(args: &[&str]) -> String {
     String::from_utf8_lossy(&out.stdout).into_owned()
 }
 
-fn veth<'a>(host: &str, peer: &str, ns: &'a NetNs) -> VethSpec<'a> {
+pub(super) fn veth<'a>(host: &str, peer: &str, ns: &'a NetNs) -> VethSpec<'a> {
     VethSpec {
         host_name: host.into(),
         peer_name: peer.into(),
@@ -262,6 +262,7 @@ fn macvlan_and_ipvlan() {
             mac: Some("02:11:22:33:44:55".into()),
             bc_queue_len: None,
             netns: Some(&cont.ns),
+            arp_notify: false,
         })
         .expect("macvlan");
     assert_eq!(mv.macvlan_mode, Some(MacvlanMode::Bridge));
@@ -275,6 +276,7 @@ fn macvlan_and_ipvlan() {
         mode: IpvlanMode::L2,
         mtu: None,
         netns: Some(&cont.ns),
+        arp_notify: false,
     });
     match iv {
         Ok(link) => assert_eq!(link.ipvlan_mode, Some(IpvlanMode::L2)),
@@ -309,6 +311,7 @@ fn child_named_like_a_host_link() {
         mac: None,
         bc_queue_len: None,
         netns: Some(&cont.ns),
+        arp_notify: false,
     };
     let mv = nl.create_macvlan(spec()).expect("eth0 into the pod");
     assert_eq!(mv.name, "eth0");

@@ -34,6 +34,8 @@ impl Netlink {
             master: spec.master_index,
             mtu: spec.mtu,
             netns: spec.netns,
+            // The reference vlan plugin leaves arp_notify alone.
+            arp_notify: false,
         };
         self.create_child(child, attrs)
     }

@@ -15,6 +15,17 @@ pub fn random_veth_name() -> String {
     format!("veth{:08x}", u32::from_be_bytes(random_bytes()))
 }
 
+/// What an interface with IPv6 to carry gets before it goes up.
+#[derive(Debug, Clone, Copy, Default)]
+pub struct Ipv6Setup {
+    /// Duplicate address detection (`accept_dad`).
+    pub dad: bool,
+    /// `ndisc_notify`: going up, it sends an unsolicited neighbour advertisement for
+    /// each of its addresses, so the LAN forgets the MAC a previous pod with the same
+    /// address had (macvlan, ipvlan; why through /proc/sys: at `prepare_ipv6`).
+    pub ndisc_notify: bool,
+}
+
 /// Fill in gateway-less default routes and address the container interface:
 /// addresses, link up, then routes (gateway-less routes use the family's gateway).
 pub fn configure_iface(
@@ -25,7 +36,23 @@ pub fn configure_iface(
     result: &CniResult,
     enable_dad: bool,
 ) -> Result<(), Error> {
-    address_iface(ns, nl, index, ifname, result, enable_dad)?;
+    let v6 = Ipv6Setup {
+        dad: enable_dad,
+        ndisc_notify: false,
+    };
+    configure_iface_with(ns, nl, index, ifname, result, v6)
+}
+
+/// [`configure_iface`] with the IPv6 setup `v6`.
+pub fn configure_iface_with(
+    ns: &NetNs,
+    nl: &mut Netlink,
+    index: u32,
+    ifname: &str,
+    result: &CniResult,
+    v6: Ipv6Setup,
+) -> Result<(), Error> {
+    address_iface_with(ns, nl, index, ifname, result, v6)?;
     route_iface(nl, index, result)
 }
 
@@ -39,12 +66,27 @@ pub fn address_iface(
     result: &CniResult,
     enable_dad: bool,
 ) -> Result<(), Error> {
+    let v6 = Ipv6Setup {
+        dad: enable_dad,
+        ndisc_notify: false,
+    };
+    address_iface_with(ns, nl, index, ifname, result, v6)
+}
+
+fn address_iface_with(
+    ns: &NetNs,
+    nl: &mut Netlink,
+    index: u32,
+    ifname: &str,
+    result: &CniResult,
+    v6: Ipv6Setup,
+) -> Result<(), Error> {
     // An IPv6 route (say ::/0 from IPAM's routes on an IPv4-only range) needs
     // IPv6 on the interface even without an IPv6 address of its own.
     let has_v6 = result.ips.iter().any(|ip| ip.address.addr().is_ipv6())
         || result.routes.iter().any(|r| r.dst.addr().is_ipv6());
     if has_v6 {
-        ns.run(|| prepare_ipv6(ifname, enable_dad))??;
+        ns.run(|| prepare_ipv6(ifname, v6))??;
     } else {
         ns.run(|| without_ipv6(ifname))??;
     }
@@ -67,10 +109,21 @@ pub fn route_iface(nl: &mut Netlink, index: u32, result: &CniResult) -> Result<(
     Ok(())
 }
 
-fn prepare_ipv6(ifname: &str, enable_dad: bool) -> Result<(), Error> {
+fn prepare_ipv6(ifname: &str, v6: Ipv6Setup) -> Result<(), Error> {
     // DAD delays a fresh address by a second or more; IPAM already made it unique.
-    let dad = if enable_dad { "1" } else { "0" };
+    let dad = if v6.dad { "1" } else { "0" };
     sysctl::set(&format!("net/ipv6/conf/{ifname}/accept_dad"), dad)?;
+    // The one per-pod /proc/sys write of the announcement: IPv6 has no netlink path
+    // for it (the kernel's inet6_set_link_af takes only the token and the address
+    // generation mode, not IFLA_INET6_CONF), unlike IPv4's arp_notify, which the
+    // plugins set over netlink. Written only for pods with IPv6 to carry, of the
+    // plugins whose reference sets it, in this visit to the pod that accept_dad and
+    // disable_ipv6 need anyway; its handler is a plain proc_dointvec, which takes no
+    // RTNL (disable_ipv6's does). Without it, a peer would keep a re-added macvlan
+    // pod's old MAC until its neighbour probes fail, 5 s and more.
+    if v6.ndisc_notify {
+        sysctl::set(&format!("net/ipv6/conf/{ifname}/ndisc_notify"), "1")?;
+    }
     sysctl::set(&format!("net/ipv6/conf/{ifname}/disable_ipv6"), "0")?;
     Ok(())
 }

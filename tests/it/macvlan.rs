@@ -2,6 +2,8 @@
 //! test host namespace (both ends up, so it has carrier); containers on the
 //! same master in bridge mode reach each other through the macvlan switch.
 
+pub(crate) mod announce;
+
 use crate::support::*;
 use serde_json::{json, Value};
 use std::collections::BTreeSet;

@@ -9,7 +9,7 @@ use crate::netlink::{Link, NetNs, Netlink};
 use crate::plugins::conf_keys::{config_ifname, configured_mtu, with_configured_dns};
 use crate::plugins::ipam_delegation::{ipam_add, ipam_if_configured, ipam_rollback_on_error};
 use crate::plugins::pod_interface::{
-    configure_iface, ensure_ifname_free, expect_kind, find_container_link,
+    configure_iface_with, ensure_ifname_free, expect_kind, find_container_link, Ipv6Setup,
 };
 use crate::plugins::pod_netns::{delete_container_link, open_netns, OwnLink};
 use serde::de::DeserializeOwned;
@@ -153,8 +153,8 @@ fn resolve_master(nl: &mut Netlink, master: Option<&str>, where_: &str) -> Resul
     Ok(link)
 }
 
-/// Create a macvlan/ipvlan child for the container and return its index in
-/// the container's netns. The master lives on the host (the child is moved
+/// Create a macvlan/ipvlan child for the container and return it as the
+/// container's netns sees it. The master lives on the host (the child is moved
 /// into the pod by the create request itself), or, with `linkInContainer`,
 /// inside the pod already.
 fn create_child(
@@ -164,7 +164,7 @@ fn create_child(
     link_in_container: bool,
     (master, mtu): (Option<&str>, Option<u32>),
     create: impl FnOnce(&mut Netlink, &Link, Option<&NetNs>) -> crate::netlink::Result<Link>,
-) -> Result<u32, Error> {
+) -> Result<Link, Error> {
     let mut host = if link_in_container {
         None
     } else {
@@ -176,7 +176,14 @@ fn create_child(
     };
     let master = resolve_master(nl, master, &where_)?;
     check_mtu_against_master(mtu, &master)?;
-    Ok(create(nl, &master, target)?.index)
+    Ok(create(nl, &master, target)?)
+}
+
+/// Whether the reference (v1.9.1) has a child of this kind announce its IPv6
+/// addresses (`ndisc_notify`) when it addresses it: macvlan and ipvlan do, vlan
+/// does not. (Their `arp_notify` went on with the create: `MacvlanSpec::arp_notify`.)
+fn ndisc_notify(child: &Link) -> bool {
+    child.is_kind("macvlan") || child.is_kind("ipvlan")
 }
 
 /// ADD for macvlan/ipvlan: the child is created for the pod and addressed from
@@ -192,11 +199,12 @@ pub fn add_child(
     let ns = open_netns(req.netns())?;
     let mut cont = Netlink::open_in(&ns)?;
     ensure_ifname_free(&mut cont, req.ifname(), req.netns())?;
-    let index = create_child(req, &ns, &mut cont, link_in_container, master_mtu, create)?;
+    let child = create_child(req, &ns, &mut cont, link_in_container, master_mtu, create)?;
+    let index = child.index;
     let addressed = if req.conf.ipam_type.is_none() {
         without_ipam(&ns, &mut cont, index)
     } else {
-        address_from_ipam(req, &ns, &mut cont, index)
+        ipam_addressed(req, &ns, &mut cont, index, ndisc_notify(&child))
     };
     addressed.inspect_err(|_| {
         if let Err(e) = cont.delete_link(index) {
@@ -205,12 +213,23 @@ pub fn add_child(
     })
 }
 
-/// Addresses from IPAM, released again if addressing fails (dummy's too).
+/// Addresses from IPAM, released again if addressing fails (dummy's and tap's).
 pub(super) fn address_from_ipam(
     req: &Request,
     ns: &NetNs,
     cont: &mut Netlink,
     index: u32,
+) -> Result<CniResult, Error> {
+    ipam_addressed(req, ns, cont, index, false)
+}
+
+/// [`address_from_ipam`], with `ndisc_notify` on when the link has IPv6 to carry.
+fn ipam_addressed(
+    req: &Request,
+    ns: &NetNs,
+    cont: &mut Netlink,
+    index: u32,
+    ndisc_notify: bool,
 ) -> Result<CniResult, Error> {
     let ipam = ipam_add(req)?;
     ipam_rollback_on_error(req, || {
@@ -220,7 +239,7 @@ pub(super) fn address_from_ipam(
                 "IPAM plugin returned no IP addresses",
             ));
         }
-        address_single_iface(ns, cont, req, index, ipam)
+        address_single_iface(ns, cont, req, index, ndisc_notify, ipam)
     })
 }
 
@@ -235,19 +254,25 @@ fn check_mtu_against_master(mtu: Option<u32>, master: &Link) -> Result<(), Error
     }
 }
 
-/// Address a single container interface (macvlan/ipvlan) from `result` and
+/// Address a single container interface (macvlan/ipvlan) `index` from `result`
+/// (without DAD; with `ndisc_notify` on when asked and it has IPv6 to carry), and
 /// report it as interface 0.
 pub fn address_single_iface(
     ns: &NetNs,
     cont: &mut Netlink,
     req: &Request,
     index: u32,
+    ndisc_notify: bool,
     mut result: CniResult,
 ) -> Result<CniResult, Error> {
     for ip in &mut result.ips {
         ip.interface = Some(0);
     }
-    configure_iface(ns, cont, index, req.ifname(), &result, false)?;
+    let v6 = Ipv6Setup {
+        dad: false,
+        ndisc_notify,
+    };
+    configure_iface_with(ns, cont, index, req.ifname(), &result, v6)?;
     let link = cont.link_by_index(index)?;
     result.interfaces = vec![crate::cni::Interface {
         name: req.ifname().to_string(),

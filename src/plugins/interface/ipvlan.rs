@@ -55,6 +55,8 @@ impl ChildKind for Ipvlan {
                     mode,
                     mtu: shared.mtu,
                     netns,
+                    // As the reference (ipvlan.go:297): an ipvlan always gets addresses.
+                    arp_notify: true,
                 })
             },
             |ns, cont, index| address_from_prev_result(req, ns, cont, index),
@@ -97,5 +99,6 @@ fn address_from_prev_result(
             "prevResult has no IP addresses for ipvlan",
         ));
     }
-    address_single_iface(ns, cont, req, index, prev)
+    // As the reference (ipvlan.go:298): its IPv6 addresses are announced too.
+    address_single_iface(ns, cont, req, index, true, prev)
 }

@@ -55,6 +55,8 @@ impl ChildKind for Macvlan {
                     mac,
                     bc_queue_len: own.bcqueuelen,
                     netns,
+                    // As the reference (macvlan.go:356): when IPAM addresses it.
+                    arp_notify: req.conf.ipam_type.is_some(),
                 })
             },
             |_, cont, index| l2_only(cont, req, index),

@@ -5,7 +5,7 @@
 
 use super::child::{address_from_ipam, del_single_iface, status_if_supported};
 use crate::cni::{CniResult, Code, Command, Error, Interface, Plugin, Request};
-use crate::netlink::{selinux_context, sysctl, tap_supported, Link, NetNs, Netlink, TapSpec};
+use crate::netlink::{selinux_context, tap_supported, Link, LinkSetup, NetNs, Netlink, TapSpec};
 use crate::plugins::conf_keys::{config_ifname, configured_mtu, validate_mac, with_configured_dns};
 use crate::plugins::ipam_delegation::ipam_if_configured;
 use crate::plugins::pod_interface::{ensure_ifname_free, expect_mac, find_container_link};
@@ -119,8 +119,8 @@ fn check_selinux(label: Option<&str>) -> Result<(), Error> {
     }
 }
 
-/// After the create: MTU, MAC, the bridge in the pod, then up (without IPAM) or
-/// addressed from IPAM (which brings it up).
+/// After the create: MTU, MAC and `arp_notify` in one request, the bridge in the pod,
+/// then up (without IPAM) or addressed from IPAM (which brings it up).
 fn finish(
     req: &Request,
     s: &Settings,
@@ -128,12 +128,15 @@ fn finish(
     cont: &mut Netlink,
     index: u32,
 ) -> Result<CniResult, Error> {
-    if let Some(mtu) = s.mtu {
-        cont.set_mtu(index, mtu)?;
-    }
-    if let Some(mac) = &s.mac {
-        cont.set_mac(index, mac)?;
-    }
+    let setup = LinkSetup {
+        mtu: s.mtu,
+        mac: s.mac.as_deref(),
+        // As the reference (tap.go:316) when IPAM addresses it: a gratuitous ARP for
+        // its addresses when it goes up. Over netlink, not through /proc/sys.
+        arp_notify: req.conf.ipam_type.is_some(),
+        ..LinkSetup::default()
+    };
+    cont.setup_link(index, &setup)?;
     if let Some(name) = &s.bridge {
         let bridge = cont.link_by_name(name)?.ok_or_else(|| {
             Error::invalid_config(format!(
@@ -144,11 +147,6 @@ fn finish(
         cont.set_master(index, bridge.index)?;
     }
     if req.conf.ipam_type.is_some() {
-        // As the reference: gratuitous ARP when the address changes; best effort.
-        let key = format!("net/ipv4/conf/{}/arp_notify", req.ifname());
-        if let Err(e) = ns.run(|| sysctl::set(&key, "1")).map_err(Error::from) {
-            eprintln!("tap: {e}");
-        }
         return address_from_ipam(req, ns, cont, index);
     }
     cont.set_up(index)?;
