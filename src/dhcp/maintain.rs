@@ -13,6 +13,7 @@ use super::lease_files::{LeaseFiles, Record};
 use super::options::ClientOptions;
 use super::socket::PodSocket;
 use super::{ErrorKind, Timing};
+use crate::netlink::TableRoute;
 use ipamd::log::Level;
 use ipamd::log_at;
 use std::sync::atomic::{AtomicBool, Ordering};
@@ -53,6 +54,9 @@ struct State {
     phase: Phase,
     /// Released: the thread sends DHCPRELEASE and ends.
     stop: bool,
+    /// The pod's routes through the interface when the lease was lost (the link going
+    /// down deletes them), put back when the address is granted again.
+    lost_routes: Vec<TableRoute>,
 }
 
 /// What the thread needs besides the lease.
@@ -103,6 +107,7 @@ impl Held {
                 ack,
                 phase,
                 stop: false,
+                lost_routes: Vec::new(),
             }),
             wake: Condvar::new(),
             cancel: AtomicBool::new(false),
@@ -301,11 +306,10 @@ fn step(keeper: &Keeper, shared: &Shared, socket: &PodSocket) -> Option<SystemTi
             client(keeper, shared, socket, &record, until(t.expire)).rebind(&ack),
             until(t.expire),
         ),
-        _ => {
-            let addr = ack.message.yiaddr();
-            let c = client(keeper, shared, socket, &record, keeper.timing.exchange);
-            (c.reboot(addr), Duration::from_secs(120))
-        }
+        _ => (
+            ask_again(keeper, shared, socket, &record, &ack),
+            Duration::from_secs(120),
+        ),
     };
     match outcome {
         Ok(new_ack) => {
@@ -327,6 +331,10 @@ fn step(keeper: &Keeper, shared: &Shared, socket: &PodSocket) -> Option<SystemTi
             };
             if next_phase == Phase::Expired && phase != Phase::Expired {
                 log_at!(Level::Error, "{}: lease of {} lost; taking the interface down until the server grants it again", label(shared), ack.message.yiaddr());
+                match socket.routes_via() {
+                    Ok(routes) => lock(shared).lost_routes = routes,
+                    Err(e) => log_at!(Level::Warn, "{}: {e}", label(shared)),
+                }
                 if let Err(e) = socket.set_link_up(false) {
                     log_at!(Level::Warn, "{}: {e}", label(shared));
                 }
@@ -343,6 +351,31 @@ fn step(keeper: &Keeper, shared: &Shared, socket: &PodSocket) -> Option<SystemTi
         }
     }
 }
+
+/// INIT-REBOOT for the lost address. The interface is down (nothing may use an address
+/// the server has not granted), and a packet cannot leave a link that is down: it comes
+/// up for the exchange only, a few seconds at most, and goes down again if the server
+/// does not grant the address.
+fn ask_again(
+    keeper: &Keeper,
+    shared: &Shared,
+    socket: &PodSocket,
+    record: &Record,
+    ack: &Ack,
+) -> super::Result<Ack> {
+    socket.set_link_up(true)?;
+    let c = client(keeper, shared, socket, record, REBOOT_WINDOW);
+    let outcome = c.reboot(ack.message.yiaddr());
+    if outcome.is_err() {
+        if let Err(e) = socket.set_link_up(false) {
+            log_at!(Level::Warn, "{}: {e}", label(shared));
+        }
+    }
+    outcome
+}
+
+/// How long the interface of a lost lease is up while its address is asked for again.
+const REBOOT_WINDOW: Duration = Duration::from_secs(4);
 
 fn client<'a>(
     keeper: &Keeper,
@@ -390,9 +423,13 @@ fn commit(keeper: &Keeper, shared: &Shared, socket: &PodSocket, ack: Ack, was: P
     }
     s.ack = ack;
     s.phase = Phase::Bound;
+    let lost_routes = std::mem::take(&mut s.lost_routes);
     drop(s);
     if was == Phase::Expired {
-        if let Err(e) = socket.set_link_up(true) {
+        let back = socket
+            .set_link_up(true)
+            .and_then(|()| socket.restore_routes(&lost_routes));
+        if let Err(e) = back {
             log_at!(Level::Warn, "{}: {e}", label(shared));
         }
     }
@@ -451,31 +488,5 @@ fn label_of(s: &State) -> String {
 }
 
 #[cfg(test)]
-mod tests {
-    use super::*;
-
-    #[test]
-    fn phases_by_elapsed_time() {
-        let t = Timers {
-            renew: Duration::from_secs(10),
-            rebind: Duration::from_secs(17),
-            expire: Duration::from_secs(20),
-        };
-        let at = |s| phase_at(t, Duration::from_secs(s));
-        assert_eq!(
-            [at(0), at(10), at(17), at(20), at(99)],
-            [
-                Phase::Bound,
-                Phase::Renewing,
-                Phase::Rebinding,
-                Phase::Expired,
-                Phase::Expired
-            ]
-        );
-        let forever = Timers {
-            expire: Duration::from_secs(u64::from(u32::MAX)),
-            ..t
-        };
-        assert_eq!(phase_at(forever, Duration::from_secs(99)), Phase::Bound);
-    }
-}
+#[path = "maintain_tests.rs"]
+mod tests;

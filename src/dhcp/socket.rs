@@ -165,7 +165,53 @@ impl PodSocket {
             true => nl.set_up(self.index),
             false => nl.set_down(self.index),
         };
-        done.map_err(|e| self.netlink_error(&e))
+        done.map_err(|e| self.netlink_error(&e))?;
+        if up {
+            self.take_pending_error();
+        }
+        Ok(())
+    }
+
+    /// Taking the link down leaves ENETDOWN pending on the socket (the packet socket's
+    /// device notifier), which the next send would fail with although the link is up
+    /// again: reading SO_ERROR clears it.
+    fn take_pending_error(&self) {
+        let mut err: libc::c_int = 0;
+        let mut len = std::mem::size_of::<libc::c_int>() as libc::socklen_t;
+        // SAFETY: getsockopt into a c_int of the size we pass.
+        unsafe {
+            libc::getsockopt(
+                self.fd.as_raw_fd(),
+                libc::SOL_SOCKET,
+                libc::SO_ERROR,
+                (&mut err as *mut libc::c_int).cast(),
+                &mut len,
+            );
+        }
+    }
+
+    /// Every route through the interface, in every table: taking the link down deletes
+    /// them, and a lease taken back must leave the pod as it was.
+    pub fn routes_via(&self) -> Result<Vec<netlink::TableRoute>> {
+        let mut nl = self.netlink()?;
+        let all = nl.all_routes().map_err(|e| self.netlink_error(&e))?;
+        let mut mine: Vec<_> = all
+            .into_iter()
+            .filter(|r| r.oif == Some(self.index))
+            .collect();
+        // On-link routes first: a route via a gateway needs one to reach it.
+        mine.sort_by_key(|r| r.gateway.is_some());
+        Ok(mine)
+    }
+
+    /// Puts `routes` back (those the kernel made again when the link came up are there
+    /// already, which is fine).
+    pub fn restore_routes(&self, routes: &[netlink::TableRoute]) -> Result<()> {
+        let mut nl = self.netlink()?;
+        for r in routes {
+            nl.restore_route(r).map_err(|e| self.netlink_error(&e))?;
+        }
+        Ok(())
     }
 
     /// Whether `addr/prefix` is on the interface (CHECK: the lease is still configured).

@@ -26,6 +26,7 @@ mod bandwidth;
 mod bridge;
 mod cli;
 mod cluster;
+mod dhcp;
 mod dhcp_client;
 mod doctor;
 mod dummy;
