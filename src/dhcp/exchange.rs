@@ -109,7 +109,7 @@ pub struct Client<'a> {
     pub socket: &'a PodSocket,
     pub options: &'a ClientOptions,
     pub timing: Timing,
-    /// `-broadcast`: ask the server to broadcast its answers (the BROADCAST flag).
+    /// `-broadcast`: ask for broadcast answers (BROADCAST flag); ipvlan links always do.
     pub broadcast: bool,
     /// Set by another thread to end an exchange early (the lease is being released).
     pub cancel: Option<&'a AtomicBool>,
@@ -195,7 +195,7 @@ impl Client<'_> {
                 secs: 0,
                 ciaddr,
                 extra,
-                broadcast: self.broadcast,
+                broadcast: self.broadcast || self.socket.needs_broadcast(),
             },
             src: ciaddr,
             dst: Ipv4Addr::BROADCAST,

@@ -166,10 +166,35 @@ fn timers(ack: &Ack) -> Timers {
     }
 }
 
+/// Where a lease stands.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Phase {
+    Bound,
+    Renewing,
+    Rebinding,
+    /// Lost: the interface is down until the server grants the address again.
+    Expired,
+    /// The thread ended: released, or the pod is gone.
+    Ended,
+}
+
 impl Timers {
     /// RFC 2131's infinite lease (0xffffffff seconds): never renewed.
     pub fn infinite(&self) -> bool {
         self.expire.as_secs() == u64::from(u32::MAX)
+    }
+
+    /// Where a lease acknowledged `elapsed` ago stands by its timers alone.
+    pub fn phase_at(&self, elapsed: Duration) -> Phase {
+        if self.infinite() || elapsed < self.renew {
+            Phase::Bound
+        } else if elapsed < self.rebind {
+            Phase::Renewing
+        } else if elapsed < self.expire {
+            Phase::Rebinding
+        } else {
+            Phase::Expired
+        }
     }
 }
 
@@ -283,5 +308,30 @@ mod tests {
         assert_eq!(t.timers.expire, Duration::from_secs(40));
         assert_eq!(t.timers.rebind, Duration::from_secs(30));
         assert_eq!(t.timers.renew, Duration::from_secs(20));
+    }
+
+    #[test]
+    fn phases_by_elapsed_time() {
+        let t = Timers {
+            renew: Duration::from_secs(10),
+            rebind: Duration::from_secs(17),
+            expire: Duration::from_secs(20),
+        };
+        let at = |s| t.phase_at(Duration::from_secs(s));
+        assert_eq!(
+            [at(0), at(10), at(17), at(20), at(99)],
+            [
+                Phase::Bound,
+                Phase::Renewing,
+                Phase::Rebinding,
+                Phase::Expired,
+                Phase::Expired
+            ]
+        );
+        let forever = Timers {
+            expire: Duration::from_secs(u64::from(u32::MAX)),
+            ..t
+        };
+        assert_eq!(forever.phase_at(Duration::from_secs(99)), Phase::Bound);
     }
 }

@@ -8,7 +8,7 @@
 //! that namespace (the runtime removed it), the lease is released and forgotten.
 
 use super::exchange::{Ack, Client};
-use super::lease::{self, Terms, Timers};
+use super::lease::{self, Phase, Terms};
 use super::lease_files::{LeaseFiles, Record};
 use super::options::ClientOptions;
 use super::socket::PodSocket;
@@ -18,25 +18,11 @@ use ipamd::log::Level;
 use ipamd::log_at;
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::{Arc, Condvar, Mutex, MutexGuard};
-use std::thread::JoinHandle;
 use std::time::{Duration, SystemTime};
-
-/// Where a lease stands.
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub enum Phase {
-    Bound,
-    Renewing,
-    Rebinding,
-    /// Lost: the interface is down until the server grants the address again.
-    Expired,
-    /// The thread ended: released, or the pod is gone.
-    Ended,
-}
 
 /// A kept lease, as the service holds it.
 pub struct Held {
     shared: Arc<Shared>,
-    thread: Option<JoinHandle<()>>,
 }
 
 struct Shared {
@@ -88,7 +74,7 @@ impl Held {
     /// thread, and the phase is where the timers stand now.
     pub fn resume(keeper: Keeper, record: Record, ack: Ack) -> Held {
         let phase = match lease::terms(&ack) {
-            Ok(t) => phase_at(t.timers, elapsed_since(record.bound_at())),
+            Ok(t) => t.timers.phase_at(elapsed_since(record.bound_at())),
             Err(_) => Phase::Expired,
         };
         Held::spawn(keeper, record, ack, phase, None)
@@ -115,23 +101,15 @@ impl Held {
         });
         let for_thread = Arc::clone(&shared);
         let name = format!("dhcp {}", lock(&shared).record.attachment.container_id);
-        let thread = std::thread::Builder::new()
+        // Detached: `release` waits for the lease to end, not for the thread.
+        let spawned = std::thread::Builder::new()
             .name(name.chars().take(15).collect())
             .spawn(move || run(&keeper, &for_thread, socket));
-        match thread {
-            Ok(t) => Held {
-                shared,
-                thread: Some(t),
-            },
-            Err(e) => {
-                log_at!(Level::Error, "cannot start a lease thread: {e}");
-                lock(&shared).phase = Phase::Ended;
-                Held {
-                    shared,
-                    thread: None,
-                }
-            }
+        if let Err(e) = spawned {
+            log_at!(Level::Error, "cannot start a lease thread: {e}");
+            lock(&shared).phase = Phase::Ended;
         }
+        Held { shared }
     }
 
     /// The lease's current ACK, netns path and phase.
@@ -161,16 +139,41 @@ impl Held {
     }
 
     /// Releases the lease (DHCPRELEASE when the interface is still there), forgets its
-    /// record, and waits for the thread.
-    pub fn release(mut self) {
-        lock(&self.shared).stop = true;
+    /// record.
+    ///
+    /// It returns once the thread says the lease is over, not when the thread has ended:
+    /// the thread then closes the packet socket, and the kernel's close of a bound packet
+    /// socket waits for an RCU grace period (≈ 25 ms), which DEL need not wait for.
+    pub fn release(self) {
+        let mut s = lock(&self.shared);
+        s.stop = true;
         self.shared.cancel.store(true, Ordering::SeqCst);
         self.shared.wake.notify_all();
-        if let Some(t) = self.thread.take() {
-            let _ = t.join();
+        // Bounded: a thread that died (a bug) must not hang DEL.
+        let deadline = std::time::Instant::now() + RELEASE_WAIT;
+        while s.phase != Phase::Ended {
+            let left = deadline.saturating_duration_since(std::time::Instant::now());
+            if left.is_zero() {
+                log_at!(
+                    Level::Error,
+                    "{}: the lease thread did not end within {RELEASE_WAIT:?}",
+                    label_of(&s)
+                );
+                return;
+            }
+            s = self
+                .shared
+                .wake
+                .wait_timeout(s, left)
+                .unwrap_or_else(|p| p.into_inner())
+                .0;
         }
     }
 }
+
+/// How long a release waits for the lease's thread (an exchange in progress ends within
+/// 200 ms of being cancelled; the release itself is one packet).
+const RELEASE_WAIT: Duration = Duration::from_secs(10);
 
 fn lock(shared: &Shared) -> MutexGuard<'_, State> {
     shared.state.lock().unwrap_or_else(|p| p.into_inner())
@@ -178,18 +181,6 @@ fn lock(shared: &Shared) -> MutexGuard<'_, State> {
 
 fn elapsed_since(t: SystemTime) -> Duration {
     SystemTime::now().duration_since(t).unwrap_or_default()
-}
-
-fn phase_at(timers: Timers, elapsed: Duration) -> Phase {
-    if timers.infinite() || elapsed < timers.renew {
-        Phase::Bound
-    } else if elapsed < timers.rebind {
-        Phase::Renewing
-    } else if elapsed < timers.expire {
-        Phase::Rebinding
-    } else {
-        Phase::Expired
-    }
 }
 
 /// The thread: open the socket if resuming, then wait, act, repeat.
@@ -472,6 +463,9 @@ fn end(keeper: &Keeper, shared: &Shared) {
         log_at!(Level::Error, "{}: {e}", label_of(&s));
     }
     s.phase = Phase::Ended;
+    drop(s);
+    *shared.socket.lock().unwrap_or_else(|p| p.into_inner()) = None;
+    shared.wake.notify_all();
 }
 
 fn set_phase(shared: &Shared, phase: Phase) {
@@ -486,7 +480,3 @@ fn label_of(s: &State) -> String {
     let a = &s.record.attachment;
     format!("{}/{}/{}", a.network, a.container_id, a.ifname)
 }
-
-#[cfg(test)]
-#[path = "maintain_tests.rs"]
-mod tests;

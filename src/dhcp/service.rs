@@ -8,9 +8,9 @@
 //! the daemon answers) is open to every peer the daemon's own gate lets in.
 
 use super::exchange::Client;
-use super::lease::{self, Terms};
+use super::lease::{self, Phase, Terms};
 use super::lease_files::{LeaseFiles, Record};
-use super::maintain::{Held, Keeper, Phase};
+use super::maintain::{Held, Keeper};
 use super::options::ClientOptions;
 use super::socket::PodSocket;
 use super::{Error, ErrorKind, Timing};

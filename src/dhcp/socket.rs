@@ -9,7 +9,7 @@
 //! keeps a removed pod's namespace alive).
 
 use super::{Error, ErrorKind, Result};
-use crate::netlink::{self, NetNs, Netlink};
+use crate::netlink::{self, IpvlanMode, NetNs, Netlink};
 use std::io;
 use std::net::Ipv4Addr;
 use std::os::fd::{AsRawFd, FromRawFd, OwnedFd, RawFd};
@@ -29,12 +29,15 @@ pub struct PodSocket {
     ifname: String,
     index: u32,
     mac: [u8; 6],
+    /// An ipvlan link: its MAC is its master's (see [`PodSocket::needs_broadcast`]).
+    ipvlan: bool,
 }
 
 impl PodSocket {
     /// Opens `ifname` in the netns at `netns`: looks the link up there (its index and MAC),
     /// sets it up if it is down (as the reference does), and binds a packet socket to it.
-    /// A missing netns or link is `ErrorKind::NoInterface`, naming both.
+    /// A missing netns or link is `ErrorKind::NoInterface`, naming both; an ipvlan link in
+    /// l3 or l3s mode, which passes no broadcasts, `ErrorKind::Invalid`.
     pub fn open(netns: &Path, ifname: &str) -> Result<PodSocket> {
         let ns = NetNs::open(netns).map_err(|e| {
             let kind = match e.kind {
@@ -44,7 +47,7 @@ impl PodSocket {
             Error::new(kind, format!("{} (looking for {ifname})", e.message))
         })?;
         let where_ = format!("{ifname} in {}", netns.display());
-        let (fd, index, mac) = ns
+        let (fd, index, mac, ipvlan) = ns
             .run(|| open_inside(ifname, &where_))
             .map_err(|e| netlink_error(&e, &where_))??;
         Ok(PodSocket {
@@ -53,7 +56,17 @@ impl PodSocket {
             ifname: ifname.to_string(),
             index,
             mac,
+            ipvlan,
         })
+    }
+
+    /// Whether the client must ask for broadcast answers (RFC 2131 §4.1: it cannot take
+    /// unicasts before it holds its address): an ipvlan link shares its master's MAC, and
+    /// ipvlan hands a unicast to the slave holding its destination address, so a server's
+    /// unicast OFFER or ACK (dnsmasq's, to a client without the BROADCAST flag) goes to
+    /// the master. The reference asks only with its daemon's `-broadcast`.
+    pub fn needs_broadcast(&self) -> bool {
+        self.ipvlan
     }
 
     pub fn mac(&self) -> [u8; 6] {
@@ -280,8 +293,9 @@ impl PodSocket {
     }
 }
 
-/// Runs inside the pod's namespace: the link, then the socket bound to it.
-fn open_inside(ifname: &str, where_: &str) -> Result<(OwnedFd, u32, [u8; 6])> {
+/// Runs inside the pod's namespace: the link, then the socket bound to it (and whether the
+/// link is ipvlan).
+fn open_inside(ifname: &str, where_: &str) -> Result<(OwnedFd, u32, [u8; 6], bool)> {
     let mut nl = Netlink::open().map_err(|e| netlink_error(&e, where_))?;
     let link = nl
         .link_by_name(ifname)
@@ -293,13 +307,23 @@ fn open_inside(ifname: &str, where_: &str) -> Result<(OwnedFd, u32, [u8; 6])> {
             format!("{where_} has no Ethernet address"),
         )
     })?;
+    // The kernel drops an l3/l3s slave's broadcasts (the send fails with ENOBUFS).
+    if let Some(mode @ (IpvlanMode::L3 | IpvlanMode::L3s)) = link.ipvlan_mode {
+        let mode = format!("{mode:?}").to_lowercase();
+        return Err(Error::new(
+            ErrorKind::Invalid,
+            format!(
+                "{where_} is ipvlan in mode {mode}, which passes no broadcasts: DHCP needs mode l2"
+            ),
+        ));
+    }
     if !link.up {
         nl.set_up(link.index)
             .map_err(|e| netlink_error(&e, where_))?;
     }
     let fd = packet_socket(link.index)
         .map_err(|(what, e)| Error::new(ErrorKind::Io, format!("{what} on {where_}: {e}")))?;
-    Ok((fd, link.index, mac))
+    Ok((fd, link.index, mac, link.is_kind("ipvlan")))
 }
 
 /// The socket is made with protocol 0 (it receives nothing), gets its filter, and only
