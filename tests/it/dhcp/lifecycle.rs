@@ -259,3 +259,38 @@ fn a_pod_gone_without_del_is_released_by_dnsmasq_within_a_minute() {
     );
     daemon.assert_no_records();
 }
+
+/// Proves: when the server stops answering, the daemon renews at T1 in vain, rebinds at
+/// T2 in vain, and at the lease's end takes the pod's interface down (CHECK fails:
+/// Expired) — no address used past its lease. (Taking it back is the NAK test's.)
+#[test]
+fn a_server_that_stops_answering_ends_the_lease_at_its_expiry() {
+    let s = Short::new("dhcp_silent");
+    let pod = s.lan.env.new_attachment("macvlan", "p", &s.conf);
+    let r = pod.add();
+    let added = Instant::now();
+    assert_leased(&r, &pod.ns);
+    s.lan.stop_server();
+    wait_until(
+        "the daemon takes eth0 down",
+        Duration::from_secs(u64::from(LEASE) + 6),
+        || !link_up(&pod.ns),
+        || s.context(),
+    );
+    let down = added.elapsed();
+    println!("dhcp silent server: eth0 down {down:?} after ADD ({LEASE} s lease)");
+    assert!(
+        down >= Duration::from_secs(u64::from(LEASE)),
+        "down before the lease's end: {down:?}\n{}",
+        s.context()
+    );
+    let log = s.daemon.log_text();
+    assert!(
+        log.contains("Renewing") && log.contains("Rebinding") && log.contains("lost"),
+        "{log}"
+    );
+    let e = pod.call("CHECK").conf(&with_prev(&s.conf, &r)).run().err();
+    assert!(e.msg.contains("Expired"), "{e:?}");
+    pod.del();
+    s.daemon.assert_no_records();
+}
