@@ -33,9 +33,9 @@ pub struct Record {
     pub options: ClientOptions,
     /// The DHCPACK as received, with its sender's MAC (hex of `Ack::to_bytes`).
     pub ack: String,
-    /// Wall-clock seconds when the ACK came: the lease's timers count from here, also
-    /// across a restart.
-    pub bound_at: u64,
+    /// Wall-clock milliseconds since the epoch when the ACK came: the lease's timers
+    /// count from here, also across a restart.
+    pub bound_at_ms: u64,
 }
 
 impl Record {
@@ -52,7 +52,7 @@ impl Record {
             netns,
             options,
             ack: hex(&ack.to_bytes()?),
-            bound_at: unix_secs(bound_at),
+            bound_at_ms: unix_millis(bound_at),
         })
     }
 
@@ -63,7 +63,7 @@ impl Record {
     }
 
     pub fn bound_at(&self) -> SystemTime {
-        UNIX_EPOCH + Duration::from_secs(self.bound_at)
+        UNIX_EPOCH + Duration::from_millis(self.bound_at_ms)
     }
 }
 
@@ -206,8 +206,9 @@ fn read_record(path: &Path) -> Result<Record> {
     Ok(record)
 }
 
-pub fn unix_secs(t: SystemTime) -> u64 {
-    t.duration_since(UNIX_EPOCH).map_or(0, |d| d.as_secs())
+fn unix_millis(t: SystemTime) -> u64 {
+    t.duration_since(UNIX_EPOCH)
+        .map_or(0, |d| u64::try_from(d.as_millis()).unwrap_or(u64::MAX))
 }
 
 fn hex(bytes: &[u8]) -> String {
@@ -262,10 +263,10 @@ mod tests {
                 request: vec![3, 1],
             },
             ack: "00ff".into(),
-            bound_at: 1_700_000_000,
+            bound_at_ms: 1_700_000_000_000,
         };
         files.save(&record).unwrap();
-        record.bound_at += 10;
+        record.bound_at_ms += 10;
         files.save(&record).unwrap();
         std::fs::write(files.dir().join("junk.json"), b"{").unwrap();
         let (records, bad) = files.load().unwrap();

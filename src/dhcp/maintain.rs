@@ -283,7 +283,7 @@ fn step(keeper: &Keeper, shared: &Shared, socket: &PodSocket) -> Option<SystemTi
     let elapsed = elapsed_since(record.bound_at());
     let now = SystemTime::now();
     // Each exchange ends by the next milestone, so a short lease moves on in time.
-    let until = |d: Duration| d.saturating_sub(elapsed).max(Duration::from_secs(2));
+    let until = |d: Duration| d.saturating_sub(elapsed).max(Duration::from_millis(200));
     let (outcome, window) = match (phase, timers) {
         (Phase::Bound, _) => {
             set_phase(shared, Phase::Renewing);
@@ -332,13 +332,22 @@ fn step(keeper: &Keeper, shared: &Shared, socket: &PodSocket) -> Option<SystemTi
             }
             set_phase(shared, next_phase);
             // RFC 2131 §4.4.5: wait half the time left before trying again (at least a few
-            // seconds, at most a minute); after expiry, every half minute.
-            let pause = if next_phase == Phase::Expired {
-                Duration::from_secs(30)
-            } else {
-                (window / 2).clamp(Duration::from_secs(2), Duration::from_secs(60))
-            };
-            Some(SystemTime::now() + pause)
+            // seconds, at most a minute), but not past the next milestone (T2, the lease's
+            // end: the address is not used a moment longer); after expiry, every half minute.
+            if next_phase == Phase::Expired {
+                return Some(SystemTime::now() + Duration::from_secs(30));
+            }
+            let pause = (window / 2).clamp(Duration::from_secs(2), Duration::from_secs(60));
+            let retry = SystemTime::now() + pause;
+            let milestone = timers.map(|t| {
+                let at = if next_phase == Phase::Renewing {
+                    t.rebind
+                } else {
+                    t.expire
+                };
+                record.bound_at() + at
+            });
+            Some(milestone.map_or(retry, |m| m.min(retry)))
         }
     }
 }
