@@ -6,7 +6,8 @@
 # static), tuning, (links.sh) vlan and vrf, and (netfilter.sh) nftables (ipMasq, portmap,
 # macspoofchk, firewall) and tc (bandwidth), and (hostdev.sh) host-device with a virtio-net PCI
 # NIC, and (multihome.sh) sbr after ptp + macvlan, tap, and vlan + static through cnitool and
-# `cnikit net`; like a real node the guest host has its own eth0 (address, default route) and
+# `cnikit net`, and (dhcp.sh) the dhcp IPAM plugin and its daemon with ipvlan l2/l3 and macvlan
+# against dnsmasq; like a real node the guest host has its own eth0 (address, default route) and
 # the pods get eth0 too. The guest reports `N passed, M failed` on the serial console; this
 # script exits non-zero on any failure or if the guest never reports (timeout).
 #
@@ -36,6 +37,7 @@ command -v cpio >/dev/null || need+=(cpio)
 command -v depmod >/dev/null || need+=(kmod)
 command -v bridge >/dev/null && command -v tc >/dev/null || need+=(iproute2)
 command -v nft >/dev/null || need+=(nftables)
+command -v dnsmasq >/dev/null || need+=(dnsmasq-base)
 command -v xz >/dev/null || need+=(xz-utils)
 if [ ${#need[@]} -gt 0 ]; then
   echo "installing: ${need[*]}"
@@ -96,11 +98,12 @@ copy_with_libs /usr/sbin/ip /sbin/ip           # real iproute2 (netns, -d, -j); 
 copy_with_libs /usr/sbin/bridge /sbin/bridge   # `bridge -j vlan show`
 copy_with_libs /usr/sbin/tc /sbin/tc           # `tc -j qdisc show`; shadows busybox tc
 copy_with_libs /usr/sbin/nft /sbin/nft         # `nft -j list set`
+copy_with_libs /usr/sbin/dnsmasq /sbin/dnsmasq # dhcp.sh's DHCP server (udhcpd keys leases by MAC only)
 rm -f "$I/bin/ip" "$I/bin/bridge" "$I/bin/tc"
 copy_with_libs "$CNIKIT" /cni/cnikit           # symlinks are made in the guest by `cnikit install`
 # The reference plugins (Debian containernetworking-plugins), for comparisons: bridge VLANs,
-# vlan and vrf (links.sh), sbr (multihome.sh).
-for p in bridge host-local static vlan vrf host-device ptp sbr; do
+# vlan and vrf (links.sh), sbr (multihome.sh), macvlan, ipvlan and the dhcp daemon (dhcp.sh).
+for p in bridge host-local static vlan vrf host-device ptp sbr macvlan ipvlan dhcp; do
   [ -x /usr/lib/cni/$p ] && copy_with_libs /usr/lib/cni/$p /ref/$p
 done
 install -m755 "$ROOT/tests/vm/guest.sh" "$I/guest.sh"
@@ -108,6 +111,7 @@ install -m755 "$ROOT/tests/vm/netfilter.sh" "$I/netfilter.sh"
 install -m755 "$ROOT/tests/vm/links.sh" "$I/links.sh"
 install -m755 "$ROOT/tests/vm/hostdev.sh" "$I/hostdev.sh"
 install -m755 "$ROOT/tests/vm/multihome.sh" "$I/multihome.sh"
+install -m755 "$ROOT/tests/vm/dhcp.sh" "$I/dhcp.sh"
 # libcni's cnitool (static Go), when tests/interop/cnitool.sh built it: multihome.sh runs
 # vlan + static through it (and skips that part without it)
 CNITOOL=/var/cache/cnikit-interop/bin/cnitool
@@ -149,6 +153,7 @@ ip link set lo up
 . /guest.sh
 . /links.sh
 . /multihome.sh
+. /dhcp.sh
 . /hostdev.sh
 echo "VM-RESULT $ok passed, $fail failed"
 echo "VM-DONE uptime=$(cut -d' ' -f1 /proc/uptime)"
