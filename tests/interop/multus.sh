@@ -41,27 +41,9 @@ SELF=$ROOT/tests/interop/multus.sh
 # =====================================================================================
 # helpers shared by the outer script and the phases
 # =====================================================================================
+# shellcheck source=tests/interop/harness.sh
+. "$ROOT/tests/interop/harness.sh"
 RES=${RES:-}          # results file (one line per test), set by the outer script
-pass() { echo "ok - $*" | tee -a "$RES"; }
-bad() { echo "FAIL - $*" | tee -a "$RES"; }
-skip() { echo "skip - $*" | tee -a "$RES"; }
-note() { echo "  note: $*" | tee -a "$RES"; }
-# t WHAT CMD...: passes if CMD succeeds; shows CMD's output when it does not
-t() {
-  local d=$1; shift
-  if "$@" > "$WORK/t.out" 2>&1; then pass "$d"; else bad "$d"; sed 's/^/    /' "$WORK/t.out" | head -30 | tee -a "$RES"; fi
-}
-# tn WHAT CMD...: passes if CMD fails
-tn() {
-  local d=$1; shift
-  if "$@" > "$WORK/t.out" 2>&1; then bad "$d (unexpectedly succeeded)"; sed 's/^/    /' "$WORK/t.out" | head -30 | tee -a "$RES"; else pass "$d"; fi
-}
-# teq WHAT EXPECTED ACTUAL
-teq() {
-  if [ "$2" = "$3" ]; then pass "$1"; else
-    bad "$1"; { echo "    expected: $2"; echo "    actual:   $3"; } | tee -a "$RES"
-  fi
-}
 
 if [ "${1:-}" != --phase ]; then
   # ===================================================================================
@@ -86,30 +68,8 @@ if [ "${1:-}" != --phase ]; then
     cargo build --release
   fi
 
-  # ---- cnitool, built as tests/interop/cnitool.sh builds it (the same cache): libcni from
-  #      Debian; cnitool.go itself only in the source package, fetched with a private deb-src list
-  if [ ! -x "$RC/bin/cnitool" ]; then
-    T0=$SECONDS
-    mkdir -p "$RC"/apt/parts "$RC"/apt/lists/partial "$RC"/apt/cache "$RC"/src "$RC"/bin "$RC"/gocache
-    src_list=$(ls /etc/apt/sources.list.d/*.sources 2> /dev/null | head -1 || true)
-    if [ -n "$src_list" ]; then
-      sed -e 's/^Types: deb$/Types: deb-src/' "$src_list" > "$RC/apt/parts/src.sources"
-    else
-      grep -h '^deb ' /etc/apt/sources.list | sed 's/^deb /deb-src /' > "$RC/apt/parts/src.list"
-    fi
-    APTO=(-o Dir::Etc::SourceList=/dev/null -o Dir::Etc::SourceParts="$RC/apt/parts"
-          -o Dir::State::Lists="$RC/apt/lists" -o Dir::Cache="$RC/apt/cache")
-    apt-get "${APTO[@]}" update > /dev/null
-    CNIVER=$(dpkg-query -W -f='${Version}' golang-github-appc-cni-dev)
-    (cd "$RC/src" && apt-get "${APTO[@]}" source --download-only "golang-github-appc-cni=$CNIVER" > /dev/null 2>&1)
-    orig=$(ls "$RC"/src/golang-github-appc-cni_*.orig.tar.* | head -1)
-    tar -C "$RC/src" -xf "$orig" --wildcards '*/cnitool/cnitool.go'
-    srcdir=$(dirname "$(dirname "$(ls "$RC"/src/*/cnitool/cnitool.go | head -1)")")
-    (cd "$srcdir" && GO111MODULE=off GOPATH=/usr/share/gocode GOPROXY=off GOFLAGS='' GOCACHE="$RC/gocache" \
-      CGO_ENABLED=0 go build -trimpath -o "$RC/bin/cnitool" ./cnitool/cnitool.go)
-    echo "built cnitool (libcni $CNIVER) in $((SECONDS - T0)) s"
-  fi
-  export CNITOOL=$RC/bin/cnitool
+  # ---- cnitool (tests/interop/harness.sh), in the cache tests/interop/cnitool.sh uses
+  build_cnitool "$RC"
 
   WORK=$(mktemp -d /tmp/cnikit-multus.XXXXXX)
   export WORK
