@@ -50,16 +50,37 @@ pub struct VethSpec<'a> {
     pub peer_name: String,
     pub peer_netns: &'a NetNs,
     pub mtu: Option<u32>,
-    /// MAC for the container end, "aa:bb:cc:dd:ee:ff".
+    /// MAC for the container end, "aa:bb:cc:dd:ee:ff"; None: a random one.
     pub peer_mac: Option<String>,
 }
 
 /// Indexes of a freshly created veth pair (host index in the socket's netns,
-/// peer index in the peer netns).
+/// peer index in the peer netns), and what the read-back of the host end said.
 #[derive(Debug, Clone, Copy)]
 pub struct VethPair {
     pub host_index: u32,
     pub peer_index: u32,
+    /// The host end's hardware address, as read back.
+    pub host_hw: Option<[u8; 6]>,
+    /// The peer's hardware address: the spec's, or a random one the create request gave
+    /// it (as the kernel would: unicast, locally administered), so that no read-back is
+    /// needed for it.
+    pub peer_hw: [u8; 6],
+    /// The host end would take IPv6 router advertisements (its `accept_ra` is 2, or 1
+    /// while it does not forward).
+    pub host_takes_router_adverts: bool,
+}
+
+impl VethPair {
+    /// The host end's MAC, "aa:bb:cc:dd:ee:ff" ("" when the kernel reported none).
+    pub fn host_mac(&self) -> String {
+        self.host_hw.map(|m| format_mac(&m)).unwrap_or_default()
+    }
+
+    /// The peer's MAC, "aa:bb:cc:dd:ee:ff".
+    pub fn peer_mac(&self) -> String {
+        format_mac(&self.peer_hw)
+    }
 }
 
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -293,4 +314,28 @@ pub(crate) fn random_bytes<const N: usize>() -> [u8; N] {
         bytes.copy_from_slice(&seed.to_le_bytes()[..N]);
     }
     bytes
+}
+
+/// What a link's IFLA_INET6_CONF (in an RTM_NEWLINK reply) says of router
+/// advertisements: whether the link would take them (`accept_ra` 2, or 1 while not
+/// forwarding, as the kernel's `ipv6_accept_ra`); false for a link without IPv6.
+pub(crate) fn takes_router_adverts(attrs: &[LinkAttribute]) -> bool {
+    attrs
+        .iter()
+        .filter_map(|a| match a {
+            LinkAttribute::AfSpecUnspec(specs) => Some(specs),
+            _ => None,
+        })
+        .flatten()
+        .filter_map(|s| match s {
+            netlink_packet_route::link::AfSpecUnspec::Inet6(entries) => Some(entries),
+            _ => None,
+        })
+        .flatten()
+        .any(|e| match e {
+            netlink_packet_route::link::AfSpecInet6::DevConf(c) => {
+                c.accept_ra == 2 || (c.accept_ra == 1 && c.forwarding == 0)
+            }
+            _ => false,
+        })
 }

@@ -1,5 +1,5 @@
-//! A fresh link set up in one RTM_SETLINK ([`LinkSetup`]: name, MTU, MAC and
-//! `arp_notify`).
+//! A fresh link set up in one RTM_SETLINK ([`LinkSetup`]: name, MTU, MAC, `arp_notify`
+//! and no IPv6 link-local address from the kernel, see `ipv6.rs`).
 //!
 //! The reference plugins set `net/ipv4/conf/<ifname>/arp_notify=1` on the pod's
 //! interface before it goes up (bridge, macvlan, ipvlan, tap), so that bringing it up
@@ -18,7 +18,9 @@
 //!   device yet when the kernel validates the request;
 //! - for IPv6 (`ndisc_notify`), no: `inet6_validate_link_af` wants IFLA_INET6_TOKEN or
 //!   IFLA_INET6_ADDR_GEN_MODE (EINVAL without) and `inet6_set_link_af` sets nothing
-//!   else, so IFLA_INET6_CONF cannot carry it (see `plugins::pod_interface`).
+//!   else, so IFLA_INET6_CONF cannot carry it (see `plugins::pod_interface`); the address
+//!   generation mode it does take goes in the same IFLA_AF_SPEC ([`LinkSetup::no_link_local`]).
+use super::ipv6::{lacks_ipv6, no_link_local_spec};
 use super::link::parse_mac;
 use super::linkops::link_message;
 use super::{Netlink, Result};
@@ -36,20 +38,30 @@ pub struct LinkSetup<'a> {
     /// `net/ipv4/conf/<link>/arp_notify` to 1: bringing the link up (or changing its
     /// address) then sends a gratuitous ARP for each of its IPv4 addresses.
     pub arp_notify: bool,
+    /// IFLA_INET6_ADDR_GEN_MODE none: the link gets no IPv6 link-local address from the
+    /// kernel when it comes up (the plugin adds one itself where the pod has IPv6). A link
+    /// without IPv6 (EAFNOSUPPORT) has none to turn off: the rest is set all the same.
+    pub no_link_local: bool,
 }
 
 /// IFLA_AF_SPEC → AF_INET → IFLA_INET_CONF with IPV4_DEVCONF_ARP_NOTIFY = 1 alone (a
 /// devconf request carries only the entries that are not 0).
-fn arp_notify_attr() -> LinkAttribute {
+fn arp_notify_spec() -> AfSpecUnspec {
     let mut conf = InetDevConf::default();
     conf.arp_notify = 1;
-    let inet = AfSpecUnspec::Inet(vec![AfSpecInet::DevConfRequest(conf)]);
-    LinkAttribute::AfSpecUnspec(vec![inet])
+    AfSpecUnspec::Inet(vec![AfSpecInet::DevConfRequest(conf)])
 }
 
 impl Netlink {
     /// Sets what `s` asks of link `index` in one RTM_SETLINK; nothing asked, no request.
     pub fn setup_link(&mut self, index: u32, s: &LinkSetup) -> Result<()> {
+        match self.setup_link_once(index, s, s.no_link_local) {
+            Err(e) if s.no_link_local && lacks_ipv6(&e) => self.setup_link_once(index, s, false),
+            other => other,
+        }
+    }
+
+    fn setup_link_once(&mut self, index: u32, s: &LinkSetup, no_ll: bool) -> Result<()> {
         let (mut attrs, mut words) = (Vec::new(), Vec::new());
         if let Some(name) = s.name {
             attrs.push(LinkAttribute::IfName(name.to_string()));
@@ -63,9 +75,17 @@ impl Netlink {
             attrs.push(LinkAttribute::Address(parse_mac(mac)?));
             words.push(format!("address {mac}"));
         }
+        let mut af = Vec::new();
         if s.arp_notify {
-            attrs.push(arp_notify_attr());
+            af.push(arp_notify_spec());
             words.push("arp_notify 1".to_string());
+        }
+        if no_ll {
+            af.push(no_link_local_spec());
+            words.push("addrgenmode none".to_string());
+        }
+        if !af.is_empty() {
+            attrs.push(LinkAttribute::AfSpecUnspec(af));
         }
         if attrs.is_empty() {
             return Ok(());
@@ -134,7 +154,7 @@ mod tests {
     /// { IPV4_DEVCONF_ARP_NOTIFY (22): u32 1 } } } and nothing else.
     #[test]
     fn arp_notify_attr_is_one_devconf_entry() {
-        let attr = arp_notify_attr();
+        let attr = LinkAttribute::AfSpecUnspec(vec![arp_notify_spec()]);
         let mut buf = vec![0; attr.buffer_len()];
         attr.emit(&mut buf);
         let mut want = Vec::new();

@@ -1,7 +1,8 @@
 //! Link operations: read-back, veth / macvlan / ipvlan creation, and RTM_SETLINK
 //! setters.
 use super::frame::Reply;
-use super::link::parse_mac;
+use super::link::takes_router_adverts;
+use super::link::{parse_mac, random_local_mac};
 use super::Failure;
 use super::{
     Error, ErrorKind, IpvlanSpec, Link, LinkSetup, MacvlanSpec, NetNs, Netlink, Result, VethPair,
@@ -181,9 +182,13 @@ impl Netlink {
             LinkAttribute::IfName(spec.peer_name.clone()),
             LinkAttribute::NetNsFd(spec.peer_netns.as_raw_fd()),
         ];
-        if let Some(mac) = &spec.peer_mac {
-            peer.push(LinkAttribute::Address(parse_mac(mac)?));
-        }
+        let peer_hw = match &spec.peer_mac {
+            Some(mac) => parse_mac(mac)?
+                .try_into()
+                .map_err(|_| Error::new(ErrorKind::Other, format!("{what}: MAC {mac}")))?,
+            None => random_local_mac(),
+        };
+        peer.push(LinkAttribute::Address(peer_hw.to_vec()));
         let mut host = vec![LinkAttribute::IfName(spec.host_name.clone())];
         if let Some(mtu) = spec.mtu {
             peer.push(LinkAttribute::Mtu(mtu));
@@ -195,26 +200,40 @@ impl Netlink {
         ]));
         self.new_link(link_message(0, host))
             .map_err(|f| create_error(f, "veth", &what))?;
-        self.veth_pair(&spec.host_name, &what)
+        self.veth_pair(&spec.host_name, peer_hw, &what)
     }
 
-    /// Reads the fresh host end back; its IFLA_LINK is the peer's index.
-    fn veth_pair(&mut self, host_name: &str, what: &str) -> Result<VethPair> {
-        let host = self.link_by_name(host_name)?.ok_or_else(|| {
+    /// Reads the fresh host end back; its IFLA_LINK is the peer's index, and its
+    /// IFLA_AF_SPEC tells whether it takes router advertisements.
+    fn veth_pair(&mut self, host_name: &str, peer_hw: [u8; 6], what: &str) -> Result<VethPair> {
+        let msg = link_message(0, vec![name_attr(host_name)]);
+        let raw = self
+            .get_link(msg)
+            .map_err(|f| f.context(&format!("read link {host_name}")))?;
+        let (header, attrs) = raw.ok_or_else(|| {
             Error::new(
                 ErrorKind::NotFound,
                 format!("{what}: created but {host_name} vanished"),
             )
         })?;
+        let host = Link::from_message(&header, &attrs);
         let peer_index = host.link.ok_or_else(|| {
             Error::new(
                 ErrorKind::Other,
                 format!("{what}: kernel did not report the peer index"),
             )
         })?;
+        let host_hw = host
+            .mac
+            .as_deref()
+            .and_then(|m| parse_mac(m).ok())
+            .and_then(|m| m.try_into().ok());
         Ok(VethPair {
             host_index: host.index,
             peer_index,
+            host_hw,
+            peer_hw,
+            host_takes_router_adverts: takes_router_adverts(&attrs),
         })
     }
 
@@ -271,8 +290,10 @@ impl Netlink {
     /// with IFLA_NET_NS_FD, so creating the pod's `eth0` from a host that has
     /// an `eth0` of its own fails with EEXIST. One RTM_SETLINK more, which also
     /// turns `arp_notify` on when asked (a create request cannot, see
-    /// `link_setup.rs`); created in place, that takes a request of its own. A
-    /// failure after the create removes the link again.
+    /// `link_setup.rs`); created in place, that takes a request of its own. A child
+    /// that announces its addresses is one the plugin addresses: the same request
+    /// turns the kernel's IPv6 link-local address off (the plugin adds one where the
+    /// pod has IPv6, see `ipv6.rs`). A failure after the create removes the link again.
     pub(super) fn create_child(
         &mut self,
         c: Child,
@@ -285,6 +306,7 @@ impl Netlink {
                 .ok_or_else(|| vanished(&c, c.name))?;
             let setup = LinkSetup {
                 arp_notify: c.arp_notify,
+                no_link_local: c.arp_notify,
                 ..LinkSetup::default()
             };
             if let Err(e) = self.setup_link(link.index, &setup) {
@@ -304,6 +326,7 @@ impl Netlink {
         let setup = LinkSetup {
             name: Some(c.name),
             arp_notify: c.arp_notify,
+            no_link_local: c.arp_notify,
             ..LinkSetup::default()
         };
         if let Err(e) = there.setup_link(link.index, &setup) {
@@ -389,36 +412,6 @@ impl Netlink {
                 let (link, master) = (self.describe(index), self.describe(master_index));
                 f.context(&format!("set link {link} master {master}"))
             })
-    }
-
-    /// Enslaves link `index` to `master_index` and names its owner in its alias,
-    /// in one request (the kernel ignores an alias in a create request, and a
-    /// second round trip per ADD would be waste).
-    pub fn set_master_and_alias(
-        &mut self,
-        index: u32,
-        master_index: u32,
-        alias: &str,
-    ) -> Result<()> {
-        let attrs = vec![
-            LinkAttribute::Controller(master_index),
-            LinkAttribute::IfAlias(alias.to_string()),
-        ];
-        self.request(RouteNetlinkMessage::SetLink(link_message(index, attrs)), 0)
-            .map(drop)
-            .map_err(|f| {
-                let (link, master) = (self.describe(index), self.describe(master_index));
-                f.context(&format!("set link {link} master {master}"))
-            })
-    }
-
-    /// Names link `index`'s owner in its alias and brings it up, in one
-    /// request (the kernel ignores an alias in a create request).
-    pub fn set_up_with_alias(&mut self, index: u32, alias: &str) -> Result<()> {
-        let mut msg = link_message(index, vec![LinkAttribute::IfAlias(alias.to_string())]);
-        msg.header.change_mask = LinkFlags::Up;
-        msg.header.flags = LinkFlags::Up;
-        self.send_setlink(index, msg, "up with alias")
     }
 
     /// Deletes the link (for a veth, both ends). ENODEV is `ErrorKind::NotFound`.

@@ -29,8 +29,10 @@
 //!   aliased on the way (host-device).
 //! - `tap.rs`: persistent taps made through `/dev/net/tun` in a netns, and their tun
 //!   details (tap).
-//! - `link_setup.rs`: a fresh link's name, MTU, MAC and `arp_notify` (it announces its
-//!   addresses going up) in one RTM_SETLINK.
+//! - `link_setup.rs`: a fresh link's name, MTU, MAC, `arp_notify` (it announces its
+//!   addresses going up) and no IPv6 link-local address from the kernel in one RTM_SETLINK.
+//! - `ipv6.rs`: IPv6 on a pod's link without `/proc/sys`: the address generation mode
+//!   (alone, with a bridge port's enslave, with a veth end's up), addresses without DAD.
 //!
 //! Replies are decoded attribute by attribute, so an attribute this crate
 //! version cannot parse (a newer kernel) is skipped instead of failing the
@@ -42,6 +44,7 @@ mod dummy;
 mod error;
 mod fault;
 mod frame;
+mod ipv6;
 mod link;
 mod link_setup;
 mod linkattr;
@@ -63,6 +66,7 @@ mod vlan;
 pub(crate) use error::Failure;
 pub use error::{Error, ErrorKind};
 pub(crate) use frame::nla;
+pub use ipv6::link_local;
 pub(crate) use link::random_bytes;
 pub use link::{
     BridgePort, BridgeSpec, IpvlanMode, IpvlanSpec, Link, MacvlanMode, MacvlanSpec, VethPair,

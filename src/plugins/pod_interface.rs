@@ -5,9 +5,9 @@
 use super::pod_netns::open_netns;
 use crate::cni::{CniResult, Code, Error, Request};
 use crate::netlink::{
-    random_bytes, sysctl, Link, NetNs, Netlink, Route as KernelRoute, MAIN_TABLE,
+    link_local, random_bytes, sysctl, Link, NetNs, Netlink, Route as KernelRoute, MAIN_TABLE,
 };
-use ipnet::IpNet;
+use ipnet::{IpNet, Ipv6Net};
 use std::net::IpAddr;
 
 /// `veth` + 8 random hex digits, like the reference (fits IFNAMSIZ).
@@ -15,15 +15,22 @@ pub fn random_veth_name() -> String {
     format!("veth{:08x}", u32::from_be_bytes(random_bytes()))
 }
 
-/// What an interface with IPv6 to carry gets before it goes up.
+/// What an interface with IPv6 to carry gets before it goes up, and what is known of it.
 #[derive(Debug, Clone, Copy, Default)]
-pub struct Ipv6Setup {
-    /// Duplicate address detection (`accept_dad`).
+pub struct Ipv6Setup<'a> {
+    /// Duplicate address detection for its addresses (`enabledad`): `accept_dad` 1, and
+    /// the addresses added without IFA_F_NODAD.
     pub dad: bool,
     /// `ndisc_notify`: going up, it sends an unsolicited neighbour advertisement for
     /// each of its addresses, so the LAN forgets the MAC a previous pod with the same
-    /// address had (macvlan, ipvlan; why through /proc/sys: at `prepare_ipv6`).
+    /// address had (macvlan, ipvlan; why through /proc/sys: at `ipv6_sysctls`).
     pub ndisc_notify: bool,
+    /// The request that made the link already turned its IPv6 link-local address off
+    /// (`LinkSetup::no_link_local`, folded into a child's rename): none of its own.
+    pub link_local_off: bool,
+    /// Its hardware address, when the caller has it ("aa:bb:cc:dd:ee:ff"); read from the
+    /// kernel otherwise, for the link-local address of a pod with IPv6.
+    pub mac: Option<&'a str>,
 }
 
 /// Fill in gateway-less default routes and address the container interface:
@@ -38,7 +45,7 @@ pub fn configure_iface(
 ) -> Result<(), Error> {
     let v6 = Ipv6Setup {
         dad: enable_dad,
-        ndisc_notify: false,
+        ..Ipv6Setup::default()
     };
     configure_iface_with(ns, nl, index, ifname, result, v6)
 }
@@ -56,7 +63,7 @@ pub fn configure_iface_with(
     route_iface(nl, index, result)
 }
 
-/// The first half of [`configure_iface`]: IPv6 made ready (or turned off),
+/// The first half of [`configure_iface_with`]: IPv6 made ready (or kept off),
 /// the addresses, the link up.
 pub fn address_iface(
     ns: &NetNs,
@@ -64,15 +71,21 @@ pub fn address_iface(
     index: u32,
     ifname: &str,
     result: &CniResult,
-    enable_dad: bool,
+    v6: Ipv6Setup,
 ) -> Result<(), Error> {
-    let v6 = Ipv6Setup {
-        dad: enable_dad,
-        ndisc_notify: false,
-    };
     address_iface_with(ns, nl, index, ifname, result, v6)
 }
 
+/// Every interface the plugins address gets no IPv6 link-local address from the
+/// kernel (IFLA_INET6_ADDR_GEN_MODE none, over netlink, before it goes up). One with no
+/// IPv6 address or route to carry so has no IPv6 address at all: otherwise its
+/// link-local address's DAD, router and MLD solicitations are multicast, which a bridge
+/// floods to every port and every pod then handles — a cost of each new pod that grows
+/// with the pods already there. One with IPv6 gets its link-local address from the
+/// plugin, the kernel's EUI-64 one, and every IPv6 address without DAD (IPAM already
+/// made them unique; a tentative address would drop the pod's first second of traffic)
+/// unless `enabledad` asks for it: so no `/proc/sys` write and no visit to the pod's
+/// netns for `accept_dad` or `disable_ipv6`, which spun on the RTNL at 32 pods at once.
 fn address_iface_with(
     ns: &NetNs,
     nl: &mut Netlink,
@@ -81,17 +94,29 @@ fn address_iface_with(
     result: &CniResult,
     v6: Ipv6Setup,
 ) -> Result<(), Error> {
+    if !v6.link_local_off {
+        nl.no_link_local(index)?;
+    }
     // An IPv6 route (say ::/0 from IPAM's routes on an IPv4-only range) needs
     // IPv6 on the interface even without an IPv6 address of its own.
     let has_v6 = result.ips.iter().any(|ip| ip.address.addr().is_ipv6())
         || result.routes.iter().any(|r| r.dst.addr().is_ipv6());
     if has_v6 {
-        ns.run(|| prepare_ipv6(ifname, v6))??;
-    } else {
-        ns.run(|| without_ipv6(ifname))??;
+        if v6.dad || v6.ndisc_notify {
+            ns.run(|| ipv6_sysctls(ifname, v6))??;
+        }
+        let mac = match v6.mac {
+            Some(mac) => Some(mac.to_string()),
+            None => nl.link_by_index(index)?.and_then(|l| l.mac),
+        };
+        let bytes = mac.as_deref().map(parse_mac).unwrap_or_default();
+        add_first_ipv6(ns, nl, index, ifname, link_local(&bytes), !v6.dad)?;
     }
     for ip in &result.ips {
-        nl.add_address(index, ip.address)?;
+        match ip.address {
+            IpNet::V6(addr) => nl.add_ipv6_address(index, addr, !v6.dad)?,
+            IpNet::V4(_) => nl.add_address(index, ip.address)?,
+        }
     }
     nl.set_up(index)?;
     Ok(())
@@ -109,35 +134,52 @@ pub fn route_iface(nl: &mut Netlink, index: u32, result: &CniResult) -> Result<(
     Ok(())
 }
 
-fn prepare_ipv6(ifname: &str, v6: Ipv6Setup) -> Result<(), Error> {
-    // DAD delays a fresh address by a second or more; IPAM already made it unique.
-    let dad = if v6.dad { "1" } else { "0" };
-    sysctl::set(&format!("net/ipv6/conf/{ifname}/accept_dad"), dad)?;
-    // The one per-pod /proc/sys write of the announcement: IPv6 has no netlink path
-    // for it (the kernel's inet6_set_link_af takes only the token and the address
-    // generation mode, not IFLA_INET6_CONF), unlike IPv4's arp_notify, which the
-    // plugins set over netlink. Written only for pods with IPv6 to carry, of the
-    // plugins whose reference sets it, in this visit to the pod that accept_dad and
-    // disable_ipv6 need anyway; its handler is a plain proc_dointvec, which takes no
-    // RTNL (disable_ipv6's does). Without it, a peer would keep a re-added macvlan
-    // pod's old MAC until its neighbour probes fail, 5 s and more.
+/// "aa:bb:cc:dd:ee:ff" as bytes (empty when it is not one).
+fn parse_mac(mac: &str) -> Vec<u8> {
+    mac.split([':', '-'])
+        .map(|b| u8::from_str_radix(b, 16))
+        .collect::<Result<Vec<u8>, _>>()
+        .unwrap_or_default()
+}
+
+/// The interface's first IPv6 address (its link-local one). In a netns whose
+/// defaults have `disable_ipv6` 1 (`devconf_inherit_init_net` on a host without IPv6)
+/// the kernel answers EACCES: IPv6 is turned on for this interface, as the plugins
+/// always did before, and the address added again.
+fn add_first_ipv6(
+    ns: &NetNs,
+    nl: &mut Netlink,
+    index: u32,
+    ifname: &str,
+    addr: Ipv6Net,
+    nodad: bool,
+) -> Result<(), Error> {
+    match nl.add_ipv6_address(index, addr, nodad) {
+        Err(e) if e.errno == Some(libc::EACCES) => {
+            let key = format!("net/ipv6/conf/{ifname}/disable_ipv6");
+            ns.run(|| sysctl::set(&key, "0"))??;
+            Ok(nl.add_ipv6_address(index, addr, nodad)?)
+        }
+        other => Ok(other?),
+    }
+}
+
+/// The `/proc/sys` writes left for an interface with IPv6, both plain integer settings
+/// (no RTNL, unlike `disable_ipv6`'s handler), made only when asked: `accept_dad` 1 for
+/// `enabledad` (as the reference), and `ndisc_notify`. IPv6 has no netlink path for
+/// either (the kernel's `inet6_set_link_af` takes only the token and the address
+/// generation mode, not IFLA_INET6_CONF), unlike IPv4's arp_notify, which the plugins
+/// set over netlink. `ndisc_notify` is written only for pods with IPv6 to carry, of the
+/// plugins whose reference sets it; without it, a peer would keep a re-added macvlan
+/// pod's old MAC until its neighbour probes fail, 5 s and more.
+fn ipv6_sysctls(ifname: &str, v6: Ipv6Setup) -> Result<(), Error> {
+    if v6.dad {
+        sysctl::set(&format!("net/ipv6/conf/{ifname}/accept_dad"), "1")?;
+    }
     if v6.ndisc_notify {
         sysctl::set(&format!("net/ipv6/conf/{ifname}/ndisc_notify"), "1")?;
     }
-    sysctl::set(&format!("net/ipv6/conf/{ifname}/disable_ipv6"), "0")?;
     Ok(())
-}
-
-/// An interface with no IPv6 address or route to carry gets no IPv6 at all (set
-/// before it goes up): otherwise its link-local address's DAD, router and
-/// MLD solicitations are multicast, which a bridge floods to every port and
-/// every pod then handles — a cost of each new pod that grows with the pods
-/// already there. A kernel without IPv6 has nothing to turn off.
-pub fn without_ipv6(ifname: &str) -> Result<(), Error> {
-    match sysctl::set(&format!("net/ipv6/conf/{ifname}/disable_ipv6"), "1") {
-        Err(e) if e.is_not_found() => Ok(()),
-        other => Ok(other?),
-    }
 }
 
 fn family_gateway(result: &CniResult, like: IpAddr) -> Option<IpAddr> {

@@ -134,7 +134,8 @@ fn matrix_1_1_0() {
 
 /// Proves: two containers on the same master in bridge mode ping each other
 /// (IPv4) with the reference host-local IPAM as well as with ipamd, both
-/// in-process and served by its daemon.
+/// in-process and served by its daemon; with no IPv6 address, their interfaces have
+/// none at all (no link-local: `addrgenmode none`, set with the create).
 #[test]
 fn two_containers_ping_v4_both_ipams() {
     let env = TestEnv::new("two_containers_ping_v4_both_ipams");
@@ -144,6 +145,12 @@ fn two_containers_ping_v4_both_ipams() {
         let ipam = env.ipam(kind, nets.v4_ranges());
         let pair = env.pair("macvlan", &conf("1.0.0", &master, Some(ipam.clone())));
         add_and_ping_each_other(&pair, &[false]);
+        for att in &pair {
+            let ns = Some(att.ns.name.as_str());
+            let v6 = crate::bridge::ipv6::ipv6_lines(ns, "eth0");
+            assert!(v6.is_empty(), "{kind:?}: {v6:?}");
+            assert!(crate::bridge::ipv6::addrgenmode_none(ns, "eth0"));
+        }
         assert_eq!(env.lease_count(&ipam, NET), 2, "{kind:?}");
         for att in &pair {
             att.del();
@@ -187,7 +194,8 @@ fn every_mode_creates_that_mode() {
 }
 
 /// Proves: without ipam the attachment is L2 only: an interface that is up,
-/// reported in the result, with no IP addresses.
+/// reported in the result, with no IP addresses but the kernel's IPv6 link-local one
+/// (for the pod's own SLAAC or DHCP: only interfaces the plugin addresses go without).
 #[test]
 fn l2_only_without_ipam() {
     let env = TestEnv::new("l2_only_without_ipam");
@@ -205,6 +213,12 @@ fn l2_only_without_ipam() {
     assert!(
         addrs(Some(&att.ns.name), "eth0").is_empty(),
         "no addresses besides link-local"
+    );
+    let mac = r["interfaces"][0]["mac"].as_str().expect("MAC");
+    let want = vec![crate::bridge::ipv6::eui64_link_local(mac)];
+    eventually(
+        "the kernel gives the L2-only pod its link-local address",
+        || crate::bridge::ipv6::link_locals(Some(&att.ns.name), "eth0") == want,
     );
     att.check(&r);
     att.del();

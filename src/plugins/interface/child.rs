@@ -179,11 +179,19 @@ fn create_child(
     Ok(create(nl, &master, target)?)
 }
 
-/// Whether the reference (v1.9.1) has a child of this kind announce its IPv6
-/// addresses (`ndisc_notify`) when it addresses it: macvlan and ipvlan do, vlan
-/// does not. (Their `arp_notify` went on with the create: `MacvlanSpec::arp_notify`.)
-fn ndisc_notify(child: &Link) -> bool {
-    child.is_kind("macvlan") || child.is_kind("ipvlan")
+/// How a child is addressed for IPv6. macvlan and ipvlan announce their addresses going
+/// up, as the reference (v1.9.1) has them: `arp_notify` went on with the create
+/// (`MacvlanSpec::arp_notify`), and in the same request the kernel's IPv6 link-local
+/// address went off (see `Netlink::create_child`), so none of its own here;
+/// `ndisc_notify` for IPv6. vlan does neither. The child's MAC is known from the create.
+fn child_ipv6(child: &Link) -> Ipv6Setup<'_> {
+    let announced = child.is_kind("macvlan") || child.is_kind("ipvlan");
+    Ipv6Setup {
+        dad: false,
+        ndisc_notify: announced,
+        link_local_off: announced,
+        mac: child.mac.as_deref(),
+    }
 }
 
 /// ADD for macvlan/ipvlan: the child is created for the pod and addressed from
@@ -204,7 +212,7 @@ pub fn add_child(
     let addressed = if req.conf.ipam_type.is_none() {
         without_ipam(&ns, &mut cont, index)
     } else {
-        ipam_addressed(req, &ns, &mut cont, index, ndisc_notify(&child))
+        ipam_addressed(req, &ns, &mut cont, index, child_ipv6(&child))
     };
     addressed.inspect_err(|_| {
         if let Err(e) = cont.delete_link(index) {
@@ -220,16 +228,16 @@ pub(super) fn address_from_ipam(
     cont: &mut Netlink,
     index: u32,
 ) -> Result<CniResult, Error> {
-    ipam_addressed(req, ns, cont, index, false)
+    ipam_addressed(req, ns, cont, index, Ipv6Setup::default())
 }
 
-/// [`address_from_ipam`], with `ndisc_notify` on when the link has IPv6 to carry.
+/// [`address_from_ipam`] with the IPv6 setup `v6`.
 fn ipam_addressed(
     req: &Request,
     ns: &NetNs,
     cont: &mut Netlink,
     index: u32,
-    ndisc_notify: bool,
+    v6: Ipv6Setup,
 ) -> Result<CniResult, Error> {
     let ipam = ipam_add(req)?;
     ipam_rollback_on_error(req, || {
@@ -239,7 +247,7 @@ fn ipam_addressed(
                 "IPAM plugin returned no IP addresses",
             ));
         }
-        address_single_iface(ns, cont, req, index, ndisc_notify, ipam)
+        address_single_iface(ns, cont, req, index, v6, ipam)
     })
 }
 
@@ -255,28 +263,30 @@ fn check_mtu_against_master(mtu: Option<u32>, master: &Link) -> Result<(), Error
 }
 
 /// Address a single container interface (macvlan/ipvlan) `index` from `result`
-/// (without DAD; with `ndisc_notify` on when asked and it has IPv6 to carry), and
-/// report it as interface 0.
+/// (without DAD; IPv6 as `v6` says), and report it as interface 0, with the MAC `v6`
+/// knows or else the kernel's.
 pub fn address_single_iface(
     ns: &NetNs,
     cont: &mut Netlink,
     req: &Request,
     index: u32,
-    ndisc_notify: bool,
+    v6: Ipv6Setup,
     mut result: CniResult,
 ) -> Result<CniResult, Error> {
     for ip in &mut result.ips {
         ip.interface = Some(0);
     }
-    let v6 = Ipv6Setup {
-        dad: false,
-        ndisc_notify,
-    };
     configure_iface_with(ns, cont, index, req.ifname(), &result, v6)?;
-    let link = cont.link_by_index(index)?;
+    let mac = match v6.mac {
+        Some(mac) => mac.to_string(),
+        None => cont
+            .link_by_index(index)?
+            .and_then(|l| l.mac)
+            .unwrap_or_default(),
+    };
     result.interfaces = vec![crate::cni::Interface {
         name: req.ifname().to_string(),
-        mac: link.and_then(|l| l.mac).unwrap_or_default(),
+        mac,
         sandbox: req.netns().to_string(),
         ..Default::default()
     }];

@@ -1,10 +1,11 @@
 //! bridge plugin, end to end on the kernel: the version matrix with real
 //! traffic (IPv4 and IPv6) for both IPAMs, DEL robustness, rollback of failed
-//! ADDs, port flags / MTU / MAC, and a differential run against the reference
-//! /usr/lib/cni/bridge.
+//! ADDs, port flags / MTU / MAC, IPv6 only where a pod has it (no multicast from
+//! the rest), and a differential run against the reference /usr/lib/cni/bridge.
 
 mod del;
 mod differential;
+pub(crate) mod ipv6;
 mod matrix;
 mod options;
 

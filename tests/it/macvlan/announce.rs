@@ -68,7 +68,8 @@ pub(crate) fn result_mac(r: &Value, i: usize) -> String {
 /// Proves: a macvlan pod DELeted and ADDed again with the same static addresses (v4 and
 /// v6) and so a new MAC is announced: a peer macvlan on the same master, which pinged the
 /// old pod, holds the new MAC for both addresses right after ADD, and its first ping of
-/// each gets an answer; arp_notify and ndisc_notify read 1 in the pod.
+/// each gets an answer; arp_notify and ndisc_notify read 1 in the pod, whose link-local
+/// address is the EUI-64 one of its new MAC.
 #[test]
 fn readded_pod_announces_its_new_mac() {
     let env = TestEnv::new("macvlan_readded_pod_announces");
@@ -115,5 +116,8 @@ fn readded_pod_announces_its_new_mac() {
     }
     assert_eq!(pod_sysctl(&pod.ns, "net/ipv4/conf/eth0/arp_notify"), "1");
     assert_eq!(pod_sysctl(&pod.ns, "net/ipv6/conf/eth0/ndisc_notify"), "1");
+    // Its link-local address is the plugin's (the kernel's EUI-64 one, without DAD).
+    let ll = crate::bridge::ipv6::link_locals(Some(&pod.ns.name), "eth0");
+    assert_eq!(ll, [crate::bridge::ipv6::eui64_link_local(&new)]);
     pod.del();
 }

@@ -3,9 +3,11 @@
 //! host's routes exactly as the reference lays them out, CHECK, DEL (twice,
 //! after the netns is gone, with a config it cannot use), GC of a forgotten
 //! pod's veth, rollback of a failed ADD, ipMasq; side by side with the
-//! reference /usr/lib/cni/ptp; and kind's own network list (ptp + portmap).
+//! reference /usr/lib/cni/ptp; kind's own network list (ptp + portmap); and IPv6 only
+//! where a pod has it.
 
 mod differential;
+mod ipv6;
 mod kind;
 mod lifecycle;
 mod matrix;

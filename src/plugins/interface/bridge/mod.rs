@@ -9,7 +9,7 @@ use crate::plugins::conf_keys::{
 use crate::plugins::firewall_backend::{FirewallBackend, FirewallConf};
 use crate::plugins::ipam_delegation::{ipam_add, ipam_if_configured, ipam_rollback_on_error};
 use crate::plugins::pod_interface::{
-    configure_iface, ensure_ifname_free, find_container_link, random_veth_name, without_ipv6,
+    configure_iface_with, ensure_ifname_free, find_container_link, random_veth_name, Ipv6Setup,
 };
 use crate::plugins::pod_netns::{delete_container_link, open_netns, OwnLink};
 use check::{check_peer_on_bridge, expect_kind, expect_mac};
@@ -227,40 +227,28 @@ impl Plugin for Bridge {
             peer_mac: mac,
         })?;
         // From here on a failure must remove the veth (deleting one end removes both).
-        // The host end is only a bridge port: it needs no IPv6 of its own, and
-        // its link-local address's multicast would reach every pod.
-        let attached = without_ipv6(&host_name)
-            .and_then(|()| {
-                let att = req.attachment();
-                attach_port(
-                    &mut host,
-                    &conf,
-                    &trunk,
-                    &att,
-                    pair.host_index,
-                    bridge.index,
-                )
-            })
-            .and_then(|()| {
-                self.address(
-                    req,
-                    &conf,
-                    &ns,
-                    &mut host,
-                    &mut cont,
-                    &bridge,
-                    pair.peer_index,
-                )
-            })
-            .and_then(|mut r| {
-                ipam_rollback_on_error(req, || {
-                    r.interfaces = interfaces(&mut host, &mut cont, &bridge, req, pair)?;
-                    Ok(r)
-                })
-            })
-            .and_then(|r| {
-                firewall::add(&*fw, req, &conf, &host_name, &mut cont, pair.peer_index, r)
-            });
+        let att = req.attachment();
+        let attached = attach_port(
+            &mut host,
+            &conf,
+            &trunk,
+            &att,
+            pair.host_index,
+            bridge.index,
+        )
+        .and_then(|()| {
+            let pod = Pod {
+                ns: &ns,
+                index: pair.peer_index,
+                mac: &pair.peer_mac(),
+            };
+            self.address(req, &conf, pod, &mut host, &mut cont, &bridge)
+        })
+        .map(|mut r| {
+            r.interfaces = interfaces(&bridge, req, &host_name, pair);
+            r
+        })
+        .and_then(|r| firewall::add(&*fw, req, &conf, &host_name, &mut cont, pair.peer_index, r));
         attached
             .inspect_err(|_| {
                 if let Err(ce) = host.delete_link(pair.host_index) {
@@ -332,17 +320,16 @@ impl Plugin for Bridge {
 impl Bridge {
     /// IPAM ADD, gateway bookkeeping, and the container side. Undoes the IPAM
     /// reservation if anything after it fails.
-    #[allow(clippy::too_many_arguments)]
     fn address(
         &self,
         req: &Request,
         conf: &Conf,
-        ns: &NetNs,
+        pod: Pod,
         host: &mut Netlink,
         cont: &mut Netlink,
         bridge: &Link,
-        peer_index: u32,
     ) -> Result<CniResult, Error> {
+        let peer_index = pod.index;
         if req.conf.ipam_type.is_none() {
             // L2 only: bring the container end up unless asked not to.
             if !conf.disable_container_interface {
@@ -362,7 +349,12 @@ impl Bridge {
             for ip in &mut result.ips {
                 ip.interface = Some(2);
             }
-            configure_iface(ns, cont, peer_index, req.ifname(), &result, conf.enabledad)?;
+            let v6 = Ipv6Setup {
+                dad: conf.enabledad,
+                mac: Some(pod.mac),
+                ..Ipv6Setup::default()
+            };
+            configure_iface_with(pod.ns, cont, peer_index, req.ifname(), &result, v6)?;
             if conf.disable_container_interface {
                 cont.set_down(peer_index)?;
             }
@@ -374,38 +366,40 @@ impl Bridge {
     }
 }
 
-/// Result interfaces in the reference order: bridge, host veth, container.
+/// The pod's end of the veth: its netns, index, and the MAC it was made with.
+#[derive(Clone, Copy)]
+struct Pod<'a> {
+    ns: &'a NetNs,
+    index: u32,
+    mac: &'a str,
+}
+
+/// Result interfaces in the reference order: bridge, host veth, container, with the
+/// MACs known from the creates (no read-back).
 fn interfaces(
-    host: &mut Netlink,
-    cont: &mut Netlink,
     bridge: &Link,
     req: &Request,
+    host_name: &str,
     pair: crate::netlink::VethPair,
-) -> Result<Vec<Interface>, Error> {
-    let mac_of = |l: Option<Link>| l.and_then(|l| l.mac).unwrap_or_default();
+) -> Vec<Interface> {
     // cnikit pins a bridge's MAC at creation, so the one read at ensure time holds.
     let bridge_mac = bridge.mac.clone().unwrap_or_default();
-    let host_link = host.link_by_index(pair.host_index)?;
-    let host_name = host_link
-        .as_ref()
-        .map(|l| l.name.clone())
-        .unwrap_or_default();
-    Ok(vec![
+    vec![
         Interface {
             name: bridge.name.clone(),
             mac: bridge_mac,
             ..Default::default()
         },
         Interface {
-            name: host_name,
-            mac: mac_of(host_link),
+            name: host_name.to_string(),
+            mac: pair.host_mac(),
             ..Default::default()
         },
         Interface {
             name: req.ifname().to_string(),
-            mac: mac_of(cont.link_by_index(pair.peer_index)?),
+            mac: pair.peer_mac(),
             sandbox: req.netns().to_string(),
             ..Default::default()
         },
-    ])
+    ]
 }

@@ -15,8 +15,10 @@ pub(super) fn gc_links(req: &Request) -> Result<(), Error> {
     link_owner::remove_stale(req, "veth", PLUGIN)
 }
 
-/// Enslave the host end `index` to `bridge`, naming `att` its owner; set port
-/// flags and VLANs, bring it up.
+/// Enslave the host end `index` to `bridge`, naming `att` its owner and keeping
+/// IPv6 off it (a port needs no address of its own, and its link-local address's
+/// multicast would reach its pod: all in the enslave request); set port flags and
+/// VLANs, bring it up.
 pub(super) fn attach_port(
     host: &mut Netlink,
     conf: &Conf,
@@ -25,7 +27,7 @@ pub(super) fn attach_port(
     index: u32,
     bridge: u32,
 ) -> Result<(), Error> {
-    host.set_master_and_alias(index, bridge, &link_owner::alias(PLUGIN, att))?;
+    host.enslave_port(index, bridge, &link_owner::alias(PLUGIN, att))?;
     if conf.hairpin_mode || conf.port_isolation {
         host.set_bridge_port(
             index,

@@ -13,7 +13,7 @@ use crate::plugins::link_owner;
 use crate::plugins::masquerade;
 use crate::plugins::pod_interface::{
     address_iface, ensure_ifname_free, expect_kind, expect_mac, find_container_link,
-    random_veth_name, route_iface,
+    random_veth_name, route_iface, Ipv6Setup,
 };
 use crate::plugins::pod_netns::{delete_container_link, open_netns, OwnLink};
 use routing::{enable_forwarding, hops, prepare_host_end, route_host, route_pod, settle_ipv6, Hop};
@@ -217,47 +217,51 @@ impl Pod<'_> {
         mut result: CniResult,
     ) -> Result<CniResult, Error> {
         let (req, pair) = (self.req, self.pair);
-        prepare_host_end(&self.host_name, hops)?;
+        prepare_host_end(&self.host_name, &pair, hops)?;
         let alias = link_owner::alias(PLUGIN, &req.attachment());
-        self.host.set_up_with_alias(pair.host_index, &alias)?;
+        // The pod's end is still down: the kernel's link-local address can go off in
+        // the request that brings this end up (see set_up_with_alias).
+        self.host.set_up_with_alias(pair.host_index, &alias, true)?;
         // In the pod: addresses, ptp's routes, then IPAM's routes, which may
         // go via a gateway only ptp's own routes make reachable.
+        let v6 = Ipv6Setup {
+            mac: Some(&pair.peer_mac()),
+            ..Ipv6Setup::default()
+        };
         address_iface(
             self.ns,
             self.cont,
             pair.peer_index,
             req.ifname(),
             &result,
-            false,
+            v6,
         )?;
         settle_ipv6(self.cont, pair.peer_index, hops)?;
         route_pod(self.cont, pair.peer_index, hops)?;
         route_iface(self.cont, pair.peer_index, &result)?;
-        route_host(self.host, pair.host_index, hops)?;
-        result.interfaces = self.interfaces()?;
+        route_host(self.host, &pair, hops)?;
+        result.interfaces = self.interfaces();
         if conf.ip_masq {
             masquerade::add(fw, req, &result)?;
         }
         Ok(result)
     }
 
-    /// Result interfaces in the reference order: host veth, container.
-    fn interfaces(&mut self) -> Result<Vec<Interface>, Error> {
-        let host_mac = self.host.link_by_index(self.pair.host_index)?;
-        let cont_mac = self.cont.link_by_index(self.pair.peer_index)?;
-        let mac = |l: Option<crate::netlink::Link>| l.and_then(|l| l.mac).unwrap_or_default();
-        Ok(vec![
+    /// Result interfaces in the reference order: host veth, container, with the MACs
+    /// known from the create (no read-back).
+    fn interfaces(&self) -> Vec<Interface> {
+        vec![
             Interface {
                 name: self.host_name.clone(),
-                mac: mac(host_mac),
+                mac: self.pair.host_mac(),
                 ..Default::default()
             },
             Interface {
                 name: self.req.ifname().to_string(),
-                mac: mac(cont_mac),
+                mac: self.pair.peer_mac(),
                 sandbox: self.req.netns().to_string(),
                 ..Default::default()
             },
-        ])
+        ]
     }
 }

@@ -5,8 +5,7 @@
 //! gateway address (/32, /128) and a host route to the pod's address.
 
 use crate::cni::{CniResult, Code, Error};
-use crate::netlink::{sysctl, Netlink, Route};
-use crate::plugins::pod_interface::without_ipv6;
+use crate::netlink::{link_local, sysctl, Netlink, Route, VethPair};
 use ipnet::IpNet;
 use std::net::IpAddr;
 use std::time::{Duration, Instant};
@@ -68,16 +67,14 @@ pub(super) fn enable_forwarding(hops: &[Hop]) -> Result<(), Error> {
     Ok(())
 }
 
-/// The host end's IPv6, before it goes up. With an IPv6 gateway to carry:
-/// no router advertisements (the reference's setting: the plugin owns its
-/// routes) and no DAD, which would leave the gateway tentative, so
-/// unanswered, for the pod's first second. Without one: no IPv6 at all.
-pub(super) fn prepare_host_end(name: &str, hops: &[Hop]) -> Result<(), Error> {
-    if !hops.iter().any(|h| h.gateway.is_ipv6()) {
-        return without_ipv6(name);
-    }
-    for (key, value) in [("accept_ra", "0"), ("accept_dad", "0")] {
-        sysctl::set(&format!("net/ipv6/conf/{name}/{key}"), value)?;
+/// The host end's IPv6, before it goes up (the kernel gives it no link-local address:
+/// see `Netlink::set_up_with_alias`). With an IPv6 gateway to carry, no router
+/// advertisements (the reference's setting: the plugin owns its routes), written only
+/// when the end would take them (`accept_ra` 2, or 1 while not forwarding: ptp has
+/// turned forwarding on, which new links inherit, so seldom); without, no IPv6 address.
+pub(super) fn prepare_host_end(name: &str, pair: &VethPair, hops: &[Hop]) -> Result<(), Error> {
+    if pair.host_takes_router_adverts && hops.iter().any(|h| h.gateway.is_ipv6()) {
+        sysctl::set(&format!("net/ipv6/conf/{name}/accept_ra"), "0")?;
     }
     Ok(())
 }
@@ -147,11 +144,22 @@ pub(super) fn route_pod(nl: &mut Netlink, index: u32, hops: &[Hop]) -> Result<()
     Ok(())
 }
 
-/// On the host, on the host end `index`: per address, the gateway as a
-/// /32 (/128) address and a host-scoped route to the pod's address.
-pub(super) fn route_host(nl: &mut Netlink, index: u32, hops: &[Hop]) -> Result<(), Error> {
+/// On the host, on the host end: per address, the gateway as a /32 (/128) address and
+/// a host-scoped route to the pod's address. With an IPv6 gateway, first its link-local
+/// address (the kernel's EUI-64 one), which its neighbour probes of the pod come from;
+/// IPv6 addresses without DAD, which would leave the gateway tentative, so unanswered,
+/// for the pod's first second, and multicast its solicitation.
+pub(super) fn route_host(nl: &mut Netlink, pair: &VethPair, hops: &[Hop]) -> Result<(), Error> {
+    let index = pair.host_index;
+    if hops.iter().any(|h| h.gateway.is_ipv6()) {
+        let mac = pair.host_hw.map(Vec::from).unwrap_or_default();
+        nl.add_ipv6_address(index, link_local(&mac), true)?;
+    }
     for hop in hops {
-        nl.add_address(index, single(hop.gateway))?;
+        match single(hop.gateway) {
+            IpNet::V6(gw) => nl.add_ipv6_address(index, gw, true)?,
+            gw => nl.add_address(index, gw)?,
+        }
         let to_pod = Route {
             oif: Some(index),
             scope: Some(SCOPE_HOST),
