@@ -47,6 +47,11 @@ enum Cmd {
         #[command(subcommand)]
         command: IpamdCmd,
     },
+    /// The DHCP lease daemon of the `dhcp` plugin, as the reference's daemon runs.
+    Dhcp {
+        #[command(subcommand)]
+        command: DhcpCmd,
+    },
     /// Check this node: plugin links, network lists, the daemon, nftables,
     /// leases of earlier boots. One line per check with the fix; exits 1 if
     /// any check failed.
@@ -60,6 +65,23 @@ enum Cmd {
     Completions {
         #[arg(value_enum)]
         shell: docs::Shell,
+    },
+}
+
+#[derive(Subcommand)]
+enum DhcpCmd {
+    /// Run the daemon (also `dhcp daemon` through the plugin's link), with the reference
+    /// daemon's Go-style flags: -socketpath (/run/cni/dhcp.sock), -timeout (10s),
+    /// -resendmax (62s), -resendtimeout (208s), -broadcast, -hostprefix, -pidfile, and
+    /// cnikit's -datadir (/var/lib/cni/dhcp), -loglevel (info). `-h` lists them.
+    Daemon {
+        /// The flags, as the reference's daemon takes them.
+        #[arg(
+            trailing_var_arg = true,
+            allow_hyphen_values = true,
+            value_name = "FLAGS"
+        )]
+        flags: Vec<String>,
     },
 }
 
@@ -154,6 +176,13 @@ pub fn main(args: Vec<OsString>) -> i32 {
         Some(Cmd::Install { dir, force, copy }) => install(&dir, force, copy),
         Some(Cmd::Ipamd { command }) => ipamd(command),
         Some(Cmd::Net(args)) => crate::runtime::cli::run(args),
+        Some(Cmd::Dhcp {
+            command: DhcpCmd::Daemon { flags },
+        }) => match crate::dhcp::daemon::main(&flags) {
+            0 => Ok(()),
+            // The daemon printed why.
+            code => std::process::exit(code),
+        },
         Some(Cmd::Doctor(args)) => doctor::run(args),
         Some(Cmd::Man { dir }) => docs::man(command(), &dir),
         Some(Cmd::Completions { shell }) => docs::completions(command(), shell),

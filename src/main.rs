@@ -15,17 +15,10 @@ fn main() {
         .and_then(OsStr::to_str)
         .unwrap_or("cnikit");
 
-    // `dhcp daemon FLAGS…`, the reference's invocation of its lease daemon (and
-    // `cnikit dhcp daemon FLAGS…`).
-    let rest = match (argv0, args.get(1).and_then(|a| a.to_str())) {
-        ("dhcp", Some("daemon")) => Some(&args[2..]),
-        ("cnikit", Some("dhcp")) if args.get(2).and_then(|a| a.to_str()) == Some("daemon") => {
-            Some(&args[3..])
-        }
-        _ => None,
-    };
-    if let Some(flags) = rest {
-        let flags: Vec<String> = flags
+    // `dhcp daemon FLAGS…`: the reference's invocation of its lease daemon, through the
+    // plugin's link (`cnikit dhcp daemon` goes through the admin commands).
+    if argv0 == "dhcp" && args.get(1).and_then(|a| a.to_str()) == Some("daemon") {
+        let flags: Vec<String> = args[2..]
             .iter()
             .map(|a| a.to_string_lossy().into_owned())
             .collect();
