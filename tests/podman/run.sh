@@ -179,14 +179,14 @@ t "Podman reports an address from dnsmasq's range ($dh_addr)" in_range "$dh_addr
 has_addr() { podman_ exec dh1 ip -4 -o addr show eth0 | tee /dev/stderr | grep -q " $1/24 "; }
 t "the pod's eth0 has it (/24, from the subnet mask option)" has_addr "$dh_addr"
 t "dnsmasq's lease file lists it" within 5 grep -q " $dh_addr " "$LEASES"
-t "the daemon recorded the lease" bash -c '[ "$(find /var/lib/cni/dhcp/.dhcp-leases -type f | wc -l)" = 1 ]'
+t "the daemon recorded the lease" bash -c '[ "$(find /var/lib/cni/dhcp/.dhcp-leases -type f -name "*.json" | wc -l)" = 1 ]'
 lan_fetch() {
   podman_ exec dh1 sh -c 'printf "GET / HTTP/1.0\r\n\r\n" | nc -w 5 198.51.100.1 80' | grep -q "hello from a podman pod"
 }
 t "traffic from the pod to the LAN's server" lan_fetch
 t "podman rm the dhcp pod" podman_ rm -f -t 0 dh1
 t "the lease is released (dnsmasq's lease file drops it)" within 10 bash -c "! grep -q ' $dh_addr ' '$LEASES'"
-t "the daemon keeps no record" bash -c '! find /var/lib/cni/dhcp/.dhcp-leases -type f | grep .'
+t "the daemon keeps no record" bash -c '! find /var/lib/cni/dhcp/.dhcp-leases -type f -name "*.json" | grep .'
 t "the daemon is still running" kill -0 "$DHCPD_PID"
 t "podman network rm lan" podman_ network rm lan
 t "no netns left but the node's and the LAN's" \

@@ -61,7 +61,7 @@ in_range() { case "$1" in 198.51.100.1[0-4][0-9]|198.51.100.150) return 0 ;; esa
 pod_has() { ip -n "$1" -4 -o addr show eth0 | tee /dev/stderr | grep -q " $2/24 "; }
 server_lists() { grep -q " $1 " $LAN_LEASES; }
 server_forgot() { ! grep " $1 " $LAN_LEASES; }
-records() { find $DHCP_RECORDS -type f 2>/dev/null | wc -l; }
+records() { find $DHCP_RECORDS -type f -name '*.json' 2>/dev/null | wc -l; }
 restarted() { [ "$(prop cnikit-dhcp.service NRestarts)" -ge 1 ]; }
 is_active() { [ "$(systemctl is-active "$1")" = active ]; }
 new_pid() { local p; p=$(prop cnikit-dhcp.service MainPID); [ "$p" != 0 ] && [ "$p" != "$1" ]; }
