@@ -46,31 +46,11 @@ if [ "${1:-}" != --phase ]; then
   CNIKIT=${CNIKIT:-$ROOT/target/release/cnikit}
   export PORTMAP=${PORTMAP:-1}
   export DEBIAN_FRONTEND=noninteractive
-  need=()
-  for p in golang-go golang-github-appc-cni-dev dpkg-dev containernetworking-plugins nftables iptables \
-           jq iproute2 busybox-static util-linux; do
-    dpkg-query -W -f='${Status}' "$p" 2> /dev/null | grep -q 'install ok installed' || need+=("$p")
-  done
-  if [ ${#need[@]} -gt 0 ]; then
-    echo "installing: ${need[*]}"
-    apt-get install -y --no-install-recommends "${need[@]}" > /dev/null
-  fi
-  if [ ! -x "$CNIKIT" ]; then
-    echo "building $CNIKIT"
-    cargo build --release
-  fi
+  prepare_run golang-go golang-github-appc-cni-dev dpkg-dev containernetworking-plugins nftables iptables jq iproute2 busybox-static util-linux
 
   # ---- cnitool (tests/interop/harness.sh)
   build_cnitool "$RC"
 
-  WORK=$(mktemp -d /tmp/cnikit-interop.XXXXXX)
-  export WORK
-  export RES=$WORK/results.txt
-  : > "$RES"
-  mkdir -p "$WORK/bin"
-  cp "$CNIKIT" "$WORK/bin/cnikit"
-  "$WORK/bin/cnikit" install --dir "$WORK/bin" > /dev/null
-  export OURS=$WORK/bin REF=/usr/lib/cni
   if "$WORK/bin/cnikit" net --help > /dev/null 2>&1; then export HAVE_NET=1; else export HAVE_NET=0; fi
   echo "cnitool: $CNITOOL; cnikit: $("$WORK/bin/cnikit" version 2> /dev/null || echo '?'); cnikit net: $HAVE_NET; portmap: $PORTMAP; work: $WORK"
 

@@ -23,6 +23,30 @@ teq() {
   fi
 }
 
+# prepare_run PKG...: installs the packages missing of PKG..., builds $CNIKIT if it is
+# missing, and makes the work dir: exports WORK, RES (the results file) and OURS (a bin dir
+# of cnikit's links), REF (Debian's plugins).
+prepare_run() {
+  local need=() p
+  for p in "$@"; do
+    dpkg-query -W -f='${Status}' "$p" 2> /dev/null | grep -q 'install ok installed' || need+=("$p")
+  done
+  if [ ${#need[@]} -gt 0 ]; then
+    echo "installing: ${need[*]}"
+    DEBIAN_FRONTEND=noninteractive apt-get install -y --no-install-recommends "${need[@]}" > /dev/null
+  fi
+  if [ ! -x "$CNIKIT" ]; then
+    echo "building $CNIKIT"
+    cargo build --release
+  fi
+  WORK=$(mktemp -d /tmp/cnikit-interop.XXXXXX)
+  export WORK RES=$WORK/results.txt OURS=$WORK/bin REF=/usr/lib/cni
+  : > "$RES"
+  mkdir -p "$OURS"
+  cp "$CNIKIT" "$OURS/cnikit"
+  "$OURS/cnikit" install --dir "$OURS" > /dev/null
+}
+
 # build_cnitool RC: cnitool at $RC/bin/cnitool, built once: libcni 1.1.2 from Debian;
 # cnitool.go itself is only in the source package (debian/rules excludes it), fetched with
 # a private deb-src twin of the machine's list. Exports CNITOOL.
