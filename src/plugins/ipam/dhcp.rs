@@ -227,6 +227,29 @@ mod tests {
         );
     }
 
+    /// Runtimes decode and send keys as Go does: any case matches.
+    #[test]
+    fn keys_get_go_matching() {
+        use crate::cni::gojson::{assert_known, canonicalize, struct_fields};
+        assert_known(&[
+            struct_fields::<IpamConf>(),
+            struct_fields::<ProvideOption>(),
+            struct_fields::<RequestOption>(),
+        ]);
+        let mut ipam = serde_json::json!({
+            "DaemonSocketPath": "/tmp/d.sock",
+            "Provide": [{"Option": "host-name", "FromArg": "K8S_POD_NAME"}],
+            "REQUEST": [{"SkipDefault": true, "Option": "121"}],
+            "Priority": 5
+        });
+        canonicalize(&mut ipam);
+        let conf: IpamConf = serde_json::from_value(ipam).unwrap();
+        assert_eq!(socket_of(&conf), PathBuf::from("/tmp/d.sock"));
+        assert_eq!(conf.provide[0].from_arg, "K8S_POD_NAME");
+        assert!(conf.request[0].skip_default);
+        assert_eq!(conf.priority, 5);
+    }
+
     #[test]
     fn conf_keys() {
         let conf: IpamConf = serde_json::from_value(serde_json::json!({
