@@ -202,6 +202,11 @@ fn run(flags: &Flags) -> Result<(), String> {
         )
     })?;
     ipamd::log::set_level(level);
+    // The data dir is the daemon's to trust before a record in it is read: one that
+    // another user could change would let them swap the records under it.
+    ipamd::files::create_dir(&flags.data_dir, ipamd::files::DATA_DIR_MODE)
+        .and_then(|_| ipamd::files::check_owner(&flags.data_dir))
+        .map_err(|e| e.to_string())?;
     let service = Dhcp::start(DhcpOptions {
         state_dir: flags.data_dir.join(LEASES_SUBDIR),
         timing: flags.timing,
