@@ -72,9 +72,9 @@ fn tag_part(s: &str, max: usize) -> String {
     }
 }
 
-/// FNV-1a 64: stable across builds and versions (unlike std's hasher), as tags are kept
-/// in the kernel across upgrades.
-fn fnv1a(bytes: &[u8]) -> u64 {
+/// FNV-1a 64: stable across builds and versions (unlike std's hasher), as tags (and the
+/// firewall's chain names) are kept in the kernel across upgrades.
+pub fn fnv1a(bytes: &[u8]) -> u64 {
     bytes.iter().fold(0xcbf2_9ce4_8422_2325, |h, b| {
         (h ^ u64::from(*b)).wrapping_mul(0x0100_0000_01b3)
     })

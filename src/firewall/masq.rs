@@ -2,10 +2,9 @@
 //! subnets (multicast excluded), keyed by the container address.
 
 use super::cleanup::{Cleanup, Del, Gc};
-use super::schema::{self, key, range, Value, INET, MASQ4, MASQ4_SKIP, MASQ6, MASQ6_SKIP};
-use super::store::{
-    anchor_keys, claim_anchor, owned, owned_range, release_keys, transact, Derived,
-};
+use super::legacy::upgrade_masq;
+use super::schema::{self, key, masq_chain, Chain, SetDef, Value, INET, MASQ4_VIA, MASQ6_VIA};
+use super::store::{claim_anchor, owned_goto, release_keys, transact};
 use super::tag::{self, Attachment};
 use super::{Result, Sockets};
 use ipnet::IpNet;
@@ -53,6 +52,7 @@ impl Op {
 
     /// The operation, in this process.
     pub fn run(&self, sockets: &Sockets) -> Result<()> {
+        upgrade_masq(sockets)?;
         match self {
             Op::Add {
                 att,
@@ -68,7 +68,7 @@ impl Op {
                 let owner = att.tag();
                 let keys: Vec<_> = planned(addrs, subnets, &owner)
                     .into_iter()
-                    .flat_map(|(anchor, derived)| anchor_keys(anchor, vec![derived]))
+                    .map(|(map, elem, _)| (map, elem.key))
                     .collect();
                 transact(sockets, |nft, tx| {
                     release_keys(nft, tx, INET, &keys, &owner)
@@ -88,46 +88,30 @@ fn add_here(
     let owner = att.tag();
     transact(sockets, |nft, tx| {
         schema::ensure(nft, tx, &schema::MASQ)?;
-        for (anchor, derived) in planned(addrs, subnets, &owner) {
-            claim_anchor(nft, tx, INET, anchor, vec![derived])?;
+        for (map, elem, chain) in planned(addrs, subnets, &owner) {
+            schema::ensure_chain(nft, tx, INET, chain)?;
+            claim_anchor(nft, tx, INET, (map, elem), vec![])?;
         }
         Ok(())
     })
 }
 
-type Anchor = (&'static schema::SetDef, super::nft::Element);
-
-/// What ADD puts in: per container address an anchor keyed by it, and the
-/// (address . subnet range) elements that exempt its own subnets.
-fn planned(addrs: &[IpAddr], subnets: &[IpNet], owner: &str) -> Vec<(Anchor, Derived)> {
+/// What ADD puts in: per container address one element of its family's
+/// verdict map, keyed by the address and going to the chain of the
+/// network's subnets of that family (made if missing).
+fn planned(
+    addrs: &[IpAddr],
+    subnets: &[IpNet],
+    owner: &str,
+) -> Vec<(&'static SetDef, super::nft::Element, Chain)> {
     addrs
         .iter()
         .map(|addr| {
             let v4 = addr.is_ipv4();
-            let (set, skip) = if v4 {
-                (&MASQ4, &MASQ4_SKIP)
-            } else {
-                (&MASQ6, &MASQ6_SKIP)
-            };
-            let elems = subnets
-                .iter()
-                .filter(|net| net.addr().is_ipv4() == v4)
-                .map(|net| {
-                    let (first, last) = range(net.trunc());
-                    owned_range(
-                        key(&[Value::Ip(*addr), first]),
-                        key(&[Value::Ip(*addr), last]),
-                        owner,
-                    )
-                })
-                .collect();
-            let anchor = owned(key(&[Value::Ip(*addr)]), None, owner);
-            let derived = Derived {
-                set: skip,
-                subject: 0,
-                elems,
-            };
-            ((set, anchor), derived)
+            let map = if v4 { &MASQ4_VIA } else { &MASQ6_VIA };
+            let chain = masq_chain(v4, subnets);
+            let elem = owned_goto(key(&[Value::Ip(*addr)]), &chain.name, owner);
+            (map, elem, chain)
         })
         .collect()
 }

@@ -19,25 +19,29 @@
 //!   map pm4-any   proto . hostPort          : containerIP . port   (hostIP empty)
 //!   map pm4-ip    hostIP . proto . hostPort : containerIP . port
 //!   map pm6-any / pm6-ip                    (the same for IPv6)
-//!   set pm4-addr  containerIP               owner anchor of its pm4-masq elements
-//!   set pm4-masq  sourceRange . containerIP (interval): DNATed traffic to masquerade
-//!                 (container subnet = hairpin, 127.0.0.0/8 = localhost, 0/0 = masqAll)
+//!   map pm4-masq-via containerIP : goto pm-masq-all | pm-hairpin-<subnet id>
 //!   chain pm-prerouting  nat prerouting  -100: fib daddr type local goto pm-hostports
 //!   chain pm-output      nat output      -100: fib daddr type local goto pm-hostports
 //!   chain pm-hostports   4 rules: dnat via the four maps (specific hostIP first)
-//!   chain pm-postrouting nat postrouting  100: ct status dnat, saddr . daddr @pmX-masq: masquerade
-//!   set masq4 containerIP; set masq4-skip containerIP . subnet (interval)   (+ v6)
-//!   chain masq-postrouting nat postrouting 100: multicast return,
-//!                 @masq4-skip return, saddr @masq4 masquerade
+//!   chain pm-masquerade  nat postrouting  100: ct status dnat, daddr vmap @pmX-masq-via
+//!   chain pm-masq-all: masquerade
+//!   chain pm-hairpin-<id>: saddr <subnet> masquerade, saddr 127.0.0.0/8 masquerade
+//!   map masq4-via containerIP : goto masq-<subnets id>                  (+ v6)
+//!   chain masq-pods nat postrouting 100: saddr vmap @masq4-via
+//!   chain masq-<id>: daddr <subnet> return (each), multicast return, masquerade
 //! table bridge cnikit
 //!   set macspoof-ports hostVeth; set macspoof-allow hostVeth . containerMAC
 //!   chain macspoof filter prerouting -300: allowed return; guarded port: drop
 //! ```
 //!
-//! Every lookup is one hash (or pipapo) set lookup, and an ADD adds a fixed
-//! number of elements, so neither the packet path nor ADD grows with the
-//! number of mappings (the reference plugin adds chains and rules per
-//! container). Each element carries its attachment's tag (see `tag.rs`); DEL
+//! Every per-pod element sits in a hash set or map under an exact key (an
+//! address, a port, an interface): adding or removing one costs the same on
+//! a node with a thousand pods as on an empty one, and so does every packet's
+//! lookup (the reference plugin adds chains and rules per container). The
+//! subnet tests live in one small chain per network (`masq-…`,
+//! `pm-hairpin-…`) that a pod's element goes to; those chains stay when
+//! their pods go, as the next pod of the network needs them again.
+//! `legacy.rs` moves 0.1's layout (interval sets) into this one. Each element carries its attachment's tag (see `tag.rs`); DEL
 //! and GC delete by tag, so they need neither the netns nor prevResult.
 //! Every call is one netlink batch: it applies whole or not at all.
 //!
@@ -49,7 +53,10 @@
 
 mod cleanup;
 mod error;
+mod expr;
 mod iptables;
+mod legacy;
+mod matches;
 mod nft;
 mod rules;
 mod schema;
@@ -57,6 +64,9 @@ mod sets;
 mod socket;
 mod store;
 mod tag;
+#[cfg(test)]
+mod test_netns;
+mod turn;
 mod xt;
 
 pub mod backend;

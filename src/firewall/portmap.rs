@@ -3,20 +3,20 @@
 //! through the host.
 
 use super::cleanup::{Cleanup, Del, Gc};
+use super::legacy::upgrade_portmap;
 use super::schema::{
-    self, key, range, Value, INET, PM4_ADDR, PM4_ANY, PM4_IP, PM4_MASQ, PM6_ADDR, PM6_ANY, PM6_IP,
-    PM6_MASQ, PM_CHAINS,
+    self, hairpin_chain, key, Value, INET, PM4_ANY, PM4_IP, PM4_MASQ_VIA, PM6_ANY, PM6_IP,
+    PM6_MASQ_VIA, PM_CHAINS, PM_MASQ_ALL,
 };
 use super::store::{
-    anchor_keys, claim_anchor, claim_exclusive, owned, owned_range, owner_of, read, release_keys,
-    transact, Derived,
+    claim_anchor, claim_exclusive, owned, owned_goto, owner_of, read, release_keys, transact,
 };
 use super::tag::{self, Attachment};
 use super::{Error, ErrorKind, Result, Sockets};
 use ipnet::IpNet;
 use serde::{Deserialize, Serialize};
 use std::fmt;
-use std::net::{IpAddr, Ipv4Addr, Ipv6Addr};
+use std::net::IpAddr;
 
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
 #[serde(rename_all = "lowercase")]
@@ -114,6 +114,7 @@ impl Op {
 
     /// The operation, in this process.
     pub fn run(&self, sockets: &Sockets) -> Result<()> {
+        upgrade_portmap(sockets)?;
         match self {
             Op::Add(spec) => add_here(sockets, spec),
             Op::Check(spec) => check_here(sockets, spec),
@@ -132,8 +133,11 @@ fn add_here(sockets: &Sockets, spec: &Spec) -> Result<()> {
             claim_exclusive(nft, tx, INET, d.set, d.elem, &d.what)?;
         }
         for addr in &spec.container {
-            if let Some((anchor, derived)) = masq_elements(*addr, spec.masq, &owner) {
-                claim_anchor(nft, tx, INET, anchor, derived)?;
+            if let Some((map, elem)) = masq_element(*addr, spec.masq, &owner) {
+                if let Some(hairpin) = hairpin_of(*addr, spec.masq) {
+                    schema::ensure_chain(nft, tx, INET, hairpin)?;
+                }
+                claim_anchor(nft, tx, INET, (map, elem), vec![])?;
             }
         }
         Ok(())
@@ -147,20 +151,15 @@ fn del_keys_here(sockets: &Sockets, spec: &Spec) -> Result<()> {
         .map(|d| (d.set, d.elem.key))
         .collect();
     // Whichever masquerade the ADD had (the configuration may have changed
-    // since): an element that is not there, or not ours, is left alone.
-    let hairpin = Masquerade {
-        snat: true,
-        masq_all: false,
-    };
+    // since), its element has the container address as key: one that is not
+    // there, or not ours, is left alone.
     let all = Masquerade {
         snat: false,
         masq_all: true,
     };
     for addr in &spec.container {
-        for masq in [hairpin, all] {
-            if let Some((anchor, derived)) = masq_elements(*addr, masq, &owner) {
-                keys.extend(anchor_keys(anchor, derived));
-            }
+        if let Some((map, elem)) = masq_element(*addr, all, &owner) {
+            keys.push((map, elem.key));
         }
     }
     transact(sockets, |nft, tx| {
@@ -189,9 +188,13 @@ fn check_here(sockets: &Sockets, spec: &Spec) -> Result<()> {
             }
         }
         for addr in &spec.container {
-            if let Some(((set, want), _)) = masq_elements(*addr, spec.masq, &owner) {
+            if let Some((map, want)) = masq_element(*addr, spec.masq, &owner) {
                 let what = format!("masquerade entry for {}", addr.addr());
-                expect_ours(nft.get(INET, set, &want.key)?.as_ref(), &owner, &what)?;
+                let have = nft.get(INET, map, &want.key)?;
+                expect_ours(have.as_ref(), &owner, &what)?;
+                if have.and_then(|h| h.goto) != want.goto {
+                    return Err(mismatch(format!("{what} is not the configured one")));
+                }
             }
         }
         Ok(())
@@ -252,55 +255,32 @@ fn target(addr: IpAddr, port: u16) -> String {
     }
 }
 
-type Anchor = (&'static schema::SetDef, super::nft::Element);
-
-/// The container address as anchor, and the (source range . address)
-/// elements: its subnet (hairpin) and 127.0.0.0/8 (localhost) with snat, or
-/// every source with masqAll (which covers both).
-fn masq_elements(net: IpNet, m: Masquerade, owner: &str) -> Option<(Anchor, Vec<Derived>)> {
-    if !m.snat && !m.masq_all {
-        return None;
-    }
-    let addr = net.addr();
-    let v4 = addr.is_ipv4();
-    let sources: Vec<IpNet> = match (m.masq_all, v4) {
-        (true, true) => vec![ANY4],
-        (true, false) => vec![ANY6],
-        (false, true) => vec![net.trunc(), LOOPBACK4],
-        (false, false) => vec![net.trunc()],
-    };
-    let elems = sources
-        .into_iter()
-        .map(|src| {
-            let (first, last) = range(src);
-            owned_range(
-                key(&[first, Value::Ip(addr)]),
-                key(&[last, Value::Ip(addr)]),
-                owner,
-            )
-        })
-        .collect();
-    let (anchor, set) = if v4 {
-        (&PM4_ADDR, &PM4_MASQ)
+/// The container address's element in its family's verdict map: to
+/// `pm-masq-all` with masqAll, else (snat) to its subnet's hairpin chain,
+/// which masquerades connections from the subnet and from localhost.
+fn masq_element(
+    net: IpNet,
+    m: Masquerade,
+    owner: &str,
+) -> Option<(&'static schema::SetDef, super::nft::Element)> {
+    let chain = if m.masq_all {
+        PM_MASQ_ALL.to_string()
     } else {
-        (&PM6_ADDR, &PM6_MASQ)
+        hairpin_of(net, m)?.name
     };
-    let subject = if v4 { 4 } else { 16 };
-    Some((
-        (anchor, owned(key(&[Value::Ip(addr)]), None, owner)),
-        vec![Derived {
-            set,
-            subject,
-            elems,
-        }],
-    ))
+    let addr = net.addr();
+    let map = if addr.is_ipv4() {
+        &PM4_MASQ_VIA
+    } else {
+        &PM6_MASQ_VIA
+    };
+    Some((map, owned_goto(key(&[Value::Ip(addr)]), &chain, owner)))
 }
 
-const ANY4: IpNet = IpNet::new_assert(IpAddr::V4(Ipv4Addr::UNSPECIFIED), 0);
-const ANY6: IpNet = IpNet::new_assert(IpAddr::V6(Ipv6Addr::UNSPECIFIED), 0);
-/// Localhost sources (IPv6 has no counterpart: the kernel never routes ::1
-/// off the loopback device, so [::1]:hostPort cannot reach a container).
-const LOOPBACK4: IpNet = IpNet::new_assert(IpAddr::V4(Ipv4Addr::new(127, 0, 0, 0)), 8);
+/// The hairpin chain the container's element goes to (snat without masqAll).
+fn hairpin_of(net: IpNet, m: Masquerade) -> Option<schema::Chain> {
+    (m.snat && !m.masq_all).then(|| hairpin_chain(net))
+}
 
 /// CHECK: present and ours.
 fn expect_ours(have: Option<&super::nft::Element>, owner: &str, what: &str) -> Result<()> {

@@ -11,17 +11,22 @@
 //! the kernel wait for an RCU grace period (≈10 ms here) when our netlink
 //! socket closes.
 
-use super::nft::{
+use super::expr::{
     and_mask, cmp, ct_state, ct_status, dnat, fib_daddr_type, lookup, masq, meta_load, payload,
-    reg_at, verdict, BaseHook, Expr, Jump, Table, CT_ESTABLISHED_RELATED, IPS_DST_NAT, LINK_HEADER,
-    NETWORK_HEADER, NFPROTO_IPV4, NFPROTO_IPV6, RTN_LOCAL, TRANSPORT_HEADER,
+    reg_at, verdict, vmap as vmap_lookup, Expr, Jump, CT_ESTABLISHED_RELATED, IPS_DST_NAT,
+    LINK_HEADER, NETWORK_HEADER, NFPROTO_IPV4, NFPROTO_IPV6, RTN_LOCAL, TRANSPORT_HEADER,
 };
-pub(crate) use super::sets::{key, range, SetDef, Value};
-use super::sets::{map, set, Field};
+use super::matches::{addr_layout, family_of, is_family, prefix_match, Side};
+use super::nft::{BaseHook, Table};
+pub(crate) use super::sets::{key, SetDef, Value};
+use super::sets::{map, set, vmap, Field};
 use super::store::{Nft, Tx};
 use super::Result;
+use ipamd::attachment::fnv1a;
+use ipnet::IpNet;
 use netlink_packet_netfilter::nftables::{InetHookNumber, MetaKey, Operator};
 use netlink_packet_netfilter::NetfilterProtoFamily;
+use std::net::{IpAddr, Ipv4Addr, Ipv6Addr};
 
 pub(crate) const INET: Table = Table {
     family: NetfilterProtoFamily::Inet,
@@ -45,19 +50,19 @@ pub(crate) struct Skeleton {
 }
 
 pub(crate) struct Chain {
-    pub name: &'static str,
+    pub name: String,
     pub hook: Option<BaseHook>,
     pub rules: Vec<Vec<Expr>>,
 }
 
 /// Adds the skeleton's table, sets and chains (with their fixed rules) to
-/// `tx`, unless it exists. Its last chain is created in the same batch as the
-/// rest, so finding it means the whole skeleton is there.
-pub(crate) fn ensure(nft: &mut Nft, tx: &mut Tx, s: &Skeleton) -> Result<()> {
+/// `tx`, unless it exists; true when it did not. Its last chain is created in
+/// the same batch as the rest, so finding it means the whole skeleton is there.
+pub(crate) fn ensure(nft: &mut Nft, tx: &mut Tx, s: &Skeleton) -> Result<bool> {
     let chains = (s.chains)();
     if let Some(last) = chains.last() {
-        if nft.chain_exists(s.table, last.name)? {
-            return Ok(());
+        if nft.chain_exists(s.table, &last.name)? {
+            return Ok(false);
         }
     }
     tx.new_table(s.table);
@@ -65,15 +70,30 @@ pub(crate) fn ensure(nft: &mut Nft, tx: &mut Tx, s: &Skeleton) -> Result<()> {
         tx.new_set(s.table, &set.spec(id), set.name);
     }
     for c in &chains {
-        tx.new_chain(s.table, c.name, c.hook);
+        tx.new_chain(s.table, &c.name, c.hook);
     }
     for c in chains {
         // Only a half-built skeleton (someone deleted our last chain) has
         // rules to remove; a new chain has none.
-        tx.flush_chain(s.table, c.name);
+        tx.flush_chain(s.table, &c.name);
         for rule in c.rules {
-            tx.new_rule(s.table, c.name, rule);
+            tx.new_rule(s.table, &c.name, rule);
         }
+    }
+    Ok(true)
+}
+
+/// Adds a regular chain with its rules to `tx` unless it exists (the chains a
+/// verdict map's elements go to, one per subnet or set of subnets). They stay
+/// when their last element goes: they are few, and a later pod of the same
+/// network needs them again.
+pub(crate) fn ensure_chain(nft: &mut Nft, tx: &mut Tx, t: Table, c: Chain) -> Result<()> {
+    if tx.creates_chain(&c.name) || nft.chain_exists(t, &c.name)? {
+        return Ok(());
+    }
+    tx.new_chain(t, &c.name, None);
+    for rule in c.rules {
+        tx.new_rule(t, &c.name, rule);
     }
     Ok(())
 }
@@ -104,29 +124,35 @@ pub(crate) static PM4_ANY: SetDef = map("pm4-any", ANY_HOST_KEY, V4_TARGET);
 pub(crate) static PM4_IP: SetDef = map("pm4-ip", V4_HOST_KEY, V4_TARGET);
 pub(crate) static PM6_ANY: SetDef = map("pm6-any", ANY_HOST_KEY, V6_TARGET);
 pub(crate) static PM6_IP: SetDef = map("pm6-ip", V6_HOST_KEY, V6_TARGET);
-/// Container addresses whose mapped traffic may need masquerading: the
-/// owner anchor of the `pm*-masq` elements below.
-pub(crate) static PM4_ADDR: SetDef = set("pm4-addr", &[Field::V4], false);
-pub(crate) static PM6_ADDR: SetDef = set("pm6-addr", &[Field::V6], false);
-/// (source range . container address): DNATed connections to be masqueraded
-/// (hairpin from the container's subnet, localhost, or everything for masqAll).
-pub(crate) static PM4_MASQ: SetDef = set("pm4-masq", &[Field::V4, Field::V4], true);
-pub(crate) static PM6_MASQ: SetDef = set("pm6-masq", &[Field::V6, Field::V6], true);
+/// Container address → the chain deciding which DNATed connections to it are
+/// masqueraded: `pm-masq-all` (masqAll) or its subnet's `pm-hairpin-…`
+/// (hairpin from the subnet, and localhost).
+pub(crate) static PM4_MASQ_VIA: SetDef = vmap("pm4-masq-via", &[Field::V4]);
+pub(crate) static PM6_MASQ_VIA: SetDef = vmap("pm6-masq-via", &[Field::V6]);
 
 pub(crate) static PORTMAP: Skeleton = Skeleton {
     table: INET,
     sets: &[
-        &PM4_ANY, &PM4_IP, &PM6_ANY, &PM6_IP, &PM4_ADDR, &PM6_ADDR, &PM4_MASQ, &PM6_MASQ,
+        &PM4_ANY,
+        &PM4_IP,
+        &PM6_ANY,
+        &PM6_IP,
+        &PM4_MASQ_VIA,
+        &PM6_MASQ_VIA,
     ],
     chains: portmap_chains,
 };
 
-pub(crate) const PM_CHAINS: [&str; 4] = [
+pub(crate) const PM_CHAINS: [&str; 5] = [
     "pm-hostports",
     "pm-prerouting",
     "pm-output",
-    "pm-postrouting",
+    PM_MASQ_ALL,
+    "pm-masquerade",
 ];
+
+/// Masquerade every DNATed connection (masqAll).
+pub(crate) const PM_MASQ_ALL: &str = "pm-masq-all";
 
 fn portmap_chains() -> Vec<Chain> {
     let to_local = || {
@@ -137,34 +163,35 @@ fn portmap_chains() -> Vec<Chain> {
         ]
     };
     vec![
-        Chain {
-            name: "pm-hostports",
-            hook: None,
-            rules: vec![
+        chain(
+            "pm-hostports",
+            None,
+            vec![
                 dnat_rule(NFPROTO_IPV4, true),
                 dnat_rule(NFPROTO_IPV4, false),
                 dnat_rule(NFPROTO_IPV6, true),
                 dnat_rule(NFPROTO_IPV6, false),
             ],
-        },
-        Chain {
-            name: "pm-prerouting",
-            hook: nat_hook(InetHookNumber::PreRouting, DSTNAT),
-            rules: vec![to_local()],
-        },
-        Chain {
-            name: "pm-output",
-            hook: nat_hook(InetHookNumber::LocalOut, DSTNAT),
-            rules: vec![to_local()],
-        },
-        Chain {
-            name: "pm-postrouting",
-            hook: nat_hook(InetHookNumber::PostRouting, SRCNAT),
-            rules: vec![
-                hairpin_rule(NFPROTO_IPV4, PM4_MASQ.name),
-                hairpin_rule(NFPROTO_IPV6, PM6_MASQ.name),
+        ),
+        chain(
+            "pm-prerouting",
+            nat_hook(InetHookNumber::PreRouting, DSTNAT),
+            vec![to_local()],
+        ),
+        chain(
+            "pm-output",
+            nat_hook(InetHookNumber::LocalOut, DSTNAT),
+            vec![to_local()],
+        ),
+        chain(PM_MASQ_ALL, None, vec![vec![masq()]]),
+        chain(
+            "pm-masquerade",
+            nat_hook(InetHookNumber::PostRouting, SRCNAT),
+            vec![
+                dnat_masq_rule(NFPROTO_IPV4, PM4_MASQ_VIA.name),
+                dnat_masq_rule(NFPROTO_IPV6, PM6_MASQ_VIA.name),
             ],
-        },
+        ),
     ]
 }
 
@@ -190,69 +217,120 @@ fn dnat_rule(nfproto: u8, with_ip: bool) -> Vec<Expr> {
     rule
 }
 
-/// `ct status dnat meta nfproto X ip saddr . ip daddr @pmX-masq masquerade`
-fn hairpin_rule(nfproto: u8, set: &str) -> Vec<Expr> {
+/// `ct status dnat meta nfproto X ip daddr vmap @pmX-masq-via`
+fn dnat_masq_rule(nfproto: u8, via: &str) -> Vec<Expr> {
+    let (alen, _, daddr) = addr_layout(nfproto);
     let mut rule = vec![
         ct_status(),
         and_mask(&IPS_DST_NAT.to_ne_bytes()),
         cmp(Operator::NotEqual, &[0; 4]),
     ];
     rule.extend(is_family(nfproto));
-    rule.extend(saddr_daddr(nfproto));
-    rule.push(lookup(set, false));
-    rule.push(masq());
+    rule.push(payload(NETWORK_HEADER, daddr, alen, reg_at(0)));
+    rule.push(vmap_lookup(via));
     rule
 }
 
+/// The chain masquerading DNATed connections to a container of `subnet` that
+/// come from that subnet (hairpin) or, for IPv4, from localhost: without it
+/// the reply would not come back through the host's NAT.
+pub(crate) fn hairpin_chain(subnet: IpNet) -> Chain {
+    let subnet = subnet.trunc();
+    let nfproto = family_of(&subnet);
+    let mut sources = vec![subnet];
+    if subnet.addr().is_ipv4() {
+        sources.push(LOOPBACK4);
+    }
+    let rules = sources
+        .into_iter()
+        .map(|src| {
+            let mut r = prefix_match(nfproto, Side::Source, src);
+            r.push(masq());
+            r
+        })
+        .collect();
+    chain_owned(
+        format!("pm-hairpin-{:016x}", fnv1a(subnet.to_string().as_bytes())),
+        rules,
+    )
+}
+
+/// Localhost sources (IPv6 has no counterpart: the kernel never routes ::1
+/// off the loopback device, so [::1]:hostPort cannot reach a container).
+const LOOPBACK4: IpNet = IpNet::new_assert(IpAddr::V4(Ipv4Addr::new(127, 0, 0, 0)), 8);
+
 // ---- bridge ipMasq: masquerade container sources leaving their subnets
 
-pub(crate) static MASQ4: SetDef = set("masq4", &[Field::V4], false);
-pub(crate) static MASQ6: SetDef = set("masq6", &[Field::V6], false);
-/// (container address . subnet of its network): destinations not masqueraded.
-pub(crate) static MASQ4_SKIP: SetDef = set("masq4-skip", &[Field::V4, Field::V4], true);
-pub(crate) static MASQ6_SKIP: SetDef = set("masq6-skip", &[Field::V6, Field::V6], true);
+/// Container address → the chain of its network's subnets (`masq-…`), which
+/// returns for destinations inside them and multicast and masquerades the
+/// rest. The subnet tests live in that one small chain per network, so a
+/// pod is one exact-key element whatever the number of pods.
+pub(crate) static MASQ4_VIA: SetDef = vmap("masq4-via", &[Field::V4]);
+pub(crate) static MASQ6_VIA: SetDef = vmap("masq6-via", &[Field::V6]);
 
 pub(crate) static MASQ: Skeleton = Skeleton {
     table: INET,
-    sets: &[&MASQ4, &MASQ6, &MASQ4_SKIP, &MASQ6_SKIP],
+    sets: &[&MASQ4_VIA, &MASQ6_VIA],
     chains: masq_chains,
 };
 
 fn masq_chains() -> Vec<Chain> {
-    let mut rules = Vec::new();
-    for (nfproto, set, skip) in [
-        (NFPROTO_IPV4, MASQ4.name, MASQ4_SKIP.name),
-        (NFPROTO_IPV6, MASQ6.name, MASQ6_SKIP.name),
-    ] {
-        rules.push(multicast_return(nfproto));
-        let mut r = is_family(nfproto);
-        r.extend(saddr_daddr(nfproto));
-        r.extend([lookup(skip, false), verdict(Jump::Return)]);
-        rules.push(r);
+    let rules = [
+        (NFPROTO_IPV4, MASQ4_VIA.name),
+        (NFPROTO_IPV6, MASQ6_VIA.name),
+    ]
+    .into_iter()
+    .map(|(nfproto, via)| {
         let (alen, saddr, _) = addr_layout(nfproto);
         let mut r = is_family(nfproto);
         r.push(payload(NETWORK_HEADER, saddr, alen, reg_at(0)));
-        r.extend([lookup(set, false), masq()]);
-        rules.push(r);
-    }
-    vec![Chain {
-        name: "masq-postrouting",
-        hook: nat_hook(InetHookNumber::PostRouting, SRCNAT),
+        r.push(vmap_lookup(via));
+        r
+    })
+    .collect();
+    vec![chain(
+        "masq-pods",
+        nat_hook(InetHookNumber::PostRouting, SRCNAT),
         rules,
-    }]
+    )]
+}
+
+/// The chain of one family's `subnets` of a network: traffic to them (and
+/// to multicast) stays unmasqueraded, the rest is masqueraded. Networks with
+/// the same subnets share it.
+pub(crate) fn masq_chain(v4: bool, subnets: &[IpNet]) -> Chain {
+    let nfproto = if v4 { NFPROTO_IPV4 } else { NFPROTO_IPV6 };
+    let mut nets: Vec<IpNet> = subnets
+        .iter()
+        .filter(|n| n.addr().is_ipv4() == v4)
+        .map(IpNet::trunc)
+        .collect();
+    nets.sort();
+    nets.dedup();
+    let mut rules: Vec<Vec<Expr>> = nets
+        .iter()
+        .map(|net| {
+            let mut r = prefix_match(nfproto, Side::Destination, *net);
+            r.push(verdict(Jump::Return));
+            r
+        })
+        .collect();
+    rules.push(multicast_return(nfproto));
+    rules.push(vec![masq()]);
+    let family = if v4 { "4" } else { "6" };
+    let names: Vec<String> = nets.iter().map(IpNet::to_string).collect();
+    let id = fnv1a(format!("{family} {}", names.join(" ")).as_bytes());
+    chain_owned(format!("masq-{id:016x}"), rules)
 }
 
 /// `ip daddr 224.0.0.0/4 return` / `ip6 daddr ff00::/8 return`.
 fn multicast_return(nfproto: u8) -> Vec<Expr> {
-    let mut r = is_family(nfproto);
-    if nfproto == NFPROTO_IPV4 {
-        r.push(payload(NETWORK_HEADER, 16, 4, reg_at(0)));
-        r.push(and_mask(&[0xf0, 0, 0, 0]));
-        r.push(cmp(Operator::Equal, &[0xe0, 0, 0, 0]));
+    let multicast = if nfproto == NFPROTO_IPV4 {
+        IpNet::new_assert(IpAddr::V4(Ipv4Addr::new(224, 0, 0, 0)), 4)
     } else {
-        r.push(payload(NETWORK_HEADER, 24, 1, reg_at(0)));
-        r.push(cmp(Operator::Equal, &[0xff]));
-    }
+        IpNet::new_assert(IpAddr::V6(Ipv6Addr::new(0xff00, 0, 0, 0, 0, 0, 0, 0)), 8)
+    };
+    let mut r = prefix_match(nfproto, Side::Destination, multicast);
     r.push(verdict(Jump::Return));
     r
 }
@@ -281,16 +359,16 @@ fn macspoof_chains() -> Vec<Chain> {
         lookup(SPOOF_PORTS.name, false),
         verdict(Jump::Drop),
     ];
-    vec![Chain {
-        name: "macspoof",
+    vec![chain(
+        "macspoof",
         // NF_BR_PRI_NAT_DST_BRIDGED: before anything else sees the frame.
-        hook: Some(BaseHook {
+        Some(BaseHook {
             kind: "filter",
             hook: InetHookNumber::PreRouting,
             priority: -300,
         }),
-        rules: vec![allowed, guarded],
-    }]
+        vec![allowed, guarded],
+    )]
 }
 
 // ---- firewall plugin, where the host has no iptables FORWARD chain
@@ -357,48 +435,34 @@ fn forward_chains() -> Vec<Chain> {
         forward.extend([replies, from_pod]);
     }
     vec![
-        Chain {
-            name: "fw-isolation",
-            hook: None,
-            rules: isolation,
-        },
-        Chain {
-            name: "fw-forward",
-            hook: Some(BaseHook {
+        chain("fw-isolation", None, isolation),
+        chain(
+            "fw-forward",
+            Some(BaseHook {
                 kind: "filter",
                 hook: InetHookNumber::Forward,
                 priority: 0,
             }),
-            rules: forward,
-        },
+            forward,
+        ),
     ]
 }
 
 // ------------------------------------------------------------------ helpers
 
-fn is_family(nfproto: u8) -> Vec<Expr> {
-    vec![
-        meta_load(MetaKey::Nfproto, reg_at(0)),
-        cmp(Operator::Equal, &[nfproto]),
-    ]
+fn chain(name: &str, hook: Option<BaseHook>, rules: Vec<Vec<Expr>>) -> Chain {
+    Chain {
+        name: name.to_string(),
+        hook,
+        rules,
+    }
 }
 
-/// `ip saddr . ip daddr` into reg1 onwards.
-fn saddr_daddr(nfproto: u8) -> Vec<Expr> {
-    let (alen, saddr, daddr) = addr_layout(nfproto);
-    vec![
-        payload(NETWORK_HEADER, saddr, alen, reg_at(0)),
-        payload(NETWORK_HEADER, daddr, alen, reg_at(alen)),
-    ]
-}
-
-/// Where the family keeps its addresses in the network header: (length,
-/// source offset, destination offset).
-fn addr_layout(nfproto: u8) -> (u32, u32, u32) {
-    if nfproto == NFPROTO_IPV4 {
-        (4, 12, 16)
-    } else {
-        (16, 8, 24)
+fn chain_owned(name: String, rules: Vec<Vec<Expr>>) -> Chain {
+    Chain {
+        name,
+        hook: None,
+        rules,
     }
 }
 
@@ -413,7 +477,7 @@ mod tests {
         assert_eq!(concat_type(PM4_IP.key), 0x730d);
         assert_eq!(concat_type(PM4_IP.data), 0x1cd);
         assert_eq!(concat_len(PM4_IP.key), 12);
-        assert_eq!(concat_type(PM4_MASQ.key), 0x1c7);
+        assert_eq!(PM4_MASQ_VIA.spec(1).data, Some((0xffff_ff00, 0)));
     }
 
     #[test]

@@ -4,7 +4,6 @@
 //! them in `store.rs`.
 
 use super::nft::SetSpec;
-use ipnet::IpNet;
 use std::net::IpAddr;
 /// One field of a set key or map value, as nft types it.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -60,6 +59,8 @@ pub(crate) struct SetDef {
     pub data: &'static [Field],
     /// Interval concatenation (ranges per field).
     pub interval: bool,
+    /// A verdict map: each key goes to a chain.
+    pub verdict: bool,
 }
 
 impl SetDef {
@@ -71,7 +72,12 @@ impl SetDef {
             // nft reads a lone key's bytes in network order unless told: an
             // interface name would print as "" (concatenations are typed per field).
             key_host_order: matches!(self.key, [f] if f.host_order()),
-            data: (!self.data.is_empty()).then(|| (concat_type(self.data), concat_len(self.data))),
+            data: if self.verdict {
+                // The kernel sizes verdict data itself.
+                Some((NFT_DATA_VERDICT, 0))
+            } else {
+                (!self.data.is_empty()).then(|| (concat_type(self.data), concat_len(self.data)))
+            },
             interval_fields: self
                 .interval
                 .then(|| self.key.iter().map(|f| f.len()).collect()),
@@ -79,6 +85,9 @@ impl SetDef {
         }
     }
 }
+
+/// The data type of a verdict map's values.
+const NFT_DATA_VERDICT: u32 = 0xffff_ff00;
 
 /// nft encodes a concatenation's type as 6 bits per member.
 pub(crate) fn concat_type(fields: &[Field]) -> u32 {
@@ -120,11 +129,6 @@ pub(crate) fn key(values: &[Value]) -> Vec<u8> {
     out
 }
 
-/// First and last address of a prefix: one field of an interval key.
-pub(crate) fn range(net: IpNet) -> (Value<'static>, Value<'static>) {
-    (Value::Ip(net.network()), Value::Ip(net.broadcast()))
-}
-
 pub(crate) const fn map(
     name: &'static str,
     key: &'static [Field],
@@ -135,6 +139,18 @@ pub(crate) const fn map(
         key,
         data,
         interval: false,
+        verdict: false,
+    }
+}
+
+/// A verdict map keyed by `key` (`key : goto chain`).
+pub(crate) const fn vmap(name: &'static str, key: &'static [Field]) -> SetDef {
+    SetDef {
+        name,
+        key,
+        data: &[],
+        interval: false,
+        verdict: true,
     }
 }
 
@@ -144,5 +160,6 @@ pub(crate) const fn set(name: &'static str, key: &'static [Field], interval: boo
         key,
         data: &[],
         interval,
+        verdict: false,
     }
 }

@@ -7,21 +7,16 @@
 //! starts over, so the read and the write are atomic. cnikit's own calls also
 //! queue on a lock file, so they do not keep restarting each other.
 
-use super::nft::{self, BaseHook, Element, Expr, SetSpec, Table};
+use super::expr::Expr;
+use super::nft::{self, BaseHook, Element, SetSpec, Table};
 use super::sets::SetDef;
 use super::socket::{Nfnl, Sockets};
 use super::tag;
+use super::turn::lock;
 use super::{Error, ErrorKind, Result};
 use netlink_packet_core::{NLM_F_APPEND, NLM_F_CREATE, NLM_F_DUMP};
 use netlink_packet_netfilter::NetfilterMessage;
-use std::fs::{File, TryLockError};
-use std::time::{Duration, Instant};
 
-const LOCK_DIR: &str = "/run/cnikit";
-const LOCK_FILE: &str = "/run/cnikit/nftables.lock";
-/// How long a transaction waits for its turn before going ahead without it:
-/// far longer than a queue of legitimate transactions takes.
-const LOCK_WAIT: Duration = Duration::from_secs(5);
 /// Elements per NEWSETELEM/DELSETELEM message. A netlink attribute's length
 /// is 16 bits: a tagged element is up to ~300 bytes, so a GC freeing
 /// hundreds of attachments must be split (the messages stay in one batch,
@@ -37,6 +32,8 @@ pub(crate) struct Tx {
     msgs: Vec<(NetfilterMessage, u16, String)>,
     /// Which of `msgs` remove elements (see `Nft::commit`).
     removals: Vec<usize>,
+    /// The chains this batch creates.
+    chains: Vec<String>,
 }
 
 impl Tx {
@@ -74,6 +71,22 @@ impl Tx {
     pub(crate) fn new_chain(&mut self, t: Table, name: &str, hook: Option<BaseHook>) {
         let msg = nft::new_chain(t, name, hook);
         self.push(msg, NLM_F_CREATE, format!("create chain {name}"));
+        self.chains.push(name.to_string());
+    }
+
+    /// Whether this batch already creates chain `name`.
+    pub(crate) fn creates_chain(&self, name: &str) -> bool {
+        self.chains.iter().any(|c| c == name)
+    }
+
+    pub(crate) fn delete_chain(&mut self, t: Table, name: &str) {
+        let msg = nft::delete_chain(t, name);
+        self.push(msg, 0, format!("delete chain {name}"));
+    }
+
+    pub(crate) fn delete_set(&mut self, t: Table, name: &str) {
+        let msg = nft::delete_set(t, name);
+        self.push(msg, 0, format!("delete set {name}"));
     }
 
     pub(crate) fn flush_chain(&mut self, t: Table, name: &str) {
@@ -230,74 +243,6 @@ pub(crate) fn read<T>(sockets: &Sockets, f: impl FnOnce(&mut Nft) -> Result<T>) 
     sockets.with(|nl| f(&mut Nft { nl }))
 }
 
-/// cnikit's firewall transactions take turns (flock, released when the
-/// returned file is dropped at the end of the transaction). The turn is only
-/// an optimisation — the generation check alone keeps every transaction
-/// correct, just with more restarts — so whatever keeps us from the lock
-/// (no directory, a file that is not ours, a holder that does not let go
-/// within [`LOCK_WAIT`]) means going ahead without it, never waiting forever.
-/// The file is root's and 0600, so other users cannot open it to hold it.
-fn lock() -> Option<File> {
-    let file = match open_lock_file() {
-        Ok(f) => f,
-        Err(e) => {
-            eprintln!("firewall: not taking turns on {LOCK_FILE}: {e}");
-            return None;
-        }
-    };
-    let deadline = Instant::now() + LOCK_WAIT;
-    let mut pause = Duration::from_micros(200);
-    loop {
-        match file.try_lock() {
-            Ok(()) => return Some(file),
-            Err(TryLockError::WouldBlock) if Instant::now() < deadline => {
-                std::thread::sleep(pause);
-                pause = (pause * 2).min(Duration::from_millis(20));
-            }
-            Err(TryLockError::WouldBlock) => {
-                eprintln!(
-                    "firewall: {LOCK_FILE} still held after {LOCK_WAIT:?}; going ahead without taking turns"
-                );
-                return None;
-            }
-            Err(TryLockError::Error(e)) => {
-                eprintln!("firewall: cannot lock {LOCK_FILE}: {e}");
-                return None;
-            }
-        }
-    }
-}
-
-/// The lock file, created root-owned 0600 whatever the umask, never through
-/// a symlink; an existing one must be a regular file owned by us.
-fn open_lock_file() -> std::io::Result<File> {
-    use std::os::unix::fs::{DirBuilderExt, MetadataExt, OpenOptionsExt, PermissionsExt};
-    match std::fs::DirBuilder::new().mode(0o755).create(LOCK_DIR) {
-        Ok(()) => std::fs::set_permissions(LOCK_DIR, std::fs::Permissions::from_mode(0o755))?,
-        Err(e) if e.kind() == std::io::ErrorKind::AlreadyExists => {}
-        Err(e) => return Err(e),
-    }
-    let file = File::options()
-        .create(true)
-        .truncate(false)
-        .write(true)
-        .mode(0o600)
-        .custom_flags(libc::O_NOFOLLOW | libc::O_CLOEXEC)
-        .open(LOCK_FILE)?;
-    let meta = file.metadata()?;
-    // SAFETY: geteuid cannot fail.
-    let me = unsafe { libc::geteuid() };
-    if !meta.is_file() || meta.uid() != me {
-        return Err(std::io::Error::other(format!(
-            "it is not a regular file owned by uid {me}"
-        )));
-    }
-    if meta.mode() & 0o077 != 0 {
-        file.set_permissions(std::fs::Permissions::from_mode(0o600))?;
-    }
-    Ok(file)
-}
-
 // ------------------------------------------------------------------ ownership
 
 /// An element tagged with its owner.
@@ -306,15 +251,16 @@ pub(crate) fn owned(key: Vec<u8>, data: Option<Vec<u8>>, owner: &str) -> Element
         key,
         key_end: None,
         data,
+        goto: None,
         userdata: tag::userdata(owner),
     }
 }
 
-/// An interval element (inclusive `end`) tagged with its owner.
-pub(crate) fn owned_range(start: Vec<u8>, end: Vec<u8>, owner: &str) -> Element {
+/// A verdict map element tagged with its owner: `key : goto chain`.
+pub(crate) fn owned_goto(key: Vec<u8>, chain: &str, owner: &str) -> Element {
     Element {
-        key_end: Some(end),
-        ..owned(start, None, owner)
+        goto: Some(chain.to_string()),
+        ..owned(key, None, owner)
     }
 }
 
@@ -380,8 +326,14 @@ pub(crate) fn claim_anchor(
         let previous = owner_of(&have);
         if previous != ours {
             drop_derived(nft, tx, t, &derived, &want.key, previous.as_deref())?;
-            tx.del(t, set, vec![have]);
+        } else if have.data == want.data && have.goto == want.goto {
+            // Ours as it should be (a repeated ADD): nothing to change.
+            for d in derived {
+                tx.add(t, d.set, d.elems);
+            }
+            return Ok(());
         }
+        tx.del(t, set, vec![have]);
     }
     tx.add(t, set, vec![want]);
     for d in derived {

@@ -3,25 +3,8 @@
 
 use super::*;
 use crate::firewall::schema::{self, Value, INET, PM4_ANY};
+use crate::firewall::test_netns::in_new_netns;
 use crate::firewall::Sockets;
-use crate::netlink::NetNs;
-use std::process::Command;
-
-/// Runs `f` inside a new named netns (needs root: only under the
-/// isolated test runner, CNIKIT_ISOLATED=1).
-fn in_new_netns(tag: &str, f: impl FnOnce()) {
-    if std::env::var("CNIKIT_ISOLATED").as_deref() != Ok("1") {
-        eprintln!("skipping {tag}: needs an isolated root namespace (CNIKIT_ISOLATED=1)");
-        return;
-    }
-    let name = format!("cnikit-{}-{tag}", std::process::id());
-    let ip = |args: &[&str]| Command::new("ip").args(args).status().expect("run ip");
-    assert!(ip(&["netns", "add", &name]).success());
-    let ns = NetNs::open(format!("/run/netns/{name}")).expect("open netns");
-    let out = ns.run(f);
-    ip(&["netns", "del", &name]);
-    out.expect("enter netns");
-}
 
 /// A portmap DNAT element of `owner`: TCP `port` to 10.1.2.3:80.
 fn dnat(port: u16, owner: &str) -> Element {
@@ -116,31 +99,31 @@ fn a_removal_of_an_element_already_gone_replans_instead_of_failing() {
     });
 }
 
-/// Interval elements (a masquerade skip range) are found by their start key,
-/// with their owner tag: what DEL by exact key relies on.
+/// A verdict map element is found by its key, with the chain it goes to and
+/// its owner tag: what CHECK and DEL by exact key rely on.
 #[test]
-fn an_interval_element_is_found_by_its_start_key() {
-    in_new_netns("interval-get", || {
+fn a_verdict_element_is_found_by_its_key() {
+    in_new_netns("vmap-get", || {
         let addr: std::net::IpAddr = "10.1.2.3".parse().expect("ip");
-        let (first, last) = schema::range("10.1.2.0/24".parse().expect("net"));
-        let skip = owned_range(
-            schema::key(&[Value::Ip(addr), first]),
-            schema::key(&[Value::Ip(addr), last]),
-            "n/c1/eth0",
-        );
+        let chain = schema::masq_chain(true, &["10.1.2.0/24".parse().expect("net")]);
+        let name = chain.name.clone();
+        let elem = owned_goto(schema::key(&[Value::Ip(addr)]), &name, "n/c1/eth0");
         transact(&Sockets::default(), |nft, tx| {
             schema::ensure(nft, tx, &schema::MASQ)?;
-            tx.add(INET, &schema::MASQ4_SKIP, vec![skip.clone()]);
+            schema::ensure_chain(nft, tx, INET, schema::masq_chain(true, &[]))?;
+            let chain = schema::masq_chain(true, &["10.1.2.0/24".parse().expect("net")]);
+            schema::ensure_chain(nft, tx, INET, chain)?;
+            tx.add(INET, &schema::MASQ4_VIA, vec![elem.clone()]);
             Ok(())
         })
         .expect("add");
         let got = read(&Sockets::default(), |nft| {
-            nft.get(INET, &schema::MASQ4_SKIP, &skip.key)
+            nft.get(INET, &schema::MASQ4_VIA, &elem.key)
         })
         .expect("get");
-        let got = got.expect("found by its start key");
+        let got = got.expect("found by its key");
         assert_eq!(owner_of(&got).as_deref(), Some("n/c1/eth0"));
-        assert_eq!(got.key_end, skip.key_end, "{got:?}");
+        assert_eq!(got.goto.as_deref(), Some(name.as_str()), "{got:?}");
     });
 }
 

@@ -83,7 +83,7 @@ fn nft_in(ns: &Netns, args: &[&str]) -> String {
 }
 
 /// The batch of a portmap ADD is: table, sets, chains, rules, then the
-/// elements. A full `pm4-addr` (a foreign element in a set of size 1) makes
+/// elements. A full `pm4-masq-via` (a foreign element in a map of size 1) makes
 /// one of the last messages fail; nothing before it may be applied: no
 /// maps, no chains, no elements, the ruleset exactly as before.
 #[test]
@@ -91,10 +91,10 @@ fn batch_applies_whole_or_not_at_all() {
     let (env, ns) = TestEnv::with_netns("fw-atomic");
     nft_in(&ns, &["add", "table", "inet", "cnikit"]);
     let set = |what: &str, arg: &str| {
-        nft_in(&ns, &["add", what, "inet", "cnikit", "pm4-addr", arg]);
+        nft_in(&ns, &["add", what, "inet", "cnikit", "pm4-masq-via", arg]);
     };
-    set("set", "{ type ipv4_addr; size 1; }");
-    set("element", "{ 192.0.2.99 }");
+    set("map", "{ type ipv4_addr : verdict; size 1; }");
+    set("element", "{ 192.0.2.99 : drop }");
     let before = nft_in(&ns, &["list", "ruleset"]);
 
     let conf = synthetic_portmap("atomic", true);

@@ -1,0 +1,79 @@
+//! cnikit's firewall transactions take turns on a lock file, so that they do
+//! not keep restarting each other (see `store.rs`).
+
+use std::fs::{File, TryLockError};
+use std::time::{Duration, Instant};
+
+const LOCK_DIR: &str = "/run/cnikit";
+const LOCK_FILE: &str = "/run/cnikit/nftables.lock";
+/// How long a transaction waits for its turn before going ahead without it:
+/// far longer than a queue of legitimate transactions takes.
+const LOCK_WAIT: Duration = Duration::from_secs(5);
+
+/// cnikit's firewall transactions take turns (flock, released when the
+/// returned file is dropped at the end of the transaction). The turn is only
+/// an optimisation — the generation check alone keeps every transaction
+/// correct, just with more restarts — so whatever keeps us from the lock
+/// (no directory, a file that is not ours, a holder that does not let go
+/// within [`LOCK_WAIT`]) means going ahead without it, never waiting forever.
+/// The file is root's and 0600, so other users cannot open it to hold it.
+pub(super) fn lock() -> Option<File> {
+    let file = match open_lock_file() {
+        Ok(f) => f,
+        Err(e) => {
+            eprintln!("firewall: not taking turns on {LOCK_FILE}: {e}");
+            return None;
+        }
+    };
+    let deadline = Instant::now() + LOCK_WAIT;
+    let mut pause = Duration::from_micros(200);
+    loop {
+        match file.try_lock() {
+            Ok(()) => return Some(file),
+            Err(TryLockError::WouldBlock) if Instant::now() < deadline => {
+                std::thread::sleep(pause);
+                pause = (pause * 2).min(Duration::from_millis(20));
+            }
+            Err(TryLockError::WouldBlock) => {
+                eprintln!(
+                    "firewall: {LOCK_FILE} still held after {LOCK_WAIT:?}; going ahead without taking turns"
+                );
+                return None;
+            }
+            Err(TryLockError::Error(e)) => {
+                eprintln!("firewall: cannot lock {LOCK_FILE}: {e}");
+                return None;
+            }
+        }
+    }
+}
+
+/// The lock file, created root-owned 0600 whatever the umask, never through
+/// a symlink; an existing one must be a regular file owned by us.
+fn open_lock_file() -> std::io::Result<File> {
+    use std::os::unix::fs::{DirBuilderExt, MetadataExt, OpenOptionsExt, PermissionsExt};
+    match std::fs::DirBuilder::new().mode(0o755).create(LOCK_DIR) {
+        Ok(()) => std::fs::set_permissions(LOCK_DIR, std::fs::Permissions::from_mode(0o755))?,
+        Err(e) if e.kind() == std::io::ErrorKind::AlreadyExists => {}
+        Err(e) => return Err(e),
+    }
+    let file = File::options()
+        .create(true)
+        .truncate(false)
+        .write(true)
+        .mode(0o600)
+        .custom_flags(libc::O_NOFOLLOW | libc::O_CLOEXEC)
+        .open(LOCK_FILE)?;
+    let meta = file.metadata()?;
+    // SAFETY: geteuid cannot fail.
+    let me = unsafe { libc::geteuid() };
+    if !meta.is_file() || meta.uid() != me {
+        return Err(std::io::Error::other(format!(
+            "it is not a regular file owned by uid {me}"
+        )));
+    }
+    if meta.mode() & 0o077 != 0 {
+        file.set_permissions(std::fs::Permissions::from_mode(0o600))?;
+    }
+    Ok(file)
+}
