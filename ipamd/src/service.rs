@@ -5,6 +5,15 @@
 //! what [`Service::op`] names for it (it labels the metrics). The service decides who may
 //! use it ([`Service::permit`]) and answers with its own response and error types. The
 //! server only routes: it knows no service by name.
+//!
+//! Versions. A request's body may carry the version of the request protocol its sender
+//! speaks, as a field [`PROTOCOL_FIELD`] beside the service's own request (see [`body`]);
+//! a body without it is version 1 (cnikit 0.1.0 sent none). A daemon declines (421) a
+//! request of a newer version than its own [`PROTOCOL`] before reading it, so a newer
+//! plugin that meets an older daemon (e.g. during a package upgrade) does the work itself
+//! instead of having it done the old way or refused. A daemon that predates versions
+//! ignores the field; it answers 400 to an operation it does not know, which callers with
+//! an in-process fallback treat the same way (`cnikit`'s firewall backend does).
 
 use std::collections::BTreeMap;
 use std::fmt;
@@ -55,6 +64,31 @@ pub fn target<S: Service>(req: &S::Request) -> String {
     format!("/v1/ext/{}.{}", S::NAME, S::op(req))
 }
 
+/// The version of the request protocol this build sends and reads. 1: no version in the
+/// body (cnikit 0.1.0). 2: versioned bodies; a daemon declines newer ones. Raise it when a
+/// hosted service's request changes meaning under the same operation name, so that older
+/// daemons (of version 2 or later) leave such requests to the caller.
+pub const PROTOCOL: u32 = 2;
+
+/// The body field that carries the protocol version: reserved, a service's request has no
+/// top-level field of this name (the daemon takes it out before reading the request).
+pub const PROTOCOL_FIELD: &str = "protocol";
+
+/// The status a daemon answers when it cannot read a request (malformed, or an operation it
+/// does not know, which is how a daemon that predates [`PROTOCOL`] answers a newer one).
+pub const UNREADABLE: u16 = 400;
+
+/// The body of a request to `S`: the request with [`PROTOCOL_FIELD`] set to [`PROTOCOL`]
+/// beside its fields (a request that is not a JSON object travels as it is: version 1).
+/// A daemon of any version reads it: one that predates versions ignores the field.
+pub fn body<S: Service>(req: &S::Request) -> serde_json::Result<Vec<u8>> {
+    let mut value = serde_json::to_value(req)?;
+    if let serde_json::Value::Object(fields) = &mut value {
+        fields.insert(PROTOCOL_FIELD.to_string(), PROTOCOL.into());
+    }
+    serde_json::to_vec(&value)
+}
+
 /// What the server makes of one call: status, JSON body, metrics outcome.
 pub(crate) struct Answer {
     pub status: u16,
@@ -84,11 +118,12 @@ impl<S: Service> Hosted for Host<S> {
         };
         let invalid = |msg: String| Answer {
             outcome: "invalid",
-            ..refused(Refusal::Failed(400, S::malformed(msg)))
+            ..refused(Refusal::Failed(UNREADABLE, S::malformed(msg)))
         };
         let req = match decode::<S>(op, body) {
             Ok(r) => r,
-            Err(msg) => return invalid(msg),
+            Err(Unread::Newer(msg)) => return refused(Refusal::Declined(S::malformed(msg))),
+            Err(Unread::Malformed(msg)) => return invalid(msg),
         };
         if let Err(r) = self.0.permit(peer, &req) {
             return refused(r);
@@ -104,14 +139,42 @@ impl<S: Service> Hosted for Host<S> {
     }
 }
 
-/// The request of `S` in `body`, which must be one that travels under `op`; the message
-/// says why not. Everything the server does with the bytes before the service's permission
-/// check (and what the `daemon_request` fuzz target runs).
-pub(crate) fn decode<S: Service>(op: &str, body: &[u8]) -> Result<S::Request, String> {
-    let req: S::Request =
-        serde_json::from_slice(body).map_err(|e| format!("{op}: malformed request: {e}"))?;
+/// Why a body was not read as a request.
+#[derive(Debug, PartialEq, Eq)]
+pub enum Unread {
+    /// Of a newer protocol than [`PROTOCOL`]: not read at all (declined, 421).
+    Newer(String),
+    /// Not a request of `S` under this operation ([`UNREADABLE`]).
+    Malformed(String),
+}
+
+/// The request of `S` in `body`, which must be one that travels under `op` and of a
+/// protocol no newer than ours; the error says why not. Everything the server does with the
+/// bytes before the service's permission check (and what the `daemon_request` fuzz target
+/// runs). The protocol field is taken out before the request is read, so a request type
+/// that denies unknown fields reads versioned bodies too.
+pub fn decode<S: Service>(op: &str, body: &[u8]) -> Result<S::Request, Unread> {
+    let malformed =
+        |e: serde_json::Error| Unread::Malformed(format!("{op}: malformed request: {e}"));
+    let mut value: serde_json::Value = serde_json::from_slice(body).map_err(malformed)?;
+    if let serde_json::Value::Object(fields) = &mut value {
+        if let Some(v) = fields.remove(PROTOCOL_FIELD) {
+            let version = v.as_u64().filter(|v| *v >= 1).ok_or_else(|| {
+                Unread::Malformed(format!("{op}: {PROTOCOL_FIELD} {v} is not a version"))
+            })?;
+            if version > u64::from(PROTOCOL) {
+                return Err(Unread::Newer(format!(
+                    "{op}: the request is of protocol {version}, newer than this daemon's ({PROTOCOL}); the caller does it itself"
+                )));
+            }
+        }
+    }
+    let req: S::Request = serde_json::from_value(value).map_err(malformed)?;
     if S::op(&req) != op {
-        return Err(format!("{op}: the body holds {}", S::op(&req)));
+        return Err(Unread::Malformed(format!(
+            "{op}: the body holds {}",
+            S::op(&req)
+        )));
     }
     Ok(req)
 }
@@ -151,5 +214,117 @@ impl Services {
 impl fmt::Debug for Services {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
         f.debug_list().entries(self.0.keys()).finish()
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use serde::Deserialize;
+
+    /// A request that is an object and denies fields it does not know.
+    #[derive(Debug, PartialEq, Eq, Serialize, Deserialize)]
+    #[serde(tag = "op", deny_unknown_fields)]
+    enum Ask {
+        #[serde(rename = "echo")]
+        Echo { text: String },
+    }
+
+    struct Test;
+
+    impl Service for Test {
+        const NAME: &'static str = "test";
+        type Request = Ask;
+        type Response = String;
+        type Error = String;
+        fn op(_: &Ask) -> &'static str {
+            "echo"
+        }
+        fn permit(&self, _: &Peer, _: &Ask) -> Result<(), Refusal<String>> {
+            Ok(())
+        }
+        fn handle(&self, Ask::Echo { text }: Ask) -> Result<String, Refusal<String>> {
+            Ok(text)
+        }
+        fn malformed(message: String) -> String {
+            message
+        }
+    }
+
+    fn hi() -> Ask {
+        Ask::Echo { text: "hi".into() }
+    }
+
+    fn answer(body: &[u8]) -> (u16, String, &'static str) {
+        let services = Services::new().with(Test);
+        let a = services
+            .call("test.echo", &Peer::with_uid(0, true), body)
+            .expect("hosted");
+        (a.status, String::from_utf8(a.body).unwrap(), a.outcome)
+    }
+
+    #[test]
+    fn a_body_carries_our_protocol_and_reads_back() {
+        let body = body::<Test>(&hi()).unwrap();
+        let value: serde_json::Value = serde_json::from_slice(&body).unwrap();
+        assert_eq!(value[PROTOCOL_FIELD], PROTOCOL);
+        assert_eq!(decode::<Test>("echo", &body), Ok(hi()));
+        assert_eq!(answer(&body), (200, "\"hi\"".into(), "ok"));
+    }
+
+    #[test]
+    fn a_body_without_protocol_is_version_1_and_served() {
+        let body = br#"{"op":"echo","text":"hi"}"#;
+        assert_eq!(decode::<Test>("echo", body), Ok(hi()));
+        assert_eq!(answer(body).0, 200);
+        let v1 = br#"{"op":"echo","text":"hi","protocol":1}"#;
+        assert_eq!(decode::<Test>("echo", v1), Ok(hi()));
+    }
+
+    #[test]
+    fn a_newer_protocol_is_declined_before_it_is_read() {
+        let newer = PROTOCOL + 1;
+        // Even when its operation is one this daemon does not know.
+        let body = format!(r#"{{"op":"echo-twice","text":"hi","protocol":{newer}}}"#);
+        match decode::<Test>("echo", body.as_bytes()) {
+            Err(Unread::Newer(msg)) => assert!(msg.contains("does it itself"), "{msg}"),
+            other => panic!("{other:?}"),
+        }
+        let (status, msg, outcome) = answer(body.as_bytes());
+        assert_eq!((status, outcome), (DECLINED, "declined"), "{msg}");
+    }
+
+    #[test]
+    fn an_unknown_operation_of_our_protocol_is_unreadable() {
+        let body = format!(r#"{{"op":"echo-twice","text":"hi","protocol":{PROTOCOL}}}"#);
+        assert!(matches!(
+            decode::<Test>("echo", body.as_bytes()),
+            Err(Unread::Malformed(_))
+        ));
+        let (status, _, outcome) = answer(body.as_bytes());
+        assert_eq!((status, outcome), (UNREADABLE, "invalid"));
+    }
+
+    #[test]
+    fn a_protocol_that_is_no_version_is_malformed() {
+        for bad in [r#""2""#, "0", "-1", "1.5", "null"] {
+            let body = format!(r#"{{"op":"echo","text":"hi","protocol":{bad}}}"#);
+            assert!(
+                matches!(
+                    decode::<Test>("echo", body.as_bytes()),
+                    Err(Unread::Malformed(_))
+                ),
+                "{bad}"
+            );
+        }
+    }
+
+    #[test]
+    fn a_body_of_another_op_is_malformed() {
+        let body = body::<Test>(&hi()).unwrap();
+        assert!(matches!(
+            decode::<Test>("other", &body),
+            Err(Unread::Malformed(_))
+        ));
     }
 }

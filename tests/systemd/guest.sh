@@ -3,20 +3,8 @@
 # the units under systemd. Prints "ok - …" / "FAIL - …" and ends with
 # "SYSTEMD-RESULT N passed, M failed"; exits non-zero on a failure.
 set -uo pipefail
-export PATH=/usr/sbin:/usr/bin:/sbin:/bin
-ok=0
-fail=0
-pass() { ok=$((ok + 1)); echo "ok - $*"; }
-bad() { fail=$((fail + 1)); echo "FAIL - $*"; }
-# t WHAT CMD...: passes if CMD succeeds; shows its output when it does not
-t() {
-  local what=$1; shift
-  if "$@" >/tmp/t.out 2>&1; then pass "$what"; else bad "$what"; sed 's/^/    /' /tmp/t.out | head -30; fi
-}
-teq() { if [ "$2" = "$3" ]; then pass "$1"; else bad "$1"; echo "    expected '$2', got '$3'"; fi; }
-prop() { systemctl show -p "$2" --value "$1"; }
-metric() { curl -s --unix-socket /run/cnikit/ipamd.sock http://x/metrics | grep -E "^$1" || true; }
-leases() { cnikit ipamd leases --network pods --json; }
+# shellcheck source=tests/systemd/common.sh
+. /root/common.sh
 # shellcheck source=tests/systemd/dhcp.sh
 . /root/dhcp.sh
 
@@ -61,9 +49,6 @@ t "first ADD (bridge ipMasq+macspoofchk, ipamd, portmap tcp+udp)" add pod1
 teq "socket activation: the first call started the daemon" active "$(systemctl is-active ipamd.service)"
 teq "Type=notify: the daemon said READY" running "$(prop ipamd.service SubState)"
 t "the daemon holds the lease" grep -q '"pod1"' <(leases)
-# ipamd_ext_requests_total{op="firewall.<op>",outcome="ok"} N for each firewall op served.
-firewall_ok() { metric 'ipamd_ext_requests_total\{op="firewall\.[a-z-]+",outcome="ok"\}' | awk '{s+=$2} END {print s+0}'; }
-firewall_not_ok() { metric 'ipamd_ext_requests_total\{op="firewall\.' | grep -v 'outcome="ok"' | awk '{s+=$2} END {print s+0}'; }
 t "the daemon applied the firewall changes (the hardening allows nftables)" test "$(firewall_ok)" -ge 3
 teq "every firewall request to the daemon was served" 0 "$(firewall_not_ok)"
 t "masquerade and port mappings are in nftables" bash -c 'nft -j list ruleset | grep -q pod1'
@@ -102,5 +87,4 @@ t "Debian's plugins are back in /usr/lib/cni (diversions removed)" \
   bash -c 'for p in bridge ptp host-device vrf dhcp; do test -f /usr/lib/cni/$p && ! test -L /usr/lib/cni/$p || exit 1; done && ! dpkg-divert --list | grep -q cnikit'
 dhcp_removed
 
-echo "SYSTEMD-RESULT $ok passed, $fail failed"
-[ "$fail" = 0 ]
+report

@@ -16,7 +16,14 @@
 #    hardening letting it work in the pod's netns, a SIGKILL'd daemon restarted and
 #    resuming the recorded lease, DEL releasing it; Debian's cni-dhcp units left alone;
 #  - dpkg -r removes the links and units and gives Debian's plugins (dhcp too) back.
-# Usage: tests/systemd/run.sh [path/to/cnikit.deb]   (default: built by contrib/debian/build)
+# Then, on a second fresh node, the upgrade (tests/systemd/upgrade.sh): pods attached by the
+# previous release's package (tests/systemd/old-package.sh builds it from this repository's
+# history, cached), `dpkg -i` of this one over it, and what must hold after that (running
+# pods' traffic, their CHECK/DEL/GC, leases and journal, the new layout, a downgrade).
+# Usage: tests/systemd/run.sh [--only install|upgrade] [path/to/cnikit.deb]
+#                                         (default: both parts, the package built by
+#                                         contrib/debian/build; the previous release's
+#                                         package: $CNIKIT_OLD_DEB, else old-package.sh)
 #        tests/systemd/run.sh --prepare   only build the cached userland (CI starts this early,
 #                                         in the background: it is mostly download time)
 set -euo pipefail
@@ -45,6 +52,11 @@ if [ "${1:-}" = --prepare ]; then
   prepare
   exit
 fi
+PARTS="install upgrade"
+if [ "${1:-}" = --only ]; then
+  PARTS=${2:?--only install|upgrade}
+  shift 2
+fi
 DEB=${1:-}
 if [ -z "$DEB" ]; then
   contrib/debian/build >/dev/null
@@ -52,43 +64,77 @@ if [ -z "$DEB" ]; then
 fi
 prepare
 
-ROOT=$(mktemp -d /var/tmp/cnikit-systemd.XXXXXX)
+ROOT=
 NSPAWN_PID=
-cleanup() {
+# Stop the node booted last and remove its tree.
+halt_node() {
   [ -n "$NSPAWN_PID" ] && kill "$NSPAWN_PID" 2>/dev/null && wait "$NSPAWN_PID" 2>/dev/null
-  rm -rf "$ROOT"
+  NSPAWN_PID=
+  [ -n "$ROOT" ] && rm -rf "$ROOT"
+  ROOT=
 }
-trap cleanup EXIT
-tar -C "$ROOT" -xf "$ROOTFS_TAR"
-echo cnikit-node > "$ROOT/etc/hostname"
-cp "$DEB" "$ROOT/root/cnikit.deb"
-cp tests/systemd/guest.sh tests/systemd/dhcp.sh "$ROOT/root/"
+trap halt_node EXIT
 
-# --register/--keep-unit: the machine running the tests need not run systemd itself.
-systemd-nspawn -q -D "$ROOT" --boot --private-network --register=no --keep-unit \
-  >"$CACHE/console.log" 2>&1 &
-NSPAWN_PID=$!
+# boot_node NAME FILE...: a fresh node from the cached userland with FILEs in /root
+# (cnikit.deb always), booted; sets ROOT, NSPAWN_PID and INIT. Its console: $CACHE/console-NAME.log.
+boot_node() {
+  local name=$1 console=$CACHE/console-$1.log
+  shift
+  ROOT=$(mktemp -d /var/tmp/cnikit-systemd.XXXXXX)
+  tar -C "$ROOT" -xf "$ROOTFS_TAR"
+  echo cnikit-node > "$ROOT/etc/hostname"
+  cp "$DEB" "$ROOT/root/cnikit.deb"
+  cp "$@" "$ROOT/root/"
+  # --register/--keep-unit: the machine running the tests need not run systemd itself.
+  systemd-nspawn -q -D "$ROOT" --boot --private-network --register=no --keep-unit \
+    >"$console" 2>&1 &
+  NSPAWN_PID=$!
 
-# The container's init: the child of systemd-nspawn that has exec'd systemd. nspawn's
-# children are briefly other processes of its own (an outer child that sets up the mount
-# namespace and exits), so a child found before the exec may be gone a moment later.
-INIT=
-for _ in $(seq 300); do
-  INIT=$(pgrep -P "$NSPAWN_PID" -x systemd | head -1 || true)
-  [ -n "$INIT" ] && break
-  sleep 0.1
-done
-[ -n "$INIT" ] || { cat "$CACHE/console.log"; echo "systemd: the container's systemd did not start" >&2; exit 1; }
+  # The container's init: the child of systemd-nspawn that has exec'd systemd. nspawn's
+  # children are briefly other processes of its own (an outer child that sets up the mount
+  # namespace and exits), so a child found before the exec may be gone a moment later.
+  INIT=
+  for _ in $(seq 300); do
+    INIT=$(pgrep -P "$NSPAWN_PID" -x systemd | head -1 || true)
+    [ -n "$INIT" ] && break
+    sleep 0.1
+  done
+  [ -n "$INIT" ] || { cat "$console"; echo "systemd: the container's systemd did not start" >&2; return 1; }
+  local state=
+  for _ in $(seq 600); do
+    state=$(in_node systemctl is-system-running 2>/dev/null || true)
+    case "$state" in running|degraded) break ;; esac
+    sleep 0.1
+  done
+  echo "systemd: node $name booted ($state)"
+  case "$state" in
+    running|degraded) ;;
+    *) cat "$console"; echo "systemd: the node did not finish booting in 60 s" >&2; return 1 ;;
+  esac
+}
 in_node() { nsenter -t "$INIT" -a -- "$@"; }
-state=
-for _ in $(seq 600); do
-  state=$(in_node systemctl is-system-running 2>/dev/null || true)
-  case "$state" in running|degraded) break ;; esac
-  sleep 0.1
+
+rc=0
+for part in $PARTS; do
+  t0=$SECONDS
+  case "$part" in
+    install)
+      boot_node install tests/systemd/common.sh tests/systemd/guest.sh tests/systemd/dhcp.sh &&
+        in_node /bin/bash /root/guest.sh || rc=1
+      ;;
+    upgrade)
+      if ! OLD_DEB=${CNIKIT_OLD_DEB:-$(tests/systemd/old-package.sh)}; then
+        echo "systemd: no package of the previous release: the upgrade part did not run" >&2
+        rc=1
+        continue
+      fi
+      boot_node upgrade tests/systemd/common.sh tests/systemd/upgrade.sh &&
+        cp "$OLD_DEB" "$ROOT/root/cnikit-old.deb" &&
+        in_node /bin/bash /root/upgrade.sh || rc=1
+      ;;
+    *) echo "systemd: no part $part (install, upgrade)" >&2; exit 2 ;;
+  esac
+  halt_node
+  echo "systemd: $part part: $((SECONDS - t0)) s"
 done
-echo "systemd: booted ($state)"
-case "$state" in
-  running|degraded) ;;
-  *) cat "$CACHE/console.log"; echo "systemd: the node did not finish booting in 60 s" >&2; exit 1 ;;
-esac
-in_node /bin/bash /root/guest.sh
+exit $rc
