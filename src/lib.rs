@@ -19,3 +19,4 @@ pub mod firewall;
 pub mod netlink;
 pub mod plugins;
 pub mod runtime;
+mod safe_dir;

@@ -15,7 +15,7 @@ use std::path::Path;
 /// ones when `create` (the last one 0700, the others 0755), and checks each is
 /// a directory of ours that no one else may write. None: it does not exist
 /// and `create` is false.
-pub(super) fn open_dir(base: &Path, sub: &[&str], create: bool) -> io::Result<Option<OwnedFd>> {
+pub(crate) fn open_dir(base: &Path, sub: &[&str], create: bool) -> io::Result<Option<OwnedFd>> {
     let c = |s: &[u8]| CString::new(s).map_err(|_| io::Error::other("NUL in a path"));
     let mut fd = open_at(libc::AT_FDCWD, &c(base.as_os_str().as_encoded_bytes())?)?;
     let mut at = base.to_path_buf();
@@ -70,7 +70,7 @@ fn explain(at: &Path, e: io::Error) -> io::Error {
 }
 
 /// A directory, never through a symlink.
-pub(super) fn open_at(dirfd: RawFd, name: &std::ffi::CStr) -> io::Result<OwnedFd> {
+pub(crate) fn open_at(dirfd: RawFd, name: &std::ffi::CStr) -> io::Result<OwnedFd> {
     let flags = libc::O_RDONLY | libc::O_DIRECTORY | libc::O_NOFOLLOW | libc::O_CLOEXEC;
     // SAFETY: a NUL-terminated name relative to a valid descriptor.
     let fd = unsafe { libc::openat(dirfd, name.as_ptr(), flags) };
@@ -104,7 +104,7 @@ fn check_safe(dir: &OwnedFd, last: bool) -> Result<(), String> {
     Ok(())
 }
 
-pub(super) fn stat_at(dirfd: RawFd, name: &std::ffi::CStr) -> Option<libc::stat> {
+pub(crate) fn stat_at(dirfd: RawFd, name: &std::ffi::CStr) -> Option<libc::stat> {
     // SAFETY: fstatat without following a symlink, into a zeroed struct.
     let mut st: libc::stat = unsafe { std::mem::zeroed() };
     let rc = unsafe { libc::fstatat(dirfd, name.as_ptr(), &mut st, libc::AT_SYMLINK_NOFOLLOW) };
@@ -112,7 +112,7 @@ pub(super) fn stat_at(dirfd: RawFd, name: &std::ffi::CStr) -> Option<libc::stat>
 }
 
 /// `name` relative to `dir` as a C string (no NUL, no `/`: one entry of that directory).
-pub(super) fn entry_name(name: &str) -> io::Result<CString> {
+pub(crate) fn entry_name(name: &str) -> io::Result<CString> {
     if name.is_empty() || name.contains('/') || name == "." || name == ".." {
         return Err(io::Error::other(format!("{name:?} is not a file name")));
     }
@@ -122,7 +122,7 @@ pub(super) fn entry_name(name: &str) -> io::Result<CString> {
 /// At most `max` bytes of the regular file `name` in `dir`: Ok(None) when there is none;
 /// an error when it is a link, not a regular file, or longer. Opened non-blocking so that
 /// a FIFO in its place cannot hang the caller.
-pub(super) fn read_at(dir: &OwnedFd, name: &str, max: u64) -> io::Result<Option<Vec<u8>>> {
+pub(crate) fn read_at(dir: &OwnedFd, name: &str, max: u64) -> io::Result<Option<Vec<u8>>> {
     use std::io::Read;
     let c = entry_name(name)?;
     let flags = libc::O_RDONLY | libc::O_NOFOLLOW | libc::O_NONBLOCK | libc::O_CLOEXEC;
@@ -152,7 +152,7 @@ pub(super) fn read_at(dir: &OwnedFd, name: &str, max: u64) -> io::Result<Option<
 
 /// Replace `name` in `dir` with `bytes`, mode 0600, atomically: a temporary file of
 /// ours is written and renamed over it, so a reader sees the old or the new content.
-pub(super) fn write_at(dir: &OwnedFd, name: &str, bytes: &[u8]) -> io::Result<()> {
+pub(crate) fn write_at(dir: &OwnedFd, name: &str, bytes: &[u8]) -> io::Result<()> {
     use std::io::Write;
     let tmp_name = format!(".{name}.tmp");
     let (c, tmp) = (entry_name(name)?, entry_name(&tmp_name)?);
@@ -188,8 +188,22 @@ pub(super) fn write_at(dir: &OwnedFd, name: &str, bytes: &[u8]) -> io::Result<()
     written
 }
 
+/// The names in `dir`, at most `max` of them (a directory someone filled is
+/// refused, not read into memory whole).
+pub(crate) fn names_at(dir: &OwnedFd, max: usize) -> io::Result<Vec<String>> {
+    // The descriptor's own entry names exactly the directory we opened.
+    let mut names = Vec::new();
+    for entry in std::fs::read_dir(format!("/proc/self/fd/{}", dir.as_raw_fd()))? {
+        if names.len() == max {
+            return Err(io::Error::other(format!("more than {max} entries")));
+        }
+        names.push(entry?.file_name().to_string_lossy().into_owned());
+    }
+    Ok(names)
+}
+
 /// Remove `name` from `dir`; one already gone is fine.
-pub(super) fn unlink_at(dir: &OwnedFd, name: &str) -> io::Result<()> {
+pub(crate) fn unlink_at(dir: &OwnedFd, name: &str) -> io::Result<()> {
     let c = entry_name(name)?;
     // SAFETY: a NUL-terminated name relative to a directory descriptor we own.
     if unsafe { libc::unlinkat(dir.as_raw_fd(), c.as_ptr(), 0) } != 0 {
@@ -204,7 +218,7 @@ pub(super) fn unlink_at(dir: &OwnedFd, name: &str) -> io::Result<()> {
 /// The components of an absolute path below `/`, for [`open_dir`] with base `/`: a
 /// relative path, or one with `.`/`..` components, is refused (it would not say which
 /// directory it names).
-pub(super) fn components(path: &Path) -> io::Result<Vec<&str>> {
+pub(crate) fn components(path: &Path) -> io::Result<Vec<&str>> {
     use std::path::Component;
     if !path.is_absolute() {
         return Err(io::Error::other(format!(

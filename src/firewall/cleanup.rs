@@ -1,16 +1,18 @@
 //! DEL and GC, which every feature has and which differ only in the table and
-//! sets they look in: both delete by tag, so each feature's `Op` holds these
-//! as its `Del` and `Gc` and runs them on its own sets.
+//! sets they look in: both go by the attachments' records (`index.rs`) and
+//! delete by exact key, so each feature's `Op` holds these as its `Del` and
+//! `Gc` and runs them on its own skeleton.
 
-use super::nft::Table;
-use super::schema::SetDef;
+use super::index::{self, Keys};
+use super::schema::Skeleton;
 use super::socket::Sockets;
-use super::store::{not_valid, release, transact};
+use super::store::{not_valid, release_keys, transact};
 use super::tag::{self, Attachment};
 use super::Result;
 use serde::{Deserialize, Serialize};
 
-/// DEL: this attachment's entries, found by tag (works with the netns gone).
+/// DEL: this attachment's entries, found by its record (works with the
+/// netns gone and without prevResult).
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
 pub struct Del {
     #[serde(with = "tag::snake")]
@@ -25,29 +27,45 @@ pub struct Gc {
     pub valid: Vec<Attachment>,
 }
 
-/// What DEL and GC share: one transaction that removes the entries of a feature's sets
-/// whose owner tag the operation picks; only the pick differs.
-pub(super) trait Cleanup {
-    /// Whether the entries of owner tag `o` go.
-    fn doomed(&self) -> Box<dyn Fn(&str) -> bool + '_>;
-
-    fn run(&self, sockets: &Sockets, table: Table, sets: &[&'static SetDef]) -> Result<()> {
-        let doomed = self.doomed();
-        transact(sockets, |nft, tx| release(nft, tx, table, sets, &doomed))
+impl Del {
+    pub(super) fn run(&self, sockets: &Sockets, s: &Skeleton) -> Result<()> {
+        release_recorded(sockets, s, &self.att.tag(), Vec::new())
     }
 }
 
-impl Cleanup for Del {
-    /// This attachment's own tag only.
-    fn doomed(&self) -> Box<dyn Fn(&str) -> bool + '_> {
-        let owner = self.att.tag();
-        Box::new(move |o| o == owner)
+impl Gc {
+    pub(super) fn run(&self, sockets: &Sockets, s: &Skeleton) -> Result<()> {
+        let doomed = not_valid(&self.network, &self.valid);
+        let mut gone = Vec::new();
+        transact(sockets, |nft, tx| {
+            index::ensure_indexed(nft, s)?;
+            gone.clear();
+            for (owner, keys) in index::owners(s, &tag::network_prefix(&self.network))? {
+                if doomed(&owner) {
+                    release_keys(nft, tx, s.table, &keys, &owner)?;
+                    gone.push(owner);
+                }
+            }
+            Ok(())
+        })?;
+        gone.iter().try_for_each(|owner| index::forget(s, owner))
     }
 }
 
-impl Cleanup for Gc {
-    /// The network's tags that belong to no valid attachment.
-    fn doomed(&self) -> Box<dyn Fn(&str) -> bool + '_> {
-        Box::new(not_valid(&self.network, &self.valid))
-    }
+/// DEL of `owner`'s entries in feature `s`: the `keys` the caller knows
+/// (from prevResult) and those its record names, each removed only when
+/// `owner` holds it; then the record goes.
+pub(super) fn release_recorded(
+    sockets: &Sockets,
+    s: &Skeleton,
+    owner: &str,
+    keys: Keys,
+) -> Result<()> {
+    transact(sockets, |nft, tx| {
+        index::ensure_indexed(nft, s)?;
+        let mut all = keys.clone();
+        all.extend(index::recorded(s, owner)?);
+        release_keys(nft, tx, s.table, &all, owner)
+    })?;
+    index::forget(s, owner)
 }

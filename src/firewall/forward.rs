@@ -132,7 +132,7 @@ fn add(nft: &mut Nft, tx: &mut Tx, spec: &Spec) -> Result<()> {
         let elem = owned(key(&[Value::Ip(ip)]), None, &owner);
         // A stale attachment's entry for a reused address becomes ours, so
         // its late DEL cannot take away what this pod relies on.
-        claim_anchor(nft, tx, INET, (set, elem), vec![])?;
+        claim_anchor(nft, tx, INET, (set, elem))?;
     }
     if let Some(iso) = spec.isolation.as_ref().filter(|_| isolate_here) {
         for (set, elem) in isolation_elements(iso) {

@@ -1,9 +1,11 @@
 //! bridge `macspoofchk`: frames entering the bridge from a container's port
 //! must carry the container's MAC address; others are dropped.
 
-use super::cleanup::{Cleanup, Del, Gc};
+use super::cleanup::{release_recorded, Del, Gc};
+use super::index;
+use super::nft::Element;
 use super::schema::{self, key, Value, BRIDGE, SPOOF_ALLOW, SPOOF_PORTS};
-use super::store::{anchor_keys, claim_anchor, owned, release_keys, transact, Derived};
+use super::store::{claim_anchor, owned, owner_of, release_keys, transact, Nft, Tx};
 use super::tag::{self, Attachment};
 use super::{Error, ErrorKind, Result, Sockets};
 use serde::{Deserialize, Serialize};
@@ -65,53 +67,73 @@ impl Op {
                 host_ifname,
                 mac,
             } => add_here(sockets, att, host_ifname, mac),
-            Op::Del(del) => del.run(sockets, BRIDGE, schema::MACSPOOF.sets),
+            Op::Del(del) => del.run(sockets, &schema::MACSPOOF),
             Op::DelKeys {
                 att,
                 host_ifname,
                 mac,
             } => {
                 let owner = att.tag();
-                let (anchor, derived) = planned(&owner, host_ifname, parse_mac(mac)?);
-                let keys = anchor_keys(anchor, vec![derived]);
-                transact(sockets, |nft, tx| {
-                    release_keys(nft, tx, BRIDGE, &keys, &owner)
-                })
+                let keys = keys_of(&planned(&owner, host_ifname, parse_mac(mac)?));
+                release_recorded(sockets, &schema::MACSPOOF, &owner, keys)
             }
-            Op::Gc(gc) => gc.run(sockets, BRIDGE, schema::MACSPOOF.sets),
+            Op::Gc(gc) => gc.run(sockets, &schema::MACSPOOF),
         }
     }
 }
 
 fn add_here(sockets: &Sockets, att: &Attachment, host_ifname: &str, mac: &str) -> Result<()> {
     let owner = att.tag();
-    let mac = parse_mac(mac)?;
+    let [port, allow] = planned(&owner, host_ifname, parse_mac(mac)?);
+    index::record(
+        &schema::MACSPOOF,
+        &owner,
+        &keys_of(&[port.clone(), allow.clone()]),
+    )?;
     transact(sockets, |nft, tx| {
         schema::ensure(nft, tx, &schema::MACSPOOF)?;
-        let (anchor, derived) = planned(&owner, host_ifname, mac);
-        claim_anchor(nft, tx, BRIDGE, anchor, vec![derived])
+        if let Some(have) = nft.get(BRIDGE, &SPOOF_PORTS, &port.key)? {
+            if let Some(stale) = owner_of(&have).filter(|o| *o != owner) {
+                drop_stale_macs(nft, tx, &stale, &port.key)?;
+            }
+        }
+        claim_anchor(nft, tx, BRIDGE, (&SPOOF_PORTS, port.clone()))?;
+        tx.add(BRIDGE, &SPOOF_ALLOW, vec![allow.clone()]);
+        Ok(())
     })
 }
 
-/// What ADD puts in: the host port as anchor, and the (port . MAC) pair it
-/// allows.
-fn planned(
-    owner: &str,
-    host_ifname: &str,
-    mac: [u8; 6],
-) -> ((&'static schema::SetDef, super::nft::Element), Derived) {
+/// A host port name another attachment held (its veth went without DEL and
+/// the name came back): the MACs it allowed there go with the port, found by
+/// that attachment's record.
+fn drop_stale_macs(nft: &mut Nft, tx: &mut Tx, stale: &str, port: &[u8]) -> Result<()> {
+    index::ensure_indexed(nft, &schema::MACSPOOF)?;
+    let keys: index::Keys = index::recorded(&schema::MACSPOOF, stale)?
+        .into_iter()
+        .filter(|(set, key)| set.name == SPOOF_ALLOW.name && key.starts_with(port))
+        .collect();
+    release_keys(nft, tx, BRIDGE, &keys, stale)
+}
+
+/// What ADD puts in: the host port, and the (port . MAC) pair it allows.
+fn planned(owner: &str, host_ifname: &str, mac: [u8; 6]) -> [Element; 2] {
     let port = owned(key(&[Value::Ifname(host_ifname)]), None, owner);
     let allow = owned(
         key(&[Value::Ifname(host_ifname), Value::Ether(mac)]),
         None,
         owner,
     );
-    let derived = Derived {
-        set: &SPOOF_ALLOW,
-        subject: 0,
-        elems: vec![allow],
+    [port, allow]
+}
+
+fn keys_of(elems: &[Element]) -> index::Keys {
+    let [port, allow] = elems else {
+        return Vec::new();
     };
-    ((&SPOOF_PORTS, port), derived)
+    vec![
+        (&SPOOF_PORTS, port.key.clone()),
+        (&SPOOF_ALLOW, allow.key.clone()),
+    ]
 }
 
 fn parse_mac(mac: &str) -> Result<[u8; 6]> {

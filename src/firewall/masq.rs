@@ -1,10 +1,11 @@
 //! bridge `ipMasq`: masquerade what a container sends outside its network's
 //! subnets (multicast excluded), keyed by the container address.
 
-use super::cleanup::{Cleanup, Del, Gc};
+use super::cleanup::{release_recorded, Del, Gc};
+use super::index;
 use super::legacy::upgrade_masq;
 use super::schema::{self, key, masq_chain, Chain, SetDef, Value, INET, MASQ4_VIA, MASQ6_VIA};
-use super::store::{claim_anchor, owned_goto, release_keys, transact};
+use super::store::{claim_anchor, owned_goto, transact};
 use super::tag::{self, Attachment};
 use super::{Result, Sockets};
 use ipnet::IpNet;
@@ -59,7 +60,7 @@ impl Op {
                 addrs,
                 subnets,
             } => add_here(sockets, att, addrs, subnets),
-            Op::Del(del) => del.run(sockets, INET, schema::MASQ.sets),
+            Op::Del(del) => del.run(sockets, &schema::MASQ),
             Op::DelKeys {
                 att,
                 addrs,
@@ -70,11 +71,9 @@ impl Op {
                     .into_iter()
                     .map(|(map, elem, _)| (map, elem.key))
                     .collect();
-                transact(sockets, |nft, tx| {
-                    release_keys(nft, tx, INET, &keys, &owner)
-                })
+                release_recorded(sockets, &schema::MASQ, &owner, keys)
             }
-            Op::Gc(gc) => gc.run(sockets, INET, schema::MASQ.sets),
+            Op::Gc(gc) => gc.run(sockets, &schema::MASQ),
         }
     }
 }
@@ -86,11 +85,16 @@ fn add_here(
     subnets: &[IpNet],
 ) -> Result<()> {
     let owner = att.tag();
+    let keys: Vec<_> = planned(addrs, subnets, &owner)
+        .into_iter()
+        .map(|(map, elem, _)| (map, elem.key))
+        .collect();
+    index::record(&schema::MASQ, &owner, &keys)?;
     transact(sockets, |nft, tx| {
         schema::ensure(nft, tx, &schema::MASQ)?;
         for (map, elem, chain) in planned(addrs, subnets, &owner) {
             schema::ensure_chain(nft, tx, INET, chain)?;
-            claim_anchor(nft, tx, INET, (map, elem), vec![])?;
+            claim_anchor(nft, tx, INET, (map, elem))?;
         }
         Ok(())
     })

@@ -54,6 +54,7 @@
 mod cleanup;
 mod error;
 mod expr;
+mod index;
 mod iptables;
 mod legacy;
 mod matches;

@@ -2,15 +2,14 @@
 //! elements hairpin and localhost connections need so replies come back
 //! through the host.
 
-use super::cleanup::{Cleanup, Del, Gc};
+use super::cleanup::{release_recorded, Del, Gc};
+use super::index;
 use super::legacy::upgrade_portmap;
 use super::schema::{
     self, hairpin_chain, key, Value, INET, PM4_ANY, PM4_IP, PM4_MASQ_VIA, PM6_ANY, PM6_IP,
     PM6_MASQ_VIA, PM_CHAINS, PM_MASQ_ALL,
 };
-use super::store::{
-    claim_anchor, claim_exclusive, owned, owned_goto, owner_of, read, release_keys, transact,
-};
+use super::store::{claim_anchor, claim_exclusive, owned, owned_goto, owner_of, read, transact};
 use super::tag::{self, Attachment};
 use super::{Error, ErrorKind, Result, Sockets};
 use ipnet::IpNet;
@@ -118,15 +117,16 @@ impl Op {
         match self {
             Op::Add(spec) => add_here(sockets, spec),
             Op::Check(spec) => check_here(sockets, spec),
-            Op::Del(del) => del.run(sockets, INET, schema::PORTMAP.sets),
+            Op::Del(del) => del.run(sockets, &schema::PORTMAP),
             Op::DelKeys(spec) => del_keys_here(sockets, spec),
-            Op::Gc(gc) => gc.run(sockets, INET, schema::PORTMAP.sets),
+            Op::Gc(gc) => gc.run(sockets, &schema::PORTMAP),
         }
     }
 }
 
 fn add_here(sockets: &Sockets, spec: &Spec) -> Result<()> {
     let owner = spec.att.tag();
+    index::record(&schema::PORTMAP, &owner, &keys_of(spec, &owner))?;
     transact(sockets, |nft, tx| {
         schema::ensure(nft, tx, &schema::PORTMAP)?;
         for d in dnat_elements(&spec.container, &spec.mappings, &owner) {
@@ -137,7 +137,7 @@ fn add_here(sockets: &Sockets, spec: &Spec) -> Result<()> {
                 if let Some(hairpin) = hairpin_of(*addr, spec.masq) {
                     schema::ensure_chain(nft, tx, INET, hairpin)?;
                 }
-                claim_anchor(nft, tx, INET, (map, elem), vec![])?;
+                claim_anchor(nft, tx, INET, (map, elem))?;
             }
         }
         Ok(())
@@ -146,25 +146,27 @@ fn add_here(sockets: &Sockets, spec: &Spec) -> Result<()> {
 
 fn del_keys_here(sockets: &Sockets, spec: &Spec) -> Result<()> {
     let owner = spec.att.tag();
-    let mut keys: Vec<_> = dnat_elements(&spec.container, &spec.mappings, &owner)
+    release_recorded(sockets, &schema::PORTMAP, &owner, keys_of(spec, &owner))
+}
+
+/// The keys of what an ADD of `spec` makes: its DNAT elements, and the
+/// container addresses' masquerade elements whichever masquerade the ADD had
+/// (the configuration may have changed since; the key is the address).
+fn keys_of(spec: &Spec, owner: &str) -> index::Keys {
+    let mut keys: Vec<_> = dnat_elements(&spec.container, &spec.mappings, owner)
         .into_iter()
         .map(|d| (d.set, d.elem.key))
         .collect();
-    // Whichever masquerade the ADD had (the configuration may have changed
-    // since), its element has the container address as key: one that is not
-    // there, or not ours, is left alone.
     let all = Masquerade {
         snat: false,
         masq_all: true,
     };
     for addr in &spec.container {
-        if let Some((map, elem)) = masq_element(*addr, all, &owner) {
+        if let Some((map, elem)) = masq_element(*addr, all, owner) {
             keys.push((map, elem.key));
         }
     }
-    transact(sockets, |nft, tx| {
-        release_keys(nft, tx, INET, &keys, &owner)
-    })
+    keys
 }
 
 fn check_here(sockets: &Sockets, spec: &Spec) -> Result<()> {

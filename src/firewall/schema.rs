@@ -44,6 +44,8 @@ pub(crate) const BRIDGE: Table = Table {
 /// A feature's skeleton: its sets and chains (regular chains first, so base
 /// chains can jump to them).
 pub(crate) struct Skeleton {
+    /// The feature's name, as its attachments' records are named.
+    pub name: &'static str,
     pub table: Table,
     pub sets: &'static [&'static SetDef],
     pub chains: fn() -> Vec<Chain>,
@@ -131,6 +133,7 @@ pub(crate) static PM4_MASQ_VIA: SetDef = vmap("pm4-masq-via", &[Field::V4]);
 pub(crate) static PM6_MASQ_VIA: SetDef = vmap("pm6-masq-via", &[Field::V6]);
 
 pub(crate) static PORTMAP: Skeleton = Skeleton {
+    name: "portmap",
     table: INET,
     sets: &[
         &PM4_ANY,
@@ -269,6 +272,7 @@ pub(crate) static MASQ4_VIA: SetDef = vmap("masq4-via", &[Field::V4]);
 pub(crate) static MASQ6_VIA: SetDef = vmap("masq6-via", &[Field::V6]);
 
 pub(crate) static MASQ: Skeleton = Skeleton {
+    name: "masq",
     table: INET,
     sets: &[&MASQ4_VIA, &MASQ6_VIA],
     chains: masq_chains,
@@ -342,6 +346,7 @@ pub(crate) static SPOOF_ALLOW: SetDef =
     set("macspoof-allow", &[Field::Ifname, Field::Ether], false);
 
 pub(crate) static MACSPOOF: Skeleton = Skeleton {
+    name: "macspoof",
     table: BRIDGE,
     sets: &[&SPOOF_PORTS, &SPOOF_ALLOW],
     chains: macspoof_chains,
@@ -385,6 +390,7 @@ pub(crate) static FW_ISO_PAIR: SetDef = set("fw-iso-pair", &[Field::Ifname, Fiel
 pub(crate) static FW_ISO_SELF: SetDef = set("fw-iso-self", &[Field::Ifname, Field::Ifname], false);
 
 pub(crate) static FORWARD: Skeleton = Skeleton {
+    name: "forward",
     table: INET,
     sets: &[&FW4_PODS, &FW6_PODS, &FW_ISO, &FW_ISO_PAIR, &FW_ISO_SELF],
     chains: forward_chains,

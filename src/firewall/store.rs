@@ -300,65 +300,25 @@ pub(crate) fn claim_exclusive(
     }
 }
 
-/// Elements derived from an anchor, in another set, with the anchor's key at
-/// byte `subject` of their key.
-pub(crate) struct Derived {
-    pub set: &'static SetDef,
-    pub subject: usize,
-    pub elems: Vec<Element>,
-}
-
-/// An anchor keyed by something a new attachment may inherit from a stale
-/// one (a reused container address). The newest claimant takes it over,
-/// together with the old owner's derived elements on the same subject, so
-/// the old owner's later DEL (which goes by tag) cannot remove what the new
-/// one relies on.
+/// An element keyed by something a new attachment may inherit from a stale
+/// one (a reused container address or port name). The newest claimant takes
+/// it over, so the old owner's later DEL (which removes only what it owns)
+/// cannot remove what the new one relies on.
 pub(crate) fn claim_anchor(
     nft: &mut Nft,
     tx: &mut Tx,
     t: Table,
     anchor: (&SetDef, Element),
-    derived: Vec<Derived>,
 ) -> Result<()> {
     let (set, want) = anchor;
-    let ours = owner_of(&want);
     if let Some(have) = nft.get(t, set, &want.key)? {
-        let previous = owner_of(&have);
-        if previous != ours {
-            drop_derived(nft, tx, t, &derived, &want.key, previous.as_deref())?;
-        } else if have.data == want.data && have.goto == want.goto {
+        if owner_of(&have) == owner_of(&want) && have.data == want.data && have.goto == want.goto {
             // Ours as it should be (a repeated ADD): nothing to change.
-            for d in derived {
-                tx.add(t, d.set, d.elems);
-            }
             return Ok(());
         }
         tx.del(t, set, vec![have]);
     }
     tx.add(t, set, vec![want]);
-    for d in derived {
-        tx.add(t, d.set, d.elems);
-    }
-    Ok(())
-}
-
-fn drop_derived(
-    nft: &mut Nft,
-    tx: &mut Tx,
-    t: Table,
-    derived: &[Derived],
-    subject: &[u8],
-    owner: Option<&str>,
-) -> Result<()> {
-    for d in derived {
-        let stale = nft
-            .dump(t, d.set)?
-            .into_iter()
-            .filter(|e| owner_of(e).as_deref() == owner)
-            .filter(|e| e.key.get(d.subject..d.subject + subject.len()) == Some(subject))
-            .collect();
-        tx.del(t, d.set, stale);
-    }
     Ok(())
 }
 
@@ -380,18 +340,6 @@ pub(crate) fn release(
         tx.del(t, set, gone);
     }
     Ok(())
-}
-
-/// The keys of an anchor and of its derived elements (for DEL by key).
-pub(crate) fn anchor_keys(
-    anchor: (&'static SetDef, Element),
-    derived: Vec<Derived>,
-) -> Vec<(&'static SetDef, Vec<u8>)> {
-    let mut keys = vec![(anchor.0, anchor.1.key)];
-    for d in derived {
-        keys.extend(d.elems.into_iter().map(|e| (d.set, e.key)));
-    }
-    keys
 }
 
 /// DEL by the keys its ADD made: each element is looked up by its key and

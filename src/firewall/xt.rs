@@ -11,7 +11,7 @@
 //! attribute. [`XtRule`] is both what we write and how we read rules back,
 //! so "is this rule there" is an equality.
 
-use super::nft::{cmp, meta_load, payload, verdict, Expr, Jump, NETWORK_HEADER};
+use super::expr::{cmp, meta_load, payload, verdict, Expr, Jump, NETWORK_HEADER};
 use netlink_packet_core::{DefaultNla, NlaBuffer, NlasIterator};
 use netlink_packet_netfilter::nftables::{Expressions, MetaKey, Operator, Register};
 use std::net::IpAddr;

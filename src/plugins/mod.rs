@@ -16,7 +16,6 @@ mod link_owner;
 mod masquerade;
 mod pod_interface;
 mod pod_netns;
-mod safe_dir;
 
 use crate::cni::Plugin;
 use firewall_backend::FirewallBackend;

@@ -13,7 +13,7 @@
 //! attachment key, so any container ID length fits a file name.
 
 use crate::cni::{Attachment, Request};
-use crate::plugins::safe_dir::{open_dir, stat_at};
+use crate::safe_dir::{open_dir, stat_at};
 use sha2::{Digest, Sha256};
 use std::collections::HashSet;
 use std::ffi::CString;

@@ -3,12 +3,12 @@
 //! reference's file and JSON, so that either plugin's DEL restores the other's ADD.
 //!
 //! The directory is opened component by component from `/` without following links and
-//! must be ours and writable by no one else (see `plugins/safe_dir.rs`); the file is replaced
+//! must be ours and writable by no one else (see `safe_dir.rs`); the file is replaced
 //! atomically, mode 0600, and read back bounded.
 
 use crate::cni::{Code, Error};
 use crate::netlink::{Link, Netlink};
-use crate::plugins::safe_dir::{components, open_dir, read_at, unlink_at, write_at};
+use crate::safe_dir::{components, open_dir, read_at, unlink_at, write_at};
 use serde::{Deserialize, Serialize};
 use std::io;
 use std::os::fd::OwnedFd;

@@ -1,0 +1,121 @@
+//! DEL and GC by the attachments' records, on the kernel (need root: only
+//! under the isolated test runner).
+
+use crate::firewall::cleanup::{Del, Gc};
+use crate::firewall::portmap::{self, Mapping, Masquerade, Proto, Spec};
+use crate::firewall::schema::{key, Value, INET, PM4_ANY, PM4_MASQ_VIA};
+use crate::firewall::store::{owned, read, transact};
+use crate::firewall::test_netns::in_new_netns;
+use crate::firewall::{masq, Attachment, Sockets};
+
+fn att(id: &str) -> Attachment {
+    Attachment::new("idx", id, "eth0")
+}
+
+fn spec(id: &str, addr: &str, port: u16) -> Spec {
+    Spec {
+        att: att(id),
+        container: vec![format!("{addr}/24").parse().expect("net")],
+        mappings: vec![Mapping {
+            host_ip: None,
+            host_port: port,
+            proto: Proto::Tcp,
+            container_port: 80,
+        }],
+        masq: Masquerade {
+            snat: true,
+            masq_all: false,
+        },
+    }
+}
+
+fn run(op: impl Into<crate::firewall::Request>) {
+    let req: crate::firewall::Request = op.into();
+    req.run(&Sockets::default()).expect("firewall operation");
+}
+
+/// The tags of what the portmap maps hold.
+fn portmap_owners() -> Vec<String> {
+    read(&Sockets::default(), |nft| {
+        let mut owners = Vec::new();
+        for set in [&PM4_ANY, &PM4_MASQ_VIA] {
+            owners.extend(
+                nft.dump(INET, set)?
+                    .iter()
+                    .filter_map(crate::firewall::store::owner_of),
+            );
+        }
+        Ok(owners)
+    })
+    .expect("dump")
+}
+
+#[test]
+fn del_without_keys_removes_what_the_record_names() {
+    in_new_netns("idx-del", || {
+        run(portmap::Op::Add(spec("c1", "10.9.0.2", 18080)));
+        run(portmap::Op::Add(spec("c2", "10.9.0.3", 18081)));
+        run(portmap::Op::Del(Del { att: att("c1") }));
+        assert_eq!(portmap_owners(), vec!["idx/c2/eth0"; 2]);
+        // A second DEL (runtimes repeat it) finds nothing and succeeds.
+        run(portmap::Op::Del(Del { att: att("c1") }));
+    });
+}
+
+#[test]
+fn gc_removes_the_attachments_not_listed() {
+    in_new_netns("idx-gc", || {
+        run(portmap::Op::Add(spec("c1", "10.9.0.2", 18080)));
+        run(portmap::Op::Add(spec("c2", "10.9.0.3", 18081)));
+        run(masq::Op::Add {
+            att: att("c1"),
+            addrs: vec!["10.9.0.2".parse().expect("ip")],
+            subnets: vec!["10.9.0.0/24".parse().expect("net")],
+        });
+        let gc = Gc {
+            network: "idx".into(),
+            valid: vec![att("c2")],
+        };
+        run(portmap::Op::Gc(gc.clone()));
+        run(masq::Op::Gc(gc));
+        assert_eq!(portmap_owners(), vec!["idx/c2/eth0"; 2]);
+        let masq_left = read(&Sockets::default(), |nft| {
+            nft.dump(INET, &crate::firewall::schema::MASQ4_VIA)
+        })
+        .expect("dump");
+        assert!(masq_left.is_empty(), "{masq_left:?}");
+    });
+}
+
+/// Elements a version without records made (tagged, no record) are found
+/// once by reading the sets, then deleted by key like any.
+#[test]
+fn elements_without_a_record_are_recorded_at_the_first_del() {
+    in_new_netns("idx-old", || {
+        run(portmap::Op::Add(spec("c2", "10.9.0.3", 18081)));
+        let old = owned(
+            key(&[Value::Proto(6), Value::Port(18080)]),
+            Some(key(&[
+                Value::Ip("10.9.0.2".parse().expect("ip")),
+                Value::Port(80),
+            ])),
+            "idx/c1/eth0",
+        );
+        transact(&Sockets::default(), |_, tx| {
+            tx.add(INET, &PM4_ANY, vec![old.clone()]);
+            Ok(())
+        })
+        .expect("add an unrecorded element");
+        // The marker a fresh node's first DEL writes would hide it: gone, as
+        // after an upgrade from a version without records.
+        let netns = std::fs::metadata("/proc/thread-self/ns/net").expect("netns");
+        let dir = format!(
+            "/run/cnikit/firewall/netns-{}",
+            std::os::unix::fs::MetadataExt::ino(&netns)
+        );
+        let _ = std::fs::remove_file(format!("{dir}/portmap.indexed"));
+        run(portmap::Op::Del(Del { att: att("c1") }));
+        assert_eq!(portmap_owners(), vec!["idx/c2/eth0"; 2]);
+        assert!(std::path::Path::new(&format!("{dir}/portmap.indexed")).exists());
+    });
+}
