@@ -61,6 +61,7 @@ pub struct Summary {
     pub workers: usize,
     pub setups: Vec<Report>,
     pub portmap_markers_left: Check,
+    pub firewall_records_left: Check,
     /// The daemon's firewall operations over the whole run, by op and
     /// outcome: `*-del-keys` are DELs that had prevResult and mappings.
     pub daemon_firewall_ops: Option<Vec<(String, String, u64)>>,
@@ -193,6 +194,7 @@ pub fn detach_all(
             "portmap markers",
             check::dir_entries(Path::new("/run/cnikit/portmap")),
         ),
+        firewall_records_left: check::check("firewall records", check::firewall_records()),
         daemon_firewall_ops: sample::firewall_ops(),
     })
 }
@@ -265,6 +267,11 @@ pub fn text(s: &Summary) -> String {
         t,
         "portmap markers: {}",
         left(std::slice::from_ref(&s.portmap_markers_left))
+    );
+    let _ = writeln!(
+        t,
+        "firewall records: {}",
+        left(std::slice::from_ref(&s.firewall_records_left))
     );
     if let Some(ops) = &s.daemon_firewall_ops {
         let list: Vec<String> = ops

@@ -59,6 +59,7 @@ pub fn after_stop(cnikit: &Path, network: &str, bridge: &str) -> Vec<Check> {
             "portmap markers",
             dir_entries(Path::new("/run/cnikit/portmap")),
         ),
+        check("firewall records", firewall_records()),
         // The runtime's (libcni-equivalent) result cache; DEL removes entries.
         check(
             "runtime cache",
@@ -160,6 +161,27 @@ pub(crate) fn dir_entries(dir: &Path) -> Result<Vec<String>, String> {
         Err(e) if e.kind() == std::io::ErrorKind::NotFound => Ok(Vec::new()),
         Err(e) => Err(format!("{}: {e}", dir.display())),
     }
+}
+
+/// The attachments' firewall records (`/run/cnikit/firewall/<netns>/<network>/<owner>.<feature>`):
+/// DEL and GC remove them with the attachment's entries.
+pub(crate) fn firewall_records() -> Result<Vec<String>, String> {
+    let root = Path::new("/run/cnikit/firewall");
+    let mut records = Vec::new();
+    for netns in dir_entries(root)? {
+        let netns_dir = root.join(&netns);
+        for network in dir_entries(&netns_dir)? {
+            let network_dir = netns_dir.join(&network);
+            if network_dir.is_dir() {
+                records.extend(
+                    dir_entries(&network_dir)?
+                        .into_iter()
+                        .map(|r| format!("{netns}/{network}/{r}")),
+                );
+            }
+        }
+    }
+    Ok(records)
 }
 
 /// The whole ruleset as nft's JSON (the product itself never execs nft;

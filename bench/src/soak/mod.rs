@@ -9,6 +9,7 @@ pub(crate) mod check;
 mod plot;
 mod report;
 pub(crate) mod sample;
+mod trend;
 
 use crate::daemon;
 use crate::podns::PodNs;
@@ -96,6 +97,7 @@ struct Shared {
     done: AtomicU64,
     running: AtomicUsize,
     failures: Mutex<Vec<Failure>>,
+    times: Mutex<Vec<trend::CycleTime>>,
 }
 
 impl Shared {
@@ -145,6 +147,7 @@ pub fn run(args: &SoakArgs, plugins: &Plugins, out: &Path) -> Result<bool, Strin
         done: AtomicU64::new(0),
         running: AtomicUsize::new(args.workers.max(1)),
         failures: Mutex::new(Vec::new()),
+        times: Mutex::new(Vec::with_capacity(args.cycles as usize)),
     };
     let pb = crate::progress(args.cycles, args.quiet, "cycles");
     let (mut samples, restarts) = std::thread::scope(|s| {
@@ -168,6 +171,8 @@ pub fn run(args: &SoakArgs, plugins: &Plugins, out: &Path) -> Result<bool, Strin
     checks.extend(check::after_stop(&plugins.cnikit_bin, &network, &bridge));
 
     let failures = sh.failures.into_inner().unwrap_or_else(|e| e.into_inner());
+    let times = sh.times.into_inner().unwrap_or_else(|e| e.into_inner());
+    let windows = trend::windows(&times);
     let r = report::Report {
         args,
         cnikit: &plugins.cnikit_bin,
@@ -177,6 +182,7 @@ pub fn run(args: &SoakArgs, plugins: &Plugins, out: &Path) -> Result<bool, Strin
         samples: &samples,
         restarts: &restarts,
         failures: &failures,
+        windows: &windows,
         checks: &checks,
         nft_rules,
         final_status,
@@ -192,27 +198,44 @@ fn worker(setup: &Setup, sh: &Shared, args: &SoakArgs, pb: &ProgressBar) {
         if n >= args.cycles {
             break;
         }
-        if args.abandon == Some(n) {
+        let took = if args.abandon == Some(n) {
             abandon(setup, n, sh);
+            None
         } else {
-            cycle(setup, n, args.del_retries, sh);
+            cycle(setup, n, args.del_retries, sh)
+        };
+        let done = sh.done.fetch_add(1, Ordering::SeqCst) + 1;
+        if let Some((add_ms, del_ms)) = took {
+            let t = trend::CycleTime {
+                done,
+                add_ms,
+                del_ms,
+            };
+            sh.times.lock().unwrap_or_else(|e| e.into_inner()).push(t);
         }
-        sh.done.fetch_add(1, Ordering::SeqCst);
         pb.inc(1);
     }
     sh.running.fetch_sub(1, Ordering::SeqCst);
 }
 
-/// create netns → ADD → DEL → delete netns, every failure recorded.
-fn cycle(setup: &Setup, n: u64, del_retries: u32, sh: &Shared) {
+/// create netns → ADD → DEL → delete netns, every failure recorded; returns
+/// how long the ADD and the DELs took (ms), None when no netns was made.
+fn cycle(setup: &Setup, n: u64, del_retries: u32, sh: &Shared) -> Option<(f32, f32)> {
     let ns = match PodNs::create(&format!("s{n}")) {
         Ok(ns) => ns,
-        Err(e) => return sh.fail(n, "netns", 0, e),
+        Err(e) => {
+            sh.fail(n, "netns", 0, e);
+            return None;
+        }
     };
     let path = ns.path_str();
+    let ms = |t: Instant| (t.elapsed().as_secs_f64() * 1000.0) as f32;
+    let t0 = Instant::now();
     if let Err(e) = setup.add(Pod::Churn(n), &path) {
         sh.fail(n, "ADD", 0, e);
     }
+    let add_ms = ms(t0);
+    let t1 = Instant::now();
     // DEL also after a failed ADD, as the spec asks of runtimes; a failed
     // DEL is retried as a runtime retries a sandbox teardown, and what a DEL
     // that never succeeded left behind shows up in the leak checks.
@@ -225,7 +248,9 @@ fn cycle(setup: &Setup, n: u64, del_retries: u32, sh: &Shared) {
             Err(e) => sh.fail(n, "DEL", attempt, e),
         }
     }
+    let del_ms = ms(t1);
     ns.delete();
+    Some((add_ms, del_ms))
 }
 
 fn abandon(setup: &Setup, n: u64, sh: &Shared) {

@@ -3,6 +3,7 @@
 
 use super::check::Check;
 use super::sample::Sample;
+use super::trend::{self, Trends, Window};
 use super::{plot, Failure, Restart, SoakArgs};
 use crate::report::Machine;
 use serde::Serialize;
@@ -18,6 +19,8 @@ pub struct Report<'a> {
     pub samples: &'a [Sample],
     pub restarts: &'a [Restart],
     pub failures: &'a [Failure],
+    /// ADD/DEL latency per window of completed cycles.
+    pub windows: &'a [Window],
     pub checks: &'a [Check],
     pub nft_rules: Option<usize>,
     /// The last daemon's wait status after the final SIGTERM.
@@ -61,6 +64,8 @@ struct Figures<'a> {
     threads: Option<Range>,
     journal_bytes: Option<Range>,
     snapshot_bytes: Option<Range>,
+    /// Slopes per 10,000 cycles (trend.rs).
+    trends: Trends,
     /// allocate + release requests the daemon instances answered, summed
     /// over their last scrapes; 2 per cycle were made (more with retries).
     ipam_served_by_daemons: u64,
@@ -111,6 +116,7 @@ impl Report<'_> {
             threads: range(self.samples, |s| s.daemon.as_ref()?.threads),
             journal_bytes: range(self.samples, |s| s.journal_bytes),
             snapshot_bytes: range(self.samples, |s| s.snapshot_bytes),
+            trends: trend::trends(self.samples, self.windows),
             ipam_served_by_daemons: served(|r| r.ipam_served, |s| Some(s.metrics()?.ipam)),
             fw_served_by_daemons: served(|r| r.fw_served, |s| Some(s.metrics()?.fw)),
             nft_rules_at_end: self.nft_rules,
@@ -133,6 +139,7 @@ impl Report<'_> {
         w("soak.csv", samples_csv(self.samples).as_bytes())?;
         w("restarts.csv", restarts_csv(self.restarts).as_bytes())?;
         w("failures.txt", failures_txt(self.failures).as_bytes())?;
+        w("windows.csv", trend::windows_csv(self.windows).as_bytes())?;
         let json = serde_json::to_vec_pretty(&fig).map_err(|e| e.to_string())?;
         w("summary.json", &json)?;
         let svg = out.join("soak.svg");
@@ -143,8 +150,8 @@ impl Report<'_> {
         };
         let _ = writeln!(
             text,
-            "files in {}: soak.csv, restarts.csv, failures.txt, summary.json, \
-             summary.txt, daemon.log, {plotted}",
+            "files in {}: soak.csv, windows.csv, restarts.csv, failures.txt, \
+             summary.json, summary.txt, daemon.log, {plotted}",
             out.display()
         );
         w("summary.txt", text.as_bytes())?;
@@ -219,6 +226,7 @@ impl Report<'_> {
         let _ = writeln!(t, "daemon threads     {}", num(f.threads));
         let _ = writeln!(t, "journal KiB        {}", per_1024(f.journal_bytes));
         let _ = writeln!(t, "snapshot KiB       {}", per_1024(f.snapshot_bytes));
+        t.push_str(&trend::text(&f.trends, self.windows));
         let _ = writeln!(
             t,
             "IPAM requests answered by the daemons: {} (2 per cycle made: {}); the rest ran \
