@@ -259,13 +259,33 @@ impl Prepared {
             }
             systemd::notify("READY=1");
             log_at!(Level::Info, "ready");
-            server::serve(
+            // The accept loop runs on a worker, not on this thread: a connection's task
+            // spawned there starts on that same worker right after the accept, while one
+            // spawned from here has to wake a worker first (a futex wake and, with the
+            // worker's CPU idle, an IPI) on every request.
+            let (stop, stopped) = tokio::sync::oneshot::channel::<()>();
+            let mut server = tokio::spawn(server::serve(
                 listener,
                 Arc::clone(&self.registry),
                 self.services,
-                shutdown,
-            )
-            .await;
+                async {
+                    let _ = stopped.await;
+                },
+            ));
+            let ended = tokio::select! {
+                () = shutdown => None,
+                r = &mut server => Some(r),
+            };
+            let ended = match ended {
+                Some(r) => r,
+                None => {
+                    let _ = stop.send(());
+                    server.await
+                }
+            };
+            if let Err(e) = ended {
+                log_at!(Level::Error, "the server task failed: {e}");
+            }
             systemd::notify("STOPPING=1");
             Ok(())
         });

@@ -141,6 +141,8 @@ pub trait Plugin: Sync {
 /// log); returns the exit code.
 pub fn main(name: &str, plugin: &dyn Plugin, ctx: Context) -> i32 {
     install_panic_hook(None);
+    // Netfilter sockets are closed after the reply, by a child nobody waits for.
+    crate::netlink::linger::enable();
     let stdin = read_stdin();
     // Known only once stdin is read; nothing is written to stderr before.
     let log = stdin
@@ -168,6 +170,7 @@ pub fn main(name: &str, plugin: &dyn Plugin, ctx: Context) -> i32 {
     if let Some(log) = log {
         log.finish(failure.as_ref().map_or(Ok(()), Err));
     }
+    crate::netlink::linger::hand_off();
     code
 }
 

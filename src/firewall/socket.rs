@@ -7,10 +7,9 @@
 //! Why: closing one makes the kernel take the nftables commit mutex and wait
 //! until whatever any recent batch deleted is freed (an RCU grace period,
 //! ≈10 ms here), which stalls every nftables user of the netns. A plugin
-//! therefore holds its backend to the end of its call and closes its sockets
-//! last, after the rest of its work (a veth deletion's own grace period then
-//! covers most of the wait) and with no lock of ours held; the daemon never
-//! closes one.
+//! process therefore never closes one itself: when its backend is dropped the
+//! sockets go to `netlink::linger`, which hands them to a detached child after
+//! the reply is printed (see there); the daemon never closes one.
 //!
 //! A call takes an idle socket of its namespace (or opens one) for itself
 //! and puts it back when done, so concurrent calls (the daemon's threads) do
@@ -18,7 +17,7 @@
 //! file (`store.rs`).
 
 use super::Result;
-use crate::netlink::{NetNs, Netfilter, Socket};
+use crate::netlink::{linger, NetNs, Netfilter, Socket};
 use std::sync::{Mutex, MutexGuard, PoisonError};
 
 pub(crate) use crate::netlink::Failure;
@@ -37,6 +36,17 @@ impl std::fmt::Debug for Sockets {
         f.debug_struct("Sockets")
             .field("idle", &self.lock_idle().len())
             .finish()
+    }
+}
+
+/// A plugin process's sockets outlive its reply (`netlink::linger`); elsewhere
+/// (the daemon at shutdown, admin commands) they close here.
+impl Drop for Sockets {
+    fn drop(&mut self) {
+        let idle = self.idle.get_mut().unwrap_or_else(PoisonError::into_inner);
+        for (_, nl) in idle.drain(..) {
+            linger::close_later(nl.into_fd());
+        }
     }
 }
 

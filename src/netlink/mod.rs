@@ -19,6 +19,8 @@
 //! - `linkops.rs`, `linkattr.rs`, `bridge.rs`, `dummy.rs`, `addr.rs`, `route.rs`: the
 //!   typed rtnetlink operations, as `impl Netlink` blocks; `link.rs` their value types.
 //! - `error.rs`: [`Error`] with one errno table for all of the above.
+//! - `linger.rs`: netfilter sockets closed after the plugin's exit by a detached
+//!   child (their close can wait an RCU grace period).
 //! - `netns.rs`: [`NetNs`] (open, run a closure inside, the current one's id).
 //! - `sysctl.rs`: `net/ipv4/ip_forward` style keys of the current netns.
 //! - `tc.rs`: qdiscs, u32 redirect filters and ifb links (bandwidth).
@@ -45,6 +47,7 @@ mod error;
 mod fault;
 mod frame;
 mod ipv6;
+pub mod linger;
 mod link;
 mod link_setup;
 mod linkattr;

@@ -77,6 +77,14 @@ impl<F: Family> Socket<F> {
         })
     }
 
+    /// The socket's descriptor, for a caller that decides when it closes
+    /// (`linger.rs`).
+    pub(crate) fn into_fd(self) -> std::os::fd::OwnedFd {
+        use std::os::fd::{FromRawFd, IntoRawFd};
+        // SAFETY: into_raw_fd gives up the socket's ownership of its descriptor.
+        unsafe { std::os::fd::OwnedFd::from_raw_fd(self.socket.into_raw_fd()) }
+    }
+
     /// A socket bound to `ns`: created while this thread is inside `ns`, it keeps
     /// talking to that namespace after the thread switched back.
     pub fn open_in(ns: &NetNs) -> Result<Self> {
