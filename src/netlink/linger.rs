@@ -63,7 +63,8 @@ pub fn hand_off() {
 /// A child process holding descriptors handed to it; it closes them, and exits,
 /// once this is dropped.
 struct Closer {
-    #[cfg_attr(not(test), allow(dead_code))]
+    /// The child, for the tests to watch.
+    #[cfg(test)]
     pid: libc::pid_t,
     /// The write end of the pipe the child waits on.
     _gate: OwnedFd,
@@ -92,11 +93,15 @@ fn fork_closer(fds: Vec<OwnedFd>) -> Option<Closer> {
     match unsafe { libc::fork() } {
         0 => unsafe { child(&keep, wait_end.as_raw_fd(), &sockets) },
         -1 => None,
-        pid => {
+        _pid => {
             // Ours go before the gate: the child closes only after the gate is
             // gone, so its close is the last reference and the release runs there.
             drop(fds);
-            Some(Closer { pid, _gate: gate })
+            Some(Closer {
+                #[cfg(test)]
+                pid: _pid,
+                _gate: gate,
+            })
         }
     }
 }
