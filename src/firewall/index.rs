@@ -52,8 +52,26 @@ struct RecordKey {
 }
 
 /// Adds `keys` to `owner`'s record of feature `s` (what it had stays: an
-/// ADD again with other keys must not hide the earlier ones from DEL).
-pub(crate) fn record(s: &Skeleton, owner: &str, keys: &Keys) -> Result<()> {
+/// ADD again with other keys must not hide the earlier ones from DEL), then
+/// runs `add`, the ADD's batch. When that fails, a record the call created
+/// goes again: a failed ADD leaves nothing behind.
+pub(crate) fn recording(
+    s: &Skeleton,
+    owner: &str,
+    keys: &Keys,
+    add: impl FnOnce() -> Result<()>,
+) -> Result<()> {
+    let had_record = record(s, owner, keys)?;
+    let added = add();
+    if added.is_err() && !had_record {
+        // The batch's own error is the one to report.
+        let _ = forget(s, owner);
+    }
+    added
+}
+
+/// Adds `keys` to `owner`'s record; whether there was one before.
+fn record(s: &Skeleton, owner: &str, keys: &Keys) -> Result<bool> {
     let dir = network_dir(owner, true)?.ok_or_else(|| failed("create", owner, "no directory"))?;
     let name = file_name(s, owner);
     let mut rec = read_record(&dir, &name, owner)?.unwrap_or(Record {
@@ -71,10 +89,11 @@ pub(crate) fn record(s: &Skeleton, owner: &str, keys: &Keys) -> Result<()> {
         }
     }
     if rec.keys.len() == before && before > 0 {
-        return Ok(());
+        return Ok(true);
     }
     let bytes = serde_json::to_vec(&rec).map_err(|e| failed("encode", owner, &e.to_string()))?;
-    write_at(&dir, &name, &bytes).map_err(|e| failed("write", owner, &e.to_string()))
+    write_at(&dir, &name, &bytes).map_err(|e| failed("write", owner, &e.to_string()))?;
+    Ok(before > 0)
 }
 
 /// The keys `owner` holds in feature `s`, as recorded (none without a record).

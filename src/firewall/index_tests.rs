@@ -119,3 +119,18 @@ fn elements_without_a_record_are_recorded_at_the_first_del() {
         assert!(std::path::Path::new(&format!("{dir}/portmap.indexed")).exists());
     });
 }
+
+/// An ADD refused (a host port another attachment holds) leaves no record.
+#[test]
+fn a_failed_add_leaves_no_record() {
+    in_new_netns("idx-failed", || {
+        run(portmap::Op::Add(spec("c1", "10.9.0.2", 18080)));
+        let refused =
+            crate::firewall::Request::from(portmap::Op::Add(spec("c2", "10.9.0.3", 18080)))
+                .run(&Sockets::default());
+        assert!(refused.is_err(), "the port is c1's");
+        let keys = super::recorded(&crate::firewall::schema::PORTMAP, "idx/c2/eth0")
+            .expect("read records");
+        assert!(keys.is_empty(), "{keys:?}");
+    });
+}

@@ -74,7 +74,8 @@ impl Op {
                 mac,
             } => {
                 let owner = att.tag();
-                let keys = keys_of(&planned(&owner, host_ifname, parse_mac(mac)?));
+                let [port, allow] = planned(&owner, host_ifname, parse_mac(mac)?);
+                let keys = keys_of(&port, &allow);
                 release_recorded(sockets, &schema::MACSPOOF, &owner, keys)
             }
             Op::Gc(gc) => gc.run(sockets, &schema::MACSPOOF),
@@ -85,21 +86,18 @@ impl Op {
 fn add_here(sockets: &Sockets, att: &Attachment, host_ifname: &str, mac: &str) -> Result<()> {
     let owner = att.tag();
     let [port, allow] = planned(&owner, host_ifname, parse_mac(mac)?);
-    index::record(
-        &schema::MACSPOOF,
-        &owner,
-        &keys_of(&[port.clone(), allow.clone()]),
-    )?;
-    transact(sockets, |nft, tx| {
-        schema::ensure(nft, tx, &schema::MACSPOOF)?;
-        if let Some(have) = nft.get(BRIDGE, &SPOOF_PORTS, &port.key)? {
-            if let Some(stale) = owner_of(&have).filter(|o| *o != owner) {
-                drop_stale_macs(nft, tx, &stale, &port.key)?;
+    index::recording(&schema::MACSPOOF, &owner, &keys_of(&port, &allow), || {
+        transact(sockets, |nft, tx| {
+            schema::ensure(nft, tx, &schema::MACSPOOF)?;
+            if let Some(have) = nft.get(BRIDGE, &SPOOF_PORTS, &port.key)? {
+                if let Some(stale) = owner_of(&have).filter(|o| *o != owner) {
+                    drop_stale_macs(nft, tx, &stale, &port.key)?;
+                }
             }
-        }
-        claim_anchor(nft, tx, BRIDGE, (&SPOOF_PORTS, port.clone()))?;
-        tx.add(BRIDGE, &SPOOF_ALLOW, vec![allow.clone()]);
-        Ok(())
+            claim_anchor(nft, tx, BRIDGE, (&SPOOF_PORTS, port.clone()))?;
+            tx.add(BRIDGE, &SPOOF_ALLOW, vec![allow.clone()]);
+            Ok(())
+        })
     })
 }
 
@@ -126,10 +124,7 @@ fn planned(owner: &str, host_ifname: &str, mac: [u8; 6]) -> [Element; 2] {
     [port, allow]
 }
 
-fn keys_of(elems: &[Element]) -> index::Keys {
-    let [port, allow] = elems else {
-        return Vec::new();
-    };
+fn keys_of(port: &Element, allow: &Element) -> index::Keys {
     vec![
         (&SPOOF_PORTS, port.key.clone()),
         (&SPOOF_ALLOW, allow.key.clone()),

@@ -89,14 +89,15 @@ fn add_here(
         .into_iter()
         .map(|(map, elem, _)| (map, elem.key))
         .collect();
-    index::record(&schema::MASQ, &owner, &keys)?;
-    transact(sockets, |nft, tx| {
-        schema::ensure(nft, tx, &schema::MASQ)?;
-        for (map, elem, chain) in planned(addrs, subnets, &owner) {
-            schema::ensure_chain(nft, tx, INET, chain)?;
-            claim_anchor(nft, tx, INET, (map, elem))?;
-        }
-        Ok(())
+    index::recording(&schema::MASQ, &owner, &keys, || {
+        transact(sockets, |nft, tx| {
+            schema::ensure(nft, tx, &schema::MASQ)?;
+            for (map, elem, chain) in planned(addrs, subnets, &owner) {
+                schema::ensure_chain(nft, tx, INET, chain)?;
+                claim_anchor(nft, tx, INET, (map, elem))?;
+            }
+            Ok(())
+        })
     })
 }
 

@@ -126,21 +126,22 @@ impl Op {
 
 fn add_here(sockets: &Sockets, spec: &Spec) -> Result<()> {
     let owner = spec.att.tag();
-    index::record(&schema::PORTMAP, &owner, &keys_of(spec, &owner))?;
-    transact(sockets, |nft, tx| {
-        schema::ensure(nft, tx, &schema::PORTMAP)?;
-        for d in dnat_elements(&spec.container, &spec.mappings, &owner) {
-            claim_exclusive(nft, tx, INET, d.set, d.elem, &d.what)?;
-        }
-        for addr in &spec.container {
-            if let Some((map, elem)) = masq_element(*addr, spec.masq, &owner) {
-                if let Some(hairpin) = hairpin_of(*addr, spec.masq) {
-                    schema::ensure_chain(nft, tx, INET, hairpin)?;
-                }
-                claim_anchor(nft, tx, INET, (map, elem))?;
+    index::recording(&schema::PORTMAP, &owner, &keys_of(spec, &owner), || {
+        transact(sockets, |nft, tx| {
+            schema::ensure(nft, tx, &schema::PORTMAP)?;
+            for d in dnat_elements(&spec.container, &spec.mappings, &owner) {
+                claim_exclusive(nft, tx, INET, d.set, d.elem, &d.what)?;
             }
-        }
-        Ok(())
+            for addr in &spec.container {
+                if let Some((map, elem)) = masq_element(*addr, spec.masq, &owner) {
+                    if let Some(hairpin) = hairpin_of(*addr, spec.masq) {
+                        schema::ensure_chain(nft, tx, INET, hairpin)?;
+                    }
+                    claim_anchor(nft, tx, INET, (map, elem))?;
+                }
+            }
+            Ok(())
+        })
     })
 }
 
