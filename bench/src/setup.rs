@@ -319,8 +319,8 @@ impl Floor {
     }
 
     /// What the bridge plugin does to the kernel, minus IPAM and exec: veth
-    /// with the peer made in the pod, enslaved with hairpin, up; in the pod
-    /// the address, eth0 up and the default route.
+    /// with the peer made in the pod, enslaved with hairpin and without IPv6,
+    /// up; in the pod the address, eth0 up (without IPv6) and the default route.
     fn add(&self, host_name: &str, address: IpNet, netns: &str) -> Result<(), String> {
         let e = |e: cnikit::netlink::Error| e.to_string();
         let pod = NetNs::open(netns).map_err(e)?;
@@ -334,7 +334,11 @@ impl Floor {
                 peer_mac: None,
             })
             .map_err(e)?;
-        host.set_master(pair.host_index, self.bridge_index)
+        // As the bridge plugin does, no IPv6 on an IPv4-only pod's link: a
+        // link-local address would send DAD, router solicitations and MLD
+        // that the bridge floods to every other port, which would make the
+        // floor's cost grow with the pods on the bridge.
+        host.enslave_port(pair.host_index, self.bridge_index, "cnikit-bench floor")
             .map_err(e)?;
         let port = BridgePort {
             hairpin: true,
@@ -344,6 +348,7 @@ impl Floor {
         host.set_up(pair.host_index).map_err(e)?;
         let mut cont = Netlink::open_in(&pod).map_err(e)?;
         cont.add_address(pair.peer_index, address).map_err(e)?;
+        cont.no_link_local(pair.peer_index).map_err(e)?;
         cont.set_up(pair.peer_index).map_err(e)?;
         let mut default = Route::new(
             IpNet::new(IpAddr::V4(Ipv4Addr::UNSPECIFIED), 0).map_err(|x| x.to_string())?,
