@@ -2,9 +2,11 @@
 //! a symlink named `bridge` runs the bridge plugin, and so on. Called as
 //! `cnikit`, the first argument picks a plugin or an admin subcommand.
 
+use cnikit::cni::Builtins;
 use cnikit::{admin, cni, plugins};
 use std::ffi::OsStr;
 use std::path::Path;
+use std::sync::Arc;
 
 fn main() {
     let args: Vec<std::ffi::OsString> = std::env::args_os().collect();
@@ -26,18 +28,22 @@ fn main() {
     }
     // The plugin path comes first and touches nothing else: no clap, no allocation
     // of admin state, because it runs once per pod.
-    if let Some(plugin) = plugins::by_name(argv0) {
-        std::process::exit(run_plugin(argv0, plugin));
+    if let Some(code) = run_plugin(argv0) {
+        std::process::exit(code);
     }
     if let [_, name] = args.as_slice() {
-        if let Some(plugin) = name.to_str().and_then(plugins::by_name) {
-            std::process::exit(run_plugin(name.to_str().unwrap_or(argv0), plugin));
+        if let Some(code) = name.to_str().and_then(run_plugin) {
+            std::process::exit(code);
         }
     }
     std::process::exit(admin::main(args));
 }
 
-fn run_plugin(name: &str, plugin: &'static dyn cni::Plugin) -> i32 {
+/// Runs the plugin called `name` for this process's CNI call and returns the
+/// exit code; None when no plugin has that name.
+fn run_plugin(name: &str) -> Option<i32> {
+    let plugins = Arc::new(plugins::Registry::default());
+    let plugin = plugins.by_name(name)?;
     if std::env::var_os("CNI_COMMAND").is_none() {
         // What the reference plugins print when run by hand.
         println!("CNI {name} plugin (cnikit {})", env!("CARGO_PKG_VERSION"));
@@ -45,7 +51,8 @@ fn run_plugin(name: &str, plugin: &'static dyn cni::Plugin) -> i32 {
             "CNI protocol versions supported: {}",
             cni::Version::all_joined()
         );
-        return 0;
+        return Some(0);
     }
-    cni::runner::main(name, plugin, cni::Context::new(plugins::by_name))
+    let ctx = cni::Context::new(plugins.clone());
+    Some(cni::runner::main(name, plugin, ctx))
 }

@@ -37,8 +37,8 @@ pub fn delegate(
 
 /// In-process only when CNI_PATH resolves to this executable, so a user who
 /// points `ipamd` at another binary gets that binary.
-fn builtin_for(req: &Request, plugin_type: &str, path: &Path) -> Option<&'static dyn Plugin> {
-    let plugin = (req.ctx.builtins)(plugin_type)?;
+fn builtin_for<'r>(req: &'r Request, plugin_type: &str, path: &Path) -> Option<&'r dyn Plugin> {
+    let plugin = req.ctx.builtins.by_name(plugin_type)?;
     let me = std::env::current_exe().ok()?.canonicalize().ok()?;
     (path.canonicalize().ok()? == me).then_some(plugin)
 }

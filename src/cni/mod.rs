@@ -17,5 +17,5 @@ pub use env::Command;
 pub use error::{Code, Error};
 pub use ipamd::attachment::Attachment;
 pub use result::{CniResult, Dns, Interface, IpConfig, Route};
-pub use runner::{BuiltinLookup, Context, Plugin, Request};
+pub use runner::{Builtins, Context, Plugin, Request};
 pub use version::Version;

@@ -11,9 +11,14 @@ use super::version::Version;
 use std::fmt;
 use std::io::{Read, Write};
 use std::path::PathBuf;
+use std::sync::Arc;
 
-/// Looks up a built-in plugin by type name.
-pub type BuiltinLookup = fn(&str) -> Option<&'static dyn Plugin>;
+/// The plugins built into this binary, as the process running the call made
+/// them.
+pub trait Builtins: Send + Sync {
+    /// The plugin of type `name`, if it is one of them.
+    fn by_name(&self, name: &str) -> Option<&dyn Plugin>;
+}
 
 /// What a plugin call gets besides its input: where delegates are found and
 /// where the daemon listens.
@@ -21,17 +26,29 @@ pub type BuiltinLookup = fn(&str) -> Option<&'static dyn Plugin>;
 pub struct Context {
     /// Built-in plugins by type name, run in-process when CNI_PATH resolves
     /// a delegate to this very binary.
-    pub builtins: BuiltinLookup,
+    pub builtins: Arc<dyn Builtins>,
     /// The ipamd daemon's socket when the configuration names none.
     pub daemon_socket: PathBuf,
 }
 
 impl Context {
-    pub fn new(builtins: BuiltinLookup) -> Context {
+    pub fn new(builtins: Arc<dyn Builtins>) -> Context {
         Context {
             builtins,
             daemon_socket: ipamd::config::DEFAULT_SOCKET.into(),
         }
+    }
+
+    /// A context where no delegate runs in-process (unit tests).
+    #[cfg(test)]
+    pub fn without_builtins() -> Context {
+        struct NoBuiltins;
+        impl Builtins for NoBuiltins {
+            fn by_name(&self, _: &str) -> Option<&dyn Plugin> {
+                None
+            }
+        }
+        Context::new(Arc::new(NoBuiltins))
     }
 }
 
@@ -366,7 +383,7 @@ mod tests {
             },
             conf: NetConf::parse(br#"{"cniVersion":"1.0.0","name":"n"}"#.to_vec()).expect("config"),
             args: CniArgs::for_call(cni_args, false, command).expect("lenient"),
-            ctx: Context::new(|_| None),
+            ctx: Context::without_builtins(),
         }
     }
 

@@ -56,6 +56,6 @@ pub fn test_request(command: crate::cni::Command, conf: serde_json::Value) -> Re
         },
         conf: NetConf::parse(conf.to_string().into_bytes()).expect("test config"),
         args: CniArgs::default(),
-        ctx: Context::new(|_| None),
+        ctx: Context::without_builtins(),
     }
 }

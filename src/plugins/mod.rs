@@ -3,7 +3,7 @@
 //! change what an interface plugin made. Each plugin is one module reading
 //! ADD / CHECK / DEL / STATUS / GC; the steps several of them take are the
 //! modules beside the groups, named for what they do. A new plugin is its
-//! module and a line in [`by_name`] (and its name in [`NAMES`]).
+//! module and a line in [`Registry::by_name`] (and its name in [`NAMES`]).
 
 pub mod interface;
 pub mod ipam;
@@ -17,9 +17,9 @@ mod masquerade;
 mod pod_interface;
 mod pod_netns;
 
-use crate::cni::Plugin;
+use crate::cni::{Builtins, Plugin};
 use firewall_backend::FirewallBackend;
-use interface::{bridge, dummy, ipvlan, loopback, macvlan};
+use interface::{bridge, dummy, ipvlan, loopback, macvlan, ptp};
 use ipam::{host_local, static_ipam};
 use meta::{bandwidth, firewall, portmap, tuning};
 /// Names a symlink (argv[0]) or `cnikit <name>` may use.
@@ -45,37 +45,74 @@ pub const NAMES: &[&str] = &[
     "dhcp",
 ];
 
-static BRIDGE: bridge::Bridge = bridge::Bridge {
-    firewall: FirewallBackend::DAEMON_OR_HERE,
-};
-static PORTMAP: portmap::Portmap = portmap::Portmap {
-    firewall: FirewallBackend::DAEMON_OR_HERE,
-};
-static FIREWALL: firewall::FirewallPlugin = firewall::FirewallPlugin {
-    firewall: FirewallBackend::DAEMON_OR_HERE,
-};
+/// The plugins of one plugin process, made by it.
+pub struct Registry {
+    bridge: bridge::Bridge,
+    portmap: portmap::Portmap,
+    firewall: firewall::FirewallPlugin,
+    ptp: ptp::Ptp,
+}
 
-pub fn by_name(name: &str) -> Option<&'static dyn Plugin> {
-    Some(match name {
-        "bridge" => &BRIDGE,
-        "macvlan" => &macvlan::Macvlan,
-        "ipvlan" => &ipvlan::Ipvlan,
-        "portmap" => &PORTMAP,
-        "ipamd" => &ipam::Ipamd::PLUGIN,
-        "loopback" => &loopback::Loopback,
-        "bandwidth" => &bandwidth::Bandwidth,
-        "host-local" => &host_local::HostLocal::PLUGIN,
-        "tuning" => &tuning::Tuning,
-        "firewall" => &FIREWALL,
-        "static" => &static_ipam::Static,
-        "dummy" => &dummy::Dummy,
-        "host-device" => &interface::host_device::HostDevice,
-        "ptp" => &interface::ptp::Ptp::PLUGIN,
-        "sbr" => &meta::sbr::Sbr,
-        "tap" => &interface::tap::Tap,
-        "vlan" => &interface::vlan::Vlan,
-        "vrf" => &meta::vrf::Vrf,
-        "dhcp" => &ipam::dhcp::Dhcp,
-        _ => return None,
-    })
+impl Default for Registry {
+    fn default() -> Registry {
+        let firewall = || FirewallBackend::DAEMON_OR_HERE;
+        Registry {
+            bridge: bridge::Bridge {
+                firewall: firewall(),
+            },
+            portmap: portmap::Portmap {
+                firewall: firewall(),
+            },
+            firewall: firewall::FirewallPlugin {
+                firewall: firewall(),
+            },
+            ptp: ptp::Ptp {
+                firewall: firewall(),
+            },
+        }
+    }
+}
+
+impl Builtins for Registry {
+    fn by_name(&self, name: &str) -> Option<&dyn Plugin> {
+        Some(match name {
+            "bridge" => &self.bridge,
+            "macvlan" => &macvlan::Macvlan,
+            "ipvlan" => &ipvlan::Ipvlan,
+            "portmap" => &self.portmap,
+            "ipamd" => &ipam::Ipamd::PLUGIN,
+            "loopback" => &loopback::Loopback,
+            "bandwidth" => &bandwidth::Bandwidth,
+            "host-local" => &host_local::HostLocal::PLUGIN,
+            "tuning" => &tuning::Tuning,
+            "firewall" => &self.firewall,
+            "static" => &static_ipam::Static,
+            "dummy" => &dummy::Dummy,
+            "host-device" => &interface::host_device::HostDevice,
+            "ptp" => &self.ptp,
+            "sbr" => &meta::sbr::Sbr,
+            "tap" => &interface::tap::Tap,
+            "vlan" => &interface::vlan::Vlan,
+            "vrf" => &meta::vrf::Vrf,
+            "dhcp" => &ipam::dhcp::Dhcp,
+            _ => return None,
+        })
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// The binary runs as a plugin exactly the names it installs links for.
+    #[test]
+    fn every_name_is_a_plugin_and_no_other() {
+        let plugins = Registry::default();
+        for name in NAMES {
+            assert!(plugins.by_name(name).is_some(), "{name} is no plugin");
+        }
+        for other in ["cnikit", "ipam", "net", ""] {
+            assert!(plugins.by_name(other).is_none(), "{other:?} is a plugin");
+        }
+    }
 }

@@ -31,13 +31,6 @@ pub struct Ptp {
     pub firewall: FirewallBackend,
 }
 
-impl Ptp {
-    /// The registered plugin: ipMasq through the daemon when it serves, else here.
-    pub const PLUGIN: Ptp = Ptp {
-        firewall: FirewallBackend::DAEMON_OR_HERE,
-    };
-}
-
 #[derive(Debug, Default, Deserialize)]
 #[serde(rename_all = "camelCase")]
 struct Conf {
