@@ -3,6 +3,7 @@
 //! `cnikit`, the first argument picks a plugin or an admin subcommand.
 
 use cnikit::cni::Builtins;
+use cnikit::netlink::linger::DeferredClose;
 use cnikit::{admin, cni, plugins};
 use std::ffi::OsStr;
 use std::path::Path;
@@ -42,7 +43,10 @@ fn main() {
 /// Runs the plugin called `name` for this process's CNI call and returns the
 /// exit code; None when no plugin has that name.
 fn run_plugin(name: &str) -> Option<i32> {
-    let plugins = Arc::new(plugins::Registry::default());
+    // The call's netfilter sockets: closed after the reply by a child nobody
+    // waits for, so that their close does not hold up this process's exit.
+    let sockets_closed_after_reply = DeferredClose::new();
+    let plugins = Arc::new(plugins::Registry::new(&sockets_closed_after_reply));
     let plugin = plugins.by_name(name)?;
     if std::env::var_os("CNI_COMMAND").is_none() {
         // What the reference plugins print when run by hand.
@@ -54,5 +58,7 @@ fn run_plugin(name: &str) -> Option<i32> {
         return Some(0);
     }
     let ctx = cni::Context::new(plugins.clone());
-    Some(cni::runner::main(name, plugin, ctx))
+    Some(cni::runner::main(name, plugin, ctx, || {
+        sockets_closed_after_reply.hand_off()
+    }))
 }

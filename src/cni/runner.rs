@@ -155,11 +155,11 @@ pub trait Plugin: Sync {
 }
 
 /// Entry point for a plugin process (`name` is the plugin's name, for the
-/// log); returns the exit code.
-pub fn main(name: &str, plugin: &dyn Plugin, ctx: Context) -> i32 {
+/// log); returns the exit code. `after_reply` runs once the reply is written
+/// and flushed and the log finished: the caller's work that must not keep
+/// the runtime waiting for the reply.
+pub fn main(name: &str, plugin: &dyn Plugin, ctx: Context, after_reply: impl FnOnce()) -> i32 {
     install_panic_hook(None);
-    // Netfilter sockets are closed after the reply, by a child nobody waits for.
-    crate::netlink::linger::enable();
     let stdin = read_stdin();
     // Known only once stdin is read; nothing is written to stderr before.
     let log = stdin
@@ -187,7 +187,7 @@ pub fn main(name: &str, plugin: &dyn Plugin, ctx: Context) -> i32 {
     if let Some(log) = log {
         log.finish(failure.as_ref().map_or(Ok(()), Err));
     }
-    crate::netlink::linger::hand_off();
+    after_reply();
     code
 }
 

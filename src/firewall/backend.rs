@@ -49,10 +49,11 @@ pub struct ViaDaemon {
 }
 
 impl ViaDaemon {
-    pub fn new(socket: &Path) -> ViaDaemon {
+    /// What the daemon does not serve is done here, on `sockets`.
+    pub fn new(socket: &Path, sockets: Sockets) -> ViaDaemon {
         ViaDaemon {
             socket: socket.to_path_buf(),
-            here: InProcess::default(),
+            here: InProcess { sockets },
         }
     }
 }

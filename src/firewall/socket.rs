@@ -7,9 +7,10 @@
 //! Why: closing one makes the kernel take the nftables commit mutex and wait
 //! until whatever any recent batch deleted is freed (an RCU grace period,
 //! ≈10 ms here), which stalls every nftables user of the netns. A plugin
-//! process therefore never closes one itself: when its backend is dropped the
-//! sockets go to `netlink::linger`, which hands them to a detached child after
-//! the reply is printed (see there); the daemon never closes one.
+//! process therefore never closes one itself: its backend's sockets are made
+//! with the call's `netlink::linger::DeferredClose`, which they go to when
+//! dropped and which hands them to a detached child after the reply is
+//! printed (see there); the daemon never closes one.
 //!
 //! A call takes an idle socket of its namespace (or opens one) for itself
 //! and puts it back when done, so concurrent calls (the daemon's threads) do
@@ -17,7 +18,8 @@
 //! file (`store.rs`).
 
 use super::Result;
-use crate::netlink::{linger, NetNs, Netfilter, Socket};
+use crate::netlink::linger::DeferredClose;
+use crate::netlink::{NetNs, Netfilter, Socket};
 use std::sync::{Mutex, MutexGuard, PoisonError};
 
 pub(crate) use crate::netlink::Failure;
@@ -25,32 +27,47 @@ pub(crate) use crate::netlink::Failure;
 pub(crate) type Nfnl = Socket<Netfilter>;
 
 /// The netfilter sockets of one owner: idle ones with the id of the
-/// namespace they talk to.
+/// namespace they talk to. The default closes them when dropped.
 #[derive(Default)]
 pub struct Sockets {
     idle: Mutex<Vec<(u64, Nfnl)>>,
+    /// A plugin call's, which takes them when these are dropped instead.
+    close_after_reply: Option<DeferredClose>,
 }
 
 impl std::fmt::Debug for Sockets {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
         f.debug_struct("Sockets")
             .field("idle", &self.lock_idle().len())
+            .field("closed_after_reply", &self.close_after_reply.is_some())
             .finish()
     }
 }
 
-/// A plugin process's sockets outlive its reply (`netlink::linger`); elsewhere
+/// A plugin call's sockets outlive its reply (`netlink::linger`); elsewhere
 /// (the daemon at shutdown, admin commands) they close here.
 impl Drop for Sockets {
     fn drop(&mut self) {
         let idle = self.idle.get_mut().unwrap_or_else(PoisonError::into_inner);
         for (_, nl) in idle.drain(..) {
-            linger::close_later(nl.into_fd());
+            match &self.close_after_reply {
+                Some(deferred) => deferred.defer(nl.into_fd()),
+                None => drop(nl),
+            }
         }
     }
 }
 
 impl Sockets {
+    /// Sockets of a plugin call: when dropped they go to `deferred`, which
+    /// closes them after the call's reply is written.
+    pub fn closed_after_reply(deferred: DeferredClose) -> Sockets {
+        Sockets {
+            idle: Mutex::default(),
+            close_after_reply: Some(deferred),
+        }
+    }
+
     /// Runs `f` with a socket of the calling thread's network namespace that
     /// no one else uses meanwhile.
     pub(crate) fn with<T>(&self, f: impl FnOnce(&mut Nfnl) -> Result<T>) -> Result<T> {
@@ -72,5 +89,22 @@ impl Sockets {
 
     fn lock_idle(&self) -> MutexGuard<'_, Vec<(u64, Nfnl)>> {
         self.idle.lock().unwrap_or_else(PoisonError::into_inner)
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// Proves: a plugin call's sockets are not closed when dropped but go to
+    /// its `DeferredClose`, for the hand-off after the reply.
+    #[test]
+    fn a_plugin_calls_sockets_go_to_its_deferred_close_when_dropped() {
+        let deferred = DeferredClose::new();
+        let sockets = Sockets::closed_after_reply(deferred.clone());
+        sockets.with(|_| Ok(())).expect("a netfilter socket");
+        assert_eq!(deferred.deferred(), 0, "deferred while still in use");
+        drop(sockets);
+        assert_eq!(deferred.deferred(), 1);
     }
 }

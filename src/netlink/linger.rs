@@ -14,50 +14,77 @@
 //! exit, so under churn every plugin with firewall work paid one grace period,
 //! most of them one after the other on the commit mutex.
 //!
-//! How: [`enable`] (the plugin runner) makes [`close_later`] keep the sockets
-//! instead of closing them; after the reply is printed, [`hand_off`] forks a
-//! child that closes every other descriptor first (stdin, stdout and stderr
-//! are the runtime's pipes: it reads them to EOF), waits until this process
-//! has dropped its own references (a pipe's EOF; else the last reference,
-//! and the wait, could still be ours), waits out one grace period of its own
+//! How: the process that runs a plugin call makes one [`DeferredClose`] and
+//! gives it to the firewall's sockets of that call (through the plugin
+//! registry), which hand it their descriptors instead of closing them. After
+//! the reply is printed, [`DeferredClose::hand_off`] forks a child that
+//! closes every other descriptor first (stdin, stdout and stderr are the
+//! runtime's pipes: it reads them to EOF), waits until this process has
+//! dropped its own references (a pipe's EOF; else the last reference, and the
+//! wait, could still be ours), waits out one grace period of its own
 //! (`membarrier`, without the commit mutex: the release then more often finds
 //! the destroy work done and holds the mutex, which every nftables writer and
 //! the RTNL of a link deletion may be waiting for, only briefly), closes the
-//! sockets and exits. Nobody waits for it: the plugin exits at once, and
-//! the orphan is reaped by init or the runtime's subreaper, as every orphan
-//! of a runtime's child is. When the fork fails the sockets are closed here,
-//! as before.
+//! sockets and exits. Nobody waits for it: the plugin exits at once, and the
+//! orphan is reaped by init or the runtime's subreaper, as every orphan of a
+//! runtime's child is. When the fork fails the sockets are closed here, as
+//! before. A value, not a process-wide switch: the daemon and the admin
+//! commands make none, so their sockets close when dropped.
 
 use std::os::fd::{AsRawFd, FromRawFd, OwnedFd, RawFd};
-use std::sync::atomic::{AtomicBool, Ordering};
-use std::sync::{Mutex, PoisonError};
-
-static ENABLED: AtomicBool = AtomicBool::new(false);
-static KEPT: Mutex<Vec<OwnedFd>> = Mutex::new(Vec::new());
+use std::sync::{Arc, Mutex, MutexGuard, PoisonError};
 
 /// `MEMBARRIER_CMD_GLOBAL`: returns after an RCU grace period (`synchronize_rcu`).
 const MEMBARRIER_CMD_GLOBAL: libc::c_int = 1;
 
-/// From now on [`close_later`] keeps what it is given until [`hand_off`]. Only
-/// for a process that calls `hand_off` before it exits (the plugin runner).
-pub fn enable() {
-    ENABLED.store(true, Ordering::Relaxed);
+/// Descriptors whose close waits until the plugin call's reply is out (see
+/// the module comment). Clones share what is kept: the runner of the call
+/// holds one to hand off, the sockets it was given to hold the others.
+#[derive(Clone, Default)]
+pub struct DeferredClose {
+    kept: Arc<Mutex<Vec<OwnedFd>>>,
 }
 
-/// Closes `fd` now, or at [`hand_off`] in a detached child once [`enable`]d.
-pub(crate) fn close_later(fd: OwnedFd) {
-    if ENABLED.load(Ordering::Relaxed) {
-        KEPT.lock().unwrap_or_else(PoisonError::into_inner).push(fd);
-    } else {
-        drop(fd);
+impl std::fmt::Debug for DeferredClose {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("DeferredClose")
+            .field("kept", &self.lock_kept().len())
+            .finish()
     }
 }
 
-/// Hands what [`close_later`] kept to a detached child that closes it; the
-/// last thing a plugin process does before it exits.
-pub fn hand_off() {
-    let kept = std::mem::take(&mut *KEPT.lock().unwrap_or_else(PoisonError::into_inner));
-    drop(fork_closer(kept));
+impl DeferredClose {
+    /// Nothing kept yet. For a process that calls [`hand_off`](Self::hand_off)
+    /// before it exits (the runner of a plugin call): what is deferred stays
+    /// open until then.
+    pub fn new() -> DeferredClose {
+        DeferredClose::default()
+    }
+
+    /// Keeps `fd` open until [`hand_off`](Self::hand_off), whose child closes it.
+    pub(crate) fn defer(&self, fd: OwnedFd) {
+        self.lock_kept().push(fd);
+    }
+
+    /// Hands what was kept to a detached child that closes it; the last thing
+    /// a plugin process does before it exits, after its reply is written.
+    pub fn hand_off(self) {
+        drop(fork_closer(self.take_kept()));
+    }
+
+    /// How many descriptors wait for the hand-off.
+    #[cfg(test)]
+    pub(crate) fn deferred(&self) -> usize {
+        self.lock_kept().len()
+    }
+
+    fn take_kept(&self) -> Vec<OwnedFd> {
+        std::mem::take(&mut *self.lock_kept())
+    }
+
+    fn lock_kept(&self) -> MutexGuard<'_, Vec<OwnedFd>> {
+        self.kept.lock().unwrap_or_else(PoisonError::into_inner)
+    }
 }
 
 /// A child process holding descriptors handed to it; it closes them, and exits,
@@ -234,6 +261,32 @@ mod tests {
         assert_eq!(unsafe { libc::waitpid(reap.0, &mut status, 0) }, reap.0);
         std::mem::forget(reap);
         assert!(libc::WIFEXITED(status) && libc::WEXITSTATUS(status) == 0);
+    }
+
+    /// Proves: a descriptor given to a clone (as the firewall's sockets hold
+    /// one) stays open until the hand-off, whose child closes it.
+    #[test]
+    fn a_deferred_descriptor_stays_open_until_the_hand_off_closes_it() {
+        let (mut deferred_r, deferred_w) = pipe();
+        let deferred = DeferredClose::new();
+        deferred.clone().defer(deferred_w);
+        assert!(
+            !eof(&mut deferred_r, 0),
+            "the deferred descriptor was closed before its hand-off"
+        );
+        // What hand_off does, with the child's pid kept to reap it.
+        let closer = fork_closer(deferred.take_kept()).expect("a child");
+        let reap = Reap(closer.pid);
+        drop(closer);
+        assert!(
+            eof(&mut deferred_r, 10_000),
+            "the deferred descriptor was never closed"
+        );
+        let mut status = 0;
+        // SAFETY: our own child.
+        assert_eq!(unsafe { libc::waitpid(reap.0, &mut status, 0) }, reap.0);
+        std::mem::forget(reap);
+        assert!(deferred.take_kept().is_empty(), "handed off twice");
     }
 
     #[test]

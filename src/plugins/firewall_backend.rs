@@ -3,31 +3,48 @@
 //! asks it for a backend once per call.
 
 use crate::cni::Request;
-use crate::firewall::{Firewall, ViaDaemon};
+use crate::firewall::{Firewall, Sockets, ViaDaemon};
+use crate::netlink::linger::DeferredClose;
 use std::path::Path;
 use std::sync::Arc;
 
 #[derive(Debug)]
-pub struct FirewallBackend(Option<Arc<dyn Firewall>>);
+pub struct FirewallBackend(Choice);
+
+#[derive(Debug)]
+enum Choice {
+    /// The daemon when it serves the request, this process otherwise, on
+    /// sockets that go to this `DeferredClose` when the call is done.
+    DaemonOrHere(DeferredClose),
+    /// Always this one.
+    #[cfg(test)]
+    Fixed(Arc<dyn Firewall>),
+}
 
 impl FirewallBackend {
     /// The daemon at the configured socket when it serves the request, this
-    /// process otherwise.
-    pub const DAEMON_OR_HERE: FirewallBackend = FirewallBackend(None);
+    /// process otherwise. The netfilter sockets this process opens then go to
+    /// `sockets_closed_after_reply`, as their close can hold up the plugin's
+    /// exit (`netlink::linger` says why).
+    pub fn daemon_or_here(sockets_closed_after_reply: DeferredClose) -> FirewallBackend {
+        FirewallBackend(Choice::DaemonOrHere(sockets_closed_after_reply))
+    }
 
     /// Always `firewall` (unit tests record the requests instead).
     #[cfg(test)]
     pub fn fixed(firewall: Arc<dyn Firewall>) -> FirewallBackend {
-        FirewallBackend(Some(firewall))
+        FirewallBackend(Choice::Fixed(firewall))
     }
 
     /// The backend of one call. Kept for the whole call: it holds the netfilter
     /// sockets it opened.
     pub fn for_call(&self, req: &Request, conf: &impl FirewallConf) -> Arc<dyn Firewall> {
         match &self.0 {
-            Some(fixed) => Arc::clone(fixed),
-            None => Arc::new(ViaDaemon::new(
+            #[cfg(test)]
+            Choice::Fixed(fixed) => Arc::clone(fixed),
+            Choice::DaemonOrHere(deferred) => Arc::new(ViaDaemon::new(
                 conf.daemon_socket().unwrap_or(&req.ctx.daemon_socket),
+                Sockets::closed_after_reply(deferred.clone()),
             )),
         }
     }

@@ -18,6 +18,7 @@ mod pod_interface;
 mod pod_netns;
 
 use crate::cni::{Builtins, Plugin};
+use crate::netlink::linger::DeferredClose;
 use firewall_backend::FirewallBackend;
 use interface::{bridge, dummy, ipvlan, loopback, macvlan, ptp};
 use ipam::{host_local, static_ipam};
@@ -45,7 +46,9 @@ pub const NAMES: &[&str] = &[
     "dhcp",
 ];
 
-/// The plugins of one plugin process, made by it.
+/// The plugins of one plugin process. Those with firewall work hold its
+/// firewall backend: the daemon when it serves, else this process, on
+/// netfilter sockets closed only after the reply (`netlink::linger`).
 pub struct Registry {
     bridge: bridge::Bridge,
     portmap: portmap::Portmap,
@@ -53,9 +56,11 @@ pub struct Registry {
     ptp: ptp::Ptp,
 }
 
-impl Default for Registry {
-    fn default() -> Registry {
-        let firewall = || FirewallBackend::DAEMON_OR_HERE;
+impl Registry {
+    /// The plugins for a call whose runner hands `sockets_closed_after_reply`
+    /// off once the reply is written.
+    pub fn new(sockets_closed_after_reply: &DeferredClose) -> Registry {
+        let firewall = || FirewallBackend::daemon_or_here(sockets_closed_after_reply.clone());
         Registry {
             bridge: bridge::Bridge {
                 firewall: firewall(),
@@ -107,7 +112,7 @@ mod tests {
     /// The binary runs as a plugin exactly the names it installs links for.
     #[test]
     fn every_name_is_a_plugin_and_no_other() {
-        let plugins = Registry::default();
+        let plugins = Registry::new(&DeferredClose::new());
         for name in NAMES {
             assert!(plugins.by_name(name).is_some(), "{name} is no plugin");
         }
