@@ -1,4 +1,5 @@
 //! Interface addresses (RTM_NEWADDR / RTM_DELADDR / RTM_GETADDR).
+use super::frame::Reply;
 use super::{Netlink, Result};
 use ipnet::IpNet;
 use netlink_packet_core::{NlasIterator, Parseable, NLM_F_CREATE, NLM_F_DUMP, NLM_F_EXCL};
@@ -117,14 +118,9 @@ impl Netlink {
     /// The permanent (not kernel-managed) IPv4 and IPv6 addresses of link
     /// `index`, including the IPv6 link-local one once the link is up.
     pub fn addresses(&mut self, index: u32) -> Result<Vec<IpNet>> {
-        let msg = RouteNetlinkMessage::GetAddress(AddressMessage::default());
-        let replies = self.request(msg, NLM_F_DUMP).map_err(|f| {
-            let link = self.describe(index);
-            f.context(&format!("list addresses of {link}"))
-        })?;
+        let replies = self.link_addresses(AddressFamily::Unspec, index)?;
         Ok(replies
             .iter()
-            .filter(|r| r.kind == RTM_NEWADDR)
             .filter_map(|r| decode_address(&r.payload, index))
             .collect())
     }
@@ -132,17 +128,31 @@ impl Netlink {
     /// Whether link `index` has an address still tentative (IPv6): the
     /// kernel refuses it as a route's preferred source until it is not.
     pub fn has_tentative_address(&mut self, index: u32) -> Result<bool> {
+        let replies = self.link_addresses(AddressFamily::Inet6, index)?;
+        Ok(replies.iter().any(|r| is_tentative(&r.payload, index)))
+    }
+
+    /// The RTM_NEWADDR answers of a dump of link `index`'s addresses in
+    /// `family` (Unspec: all). With strict checking the kernel reads only
+    /// that link's addresses, not every link's under the RTNL; without it
+    /// (older kernels) it sends every link's, so the decoders check the
+    /// index too. A missing link is no addresses, as the whole dump said.
+    fn link_addresses(&mut self, family: AddressFamily, index: u32) -> Result<Vec<Reply>> {
         let mut msg = AddressMessage::default();
-        msg.header.family = AddressFamily::Inet6;
-        let replies = self
-            .request(RouteNetlinkMessage::GetAddress(msg), NLM_F_DUMP)
-            .map_err(|f| {
+        msg.header.family = family;
+        msg.header.index = index;
+        match self.request(RouteNetlinkMessage::GetAddress(msg), NLM_F_DUMP) {
+            Ok(replies) => Ok(replies
+                .into_iter()
+                .filter(|r| r.kind == RTM_NEWADDR)
+                .collect()),
+            // What a strict dump for a link that does not exist answers.
+            Err(f) if f.errno() == Some(libc::ENODEV) => Ok(Vec::new()),
+            Err(f) => {
                 let link = self.describe(index);
-                f.context(&format!("list addresses of {link}"))
-            })?;
-        Ok(replies
-            .iter()
-            .any(|r| r.kind == RTM_NEWADDR && is_tentative(&r.payload, index)))
+                Err(f.context(&format!("list addresses of {link}")))
+            }
+        }
     }
 
     /// Adds `addr` (e.g. 10.22.0.5/16) to link `index`; already present is Ok.
@@ -165,5 +175,48 @@ impl Netlink {
             let link = self.describe(index);
             f.context(&format!("delete address {addr} from {link}"))
         })
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::super::tests::{host_and_pod, veth};
+    use super::*;
+
+    /// Two links with addresses: asking for one answers its addresses only, and
+    /// the kernel itself left the other link's out (strict checking took the
+    /// index), so the work does not grow with the links of the netns. A link
+    /// that does not exist has no addresses, as before.
+    #[test]
+    fn addresses_of_one_link_only() {
+        let Some((host, cont)) = host_and_pod("addresses_of_one_link_only", "al") else {
+            return;
+        };
+        let mut nl = host.netlink();
+        let a = nl.create_veth(veth("ala", "ala0", &cont.ns)).expect("veth");
+        let b = nl.create_veth(veth("alb", "alb0", &cont.ns)).expect("veth");
+        let net = |s: &str| s.parse::<IpNet>().expect("net");
+        let (a4, a6, b4) = (net("10.41.0.1/24"), net("fd41::1/64"), net("10.42.0.1/24"));
+        for (index, addr) in [(a.host_index, a4), (a.host_index, a6), (b.host_index, b4)] {
+            nl.add_address(index, addr).expect("add address");
+        }
+
+        let mut of_a = nl.addresses(a.host_index).expect("addresses of a");
+        of_a.sort();
+        assert_eq!(of_a, [a4, a6]);
+        assert_eq!(nl.addresses(b.host_index).expect("addresses of b"), [b4]);
+
+        let raw = nl
+            .link_addresses(AddressFamily::Unspec, b.host_index)
+            .expect("dump of b");
+        let indexes: Vec<u32> = raw
+            .iter()
+            .map(|r| AddressHeader::parse(&r.payload).expect("header").index)
+            .collect();
+        assert_eq!(indexes, [b.host_index], "the kernel filtered by link");
+
+        let missing = 999_999;
+        assert_eq!(nl.addresses(missing).expect("missing link"), []);
+        assert!(!nl.has_tentative_address(missing).expect("missing link"));
     }
 }

@@ -31,6 +31,10 @@ pub trait Family {
     /// Names the socket in errors: "open rtnetlink socket".
     const NAME: &'static str;
     type Message: NetlinkSerializable;
+    /// Whether the family's sockets ask for NETLINK_GET_STRICT_CHK: the
+    /// kernel then honours the filters in a dump request's header (and
+    /// refuses a request with fields or attributes it cannot filter on).
+    const STRICT_CHECK: bool = false;
 }
 
 /// NETLINK_ROUTE: links, addresses, routes, bridge ports.
@@ -40,6 +44,14 @@ impl Family for Rtnetlink {
     const PROTOCOL: isize = NETLINK_ROUTE;
     const NAME: &'static str = "rtnetlink";
     type Message = RouteNetlinkMessage;
+    /// So that a dump of one link's addresses (`ifa_index`) makes the kernel
+    /// walk that link only, not every link of the netns. Every request this
+    /// crate sends is valid under strict checking: dumps of links, routes,
+    /// rules and addresses send all-zero headers without attributes (but for
+    /// that index and a family), gets name only what the kernel looks up by
+    /// (an index, IFLA_IFNAME, RTA_DST), and tc does not check. The kernel
+    /// tests (`tests.rs`, the modules' own) send each of them.
+    const STRICT_CHECK: bool = true;
 }
 
 /// A blocking netlink socket bound to the network namespace it was created
@@ -67,6 +79,11 @@ impl<F: Family> Socket<F> {
         // replies from echoing our whole request back.
         let _ = socket.set_ext_ack(true);
         let _ = socket.set_cap_ack(true);
+        // Best effort too (Linux 4.20+): without it the kernel ignores a
+        // dump's filters: whoever filters a dump checks its answers too.
+        if F::STRICT_CHECK {
+            let _ = socket.set_netlink_get_strict_chk(true);
+        }
         set_recv_timeout(&socket);
         Ok(Socket {
             socket,
