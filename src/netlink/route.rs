@@ -1,5 +1,5 @@
 //! Routes of the main table (RTM_NEWROUTE / RTM_DELROUTE / RTM_GETROUTE).
-use super::{Link, Netlink, Result};
+use super::{Failure, Link, Netlink, Result};
 use ipnet::IpNet;
 use netlink_packet_core::{
     NlasIterator, ParseableParametrized, NLM_F_APPEND, NLM_F_CREATE, NLM_F_DUMP,
@@ -188,6 +188,15 @@ pub(super) fn unspecified(family: AddressFamily, prefix: u8) -> Option<IpNet> {
     IpNet::new(ip, prefix).ok()
 }
 
+/// Whether a route lookup failed because of the routes, not of the request.
+fn is_no_route(f: &Failure) -> bool {
+    match f.errno() {
+        Some(libc::ENETUNREACH | libc::EHOSTUNREACH | libc::EACCES) => true,
+        Some(libc::EINVAL) => f.extack().is_none(),
+        _ => false,
+    }
+}
+
 fn to_ip(addr: &RouteAddress) -> Option<IpAddr> {
     match addr {
         RouteAddress::Inet(ip) => Some(IpAddr::V4(*ip)),
@@ -201,6 +210,33 @@ impl Netlink {
     pub fn routes(&mut self) -> Result<Vec<Route>> {
         let main = |payload: &[u8]| Route::decode(payload).filter(|r| r.table.is_none());
         self.dump_routes("list routes", main)
+    }
+
+    /// The route the kernel would send a packet to `dst` by (`ip route get`):
+    /// one lookup through the policy rules and tables, whatever the number
+    /// of routes. None when there is no such route, or when what matches is
+    /// not a unicast route (unreachable, blackhole, prohibit, local ...).
+    pub fn route_to(&mut self, dst: IpAddr) -> Result<Option<Route>> {
+        let mut msg = RouteMessage::default();
+        msg.header.address_family = match dst {
+            IpAddr::V4(_) => AddressFamily::Inet,
+            IpAddr::V6(_) => AddressFamily::Inet6,
+        };
+        msg.header.destination_prefix_length = if dst.is_ipv4() { 32 } else { 128 };
+        msg.attributes
+            .push(RouteAttribute::Destination(RouteAddress::from(dst)));
+        match self.request(RouteNetlinkMessage::GetRoute(msg), 0) {
+            Ok(replies) => Ok(replies
+                .iter()
+                .filter(|r| r.kind == RTM_NEWROUTE)
+                .find_map(|r| Route::decode(&r.payload))),
+            // The lookup's own verdicts: no route (ENETUNREACH), or an
+            // unreachable (EHOSTUNREACH), prohibit (EACCES) or blackhole
+            // (EINVAL) route matched. A request the kernel refuses is EINVAL
+            // too, but with its reason attached.
+            Err(f) if is_no_route(&f) => Ok(None),
+            Err(f) => Err(f.context(&format!("look up the route to {dst}"))),
+        }
     }
 
     /// One dump of the routes of every table, each RTM_NEWROUTE `decode`d (None
@@ -270,6 +306,76 @@ impl Netlink {
         match oif {
             Some(index) => self.link_by_index(index),
             None => Ok(None),
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::super::tests::{host_and_pod, veth};
+    use super::*;
+
+    /// What portmap decided from a dump of the main table: the link of the
+    /// longest unicast route with one that covers `ip`.
+    fn dump_choice(nl: &mut Netlink, ip: IpAddr) -> Option<u32> {
+        let routes = nl.routes().expect("routes");
+        let covering = routes
+            .into_iter()
+            .filter(|r| r.dst.contains(&ip) && r.oif.is_some());
+        covering
+            .max_by_key(|r| r.dst.prefix_len())
+            .and_then(|r| r.oif)
+    }
+
+    /// The lookup names the link the dump named: a connected subnet's, a more
+    /// specific route's, the default route's, and none without a route. For a
+    /// local address (127.0.0.1, the host's own) it names none, being no
+    /// unicast route; the dump named the link of a covering route, which such
+    /// a packet never leaves by.
+    #[test]
+    fn route_lookup_decides_as_the_dump() {
+        let Some((host, cont)) = host_and_pod("route_lookup_decides_as_the_dump", "rl") else {
+            return;
+        };
+        let (mut nl, mut pod) = (host.netlink(), cont.netlink());
+        // Up, lo's 127.0.0.1 is local (a fresh netns has it down).
+        let lo = nl.link_by_name("lo").expect("read").expect("lo");
+        nl.set_up(lo.index).expect("lo up");
+        let a = nl.create_veth(veth("rla", "rla0", &cont.ns)).expect("veth");
+        let b = nl.create_veth(veth("rlb", "rlb0", &cont.ns)).expect("veth");
+        for pair in [&a, &b] {
+            nl.set_up(pair.host_index).expect("up");
+            pod.set_up(pair.peer_index).expect("up");
+        }
+        let net = |s: &str| s.parse::<IpNet>().expect("net");
+        nl.add_address(a.host_index, net("10.51.0.1/24"))
+            .expect("address");
+        nl.add_address(b.host_index, net("10.52.0.1/24"))
+            .expect("address");
+        let mut narrower = Route::new(net("10.51.0.128/25"));
+        narrower.oif = Some(b.host_index);
+        nl.add_route(&narrower).expect("route");
+
+        let ip = |s: &str| s.parse::<IpAddr>().expect("ip");
+        let link_of = |nl: &mut Netlink, s: &str| nl.route_to(ip(s)).expect("lookup")?.oif;
+        let cases = [
+            ("10.51.0.7", Some(a.host_index)),
+            ("10.51.0.200", Some(b.host_index)),
+            ("198.51.100.1", None),
+            ("127.0.0.1", None),
+        ];
+        for (addr, want) in cases {
+            assert_eq!(link_of(&mut nl, addr), want, "{addr}");
+            assert_eq!(dump_choice(&mut nl, ip(addr)), want, "dump for {addr}");
+        }
+
+        let mut default = Route::new(net("0.0.0.0/0"));
+        default.gateway = Some(ip("10.52.0.254"));
+        nl.add_route(&default).expect("default route");
+        assert_eq!(link_of(&mut nl, "198.51.100.1"), Some(b.host_index));
+        assert_eq!(dump_choice(&mut nl, ip("198.51.100.1")), Some(b.host_index));
+        for local in ["127.0.0.1", "10.51.0.1"] {
+            assert_eq!(link_of(&mut nl, local), None, "{local}");
         }
     }
 }

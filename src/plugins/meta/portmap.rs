@@ -325,18 +325,16 @@ fn container_addrs(prev: &CniResult, ifname: &str) -> Vec<IpNet> {
 
 /// Connections to 127.0.0.1:hostPort are DNATed out of the host interface
 /// that leads to the container, which the kernel only allows with
-/// route_localnet set on it (the reference plugin does the same).
+/// route_localnet set on it (the reference plugin does the same). That
+/// interface is the one of the kernel's route to the container, asked for
+/// by one lookup as the reference does (`ip route get`): no route dump,
+/// whose length grows with the node's pods.
 fn allow_localhost(container: &[IpNet]) -> Result<(), Error> {
     let Some(v4) = container.iter().map(IpNet::addr).find(IpAddr::is_ipv4) else {
         return Ok(());
     };
     let mut nl = Netlink::open()?;
-    let route = nl
-        .routes()?
-        .into_iter()
-        .filter(|r| r.dst.contains(&v4) && r.oif.is_some())
-        .max_by_key(|r| r.dst.prefix_len());
-    let Some(oif) = route.and_then(|r| r.oif) else {
+    let Some(oif) = nl.route_to(v4)?.and_then(|r| r.oif) else {
         return Ok(());
     };
     let Some(link) = nl.link_by_index(oif)? else {
