@@ -321,13 +321,18 @@ fn remove_qdiscs(host: &mut Netlink, veth: &Link, shaping: Shaping) -> Result<()
 /// attachment, or one without our alias (the reference's). Another
 /// attachment's — another interface of the same container, whose ifb has
 /// the same name — is not this one's to remove. Links of other kinds are
-/// never listed, so never removed.
+/// never listed, so never removed. One get by name: ADD and DEL do not read
+/// every link of the host, whose number grows with the node's pods.
 fn ifb_of(host: &mut Netlink, name: &str, att: &Attachment) -> Result<Option<(Ifb, bool)>, Error> {
     let ours = ifb_alias(att);
     Ok(host
-        .ifbs()?
-        .into_iter()
-        .find(|i| i.link.name == name)
+        .link_by_name(name)?
+        // The kernel finds a link by an alternative name too.
+        .filter(|l| l.name == name && l.is_kind("ifb"))
+        .map(|link| Ifb {
+            alias: link.alias.clone(),
+            link,
+        })
         .map(|i| {
             let may = i
                 .alias
