@@ -47,7 +47,8 @@ impl Netlink {
     /// ADDs race on the create: the loser gets EEXIST and simply re-reads the
     /// winner's bridge. An existing non-bridge link of that name is an
     /// `AlreadyExists` error. The bridge is set up (and promisc if asked);
-    /// an existing bridge's MTU and VLAN filtering are left as they are.
+    /// an existing bridge's MTU and VLAN filtering are left as they are. A
+    /// bridge made here has multicast snooping off (see `create_bridge`).
     pub fn ensure_bridge(&mut self, spec: BridgeSpec) -> Result<Link> {
         let gone = || {
             Error::new(
@@ -109,12 +110,20 @@ impl Netlink {
         if let Some(mtu) = spec.mtu {
             attrs.push(LinkAttribute::Mtu(mtu));
         }
-        let mut info = vec![LinkInfo::Kind(InfoKind::Bridge)];
+        // Multicast snooping off: with it on, every port that comes or goes
+        // makes the kernel re-arm two query timers on every other port (under
+        // the RTNL), so each attach would cost in proportion to the pods on
+        // the bridge. Without a multicast querier on the bridge, which a pod
+        // network does not have, snooping floods multicast to every port
+        // anyway. An existing bridge's setting is left as it is.
+        let mut data = vec![InfoBridge::MulticastSnooping(false)];
         if spec.vlan_filtering {
-            info.push(LinkInfo::Data(InfoData::Bridge(vec![
-                InfoBridge::VlanFiltering(true),
-            ])));
+            data.push(InfoBridge::VlanFiltering(true));
         }
+        let info = vec![
+            LinkInfo::Kind(InfoKind::Bridge),
+            LinkInfo::Data(InfoData::Bridge(data)),
+        ];
         attrs.push(LinkAttribute::LinkInfo(info));
         let mut msg = LinkMessage::default();
         msg.attributes = attrs;

@@ -32,6 +32,28 @@ fn promisc_mode_sets_bridge_promisc() {
     att.del();
 }
 
+/// Proves: a bridge the plugin creates has multicast snooping off (its
+/// per-port timers would make each attach cost in proportion to the ports);
+/// a bridge that exists keeps its setting.
+#[test]
+fn created_bridge_has_multicast_snooping_off() {
+    let env = TestEnv::new("created_bridge_has_multicast_snooping_off");
+    let snooping = |br: &str| {
+        link(None, br).expect("bridge")["linkinfo"]["info_data"]["mcast_snooping"].as_u64()
+    };
+    let (att, br, nets) = v4_attachment(&env, "ms", json!({}));
+    att.add();
+    assert_eq!(snooping(&br), Some(0));
+    assert_ping(&att.ns.name, &nets.v4_addr(1));
+    att.del();
+
+    let (att, br, _) = v4_attachment(&env, "mk", json!({}));
+    ip(&["link", "add", &br, "type", "bridge", "mcast_snooping", "1"]);
+    att.add();
+    assert_eq!(snooping(&br), Some(1));
+    att.del();
+}
+
 /// Proves: mtu is honoured on the container interface and the host veth
 /// (and traffic still flows).
 #[test]
