@@ -15,10 +15,11 @@ pub(super) fn gc_links(req: &Request) -> Result<(), Error> {
     link_owner::remove_stale(req, "veth", PLUGIN)
 }
 
-/// Enslave the host end `index` to `bridge`, naming `att` its owner and keeping
-/// IPv6 off it (a port needs no address of its own, and its link-local address's
-/// multicast would reach its pod: all in the enslave request); set port flags and
-/// VLANs, bring it up.
+/// Enslave the host end `index` to `bridge` and bring it up, naming `att` its
+/// owner and keeping IPv6 off it (a port needs no address of its own, and its
+/// link-local address's multicast would reach its pod: all in the enslave
+/// request); set port flags and VLANs. Its pod end is still down, so the port
+/// forwards nothing until all of that is in place.
 pub(super) fn attach_port(
     host: &mut Netlink,
     conf: &Conf,
@@ -27,7 +28,7 @@ pub(super) fn attach_port(
     index: u32,
     bridge: u32,
 ) -> Result<(), Error> {
-    host.enslave_port(index, bridge, &link_owner::alias(PLUGIN, att))?;
+    host.enslave_port_up(index, bridge, &link_owner::alias(PLUGIN, att))?;
     if conf.hairpin_mode || conf.port_isolation {
         host.set_bridge_port(
             index,
@@ -37,9 +38,7 @@ pub(super) fn attach_port(
             },
         )?;
     }
-    port_vlans(host, index, conf.vlan, trunk, conf.preserve_default_vlan)?;
-    host.set_up(index)?;
-    Ok(())
+    port_vlans(host, index, conf.vlan, trunk, conf.preserve_default_vlan)
 }
 
 /// A port's VLANs as the reference (v1.8.0 on) sets them: VLAN 1 goes unless
