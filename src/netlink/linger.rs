@@ -201,6 +201,17 @@ mod tests {
     /// Kills and reaps the child if the test fails before it exits by itself.
     struct Reap(libc::pid_t);
 
+    impl Reap {
+        /// Waits for the child's exit; its wait status.
+        fn exit_status(self) -> libc::c_int {
+            let mut status = 0;
+            // SAFETY: our own child, not reaped yet.
+            assert_eq!(unsafe { libc::waitpid(self.0, &mut status, 0) }, self.0);
+            std::mem::forget(self);
+            status
+        }
+    }
+
     impl Drop for Reap {
         fn drop(&mut self) {
             // SAFETY: our own child, not reaped yet.
@@ -256,10 +267,7 @@ mod tests {
             eof(&mut handed_r, 10_000),
             "the handed descriptor was never closed"
         );
-        let mut status = 0;
-        // SAFETY: our own child.
-        assert_eq!(unsafe { libc::waitpid(reap.0, &mut status, 0) }, reap.0);
-        std::mem::forget(reap);
+        let status = reap.exit_status();
         assert!(libc::WIFEXITED(status) && libc::WEXITSTATUS(status) == 0);
     }
 
@@ -282,10 +290,7 @@ mod tests {
             eof(&mut deferred_r, 10_000),
             "the deferred descriptor was never closed"
         );
-        let mut status = 0;
-        // SAFETY: our own child.
-        assert_eq!(unsafe { libc::waitpid(reap.0, &mut status, 0) }, reap.0);
-        std::mem::forget(reap);
+        reap.exit_status();
         assert!(deferred.take_kept().is_empty(), "handed off twice");
     }
 
