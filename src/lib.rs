@@ -16,6 +16,7 @@ pub mod admin;
 pub mod cni;
 pub mod dhcp;
 pub mod firewall;
+mod hex;
 pub mod netlink;
 pub mod plugins;
 pub mod runtime;

@@ -11,6 +11,7 @@
 use super::exchange::Ack;
 use super::options::ClientOptions;
 use super::{Error, ErrorKind, Result};
+use crate::hex::{hex, unhex};
 use ipamd::attachment::Attachment;
 use serde::{Deserialize, Serialize};
 use sha2::{Digest, Sha256};
@@ -211,20 +212,6 @@ fn unix_millis(t: SystemTime) -> u64 {
         .map_or(0, |d| u64::try_from(d.as_millis()).unwrap_or(u64::MAX))
 }
 
-fn hex(bytes: &[u8]) -> String {
-    bytes.iter().map(|b| format!("{b:02x}")).collect()
-}
-
-fn unhex(text: &str) -> Option<Vec<u8>> {
-    if !text.len().is_multiple_of(2) {
-        return None;
-    }
-    (0..text.len())
-        .step_by(2)
-        .map(|i| u8::from_str_radix(text.get(i..i + 2)?, 16).ok())
-        .collect()
-}
-
 fn corrupt(what: &str) -> Error {
     Error::new(ErrorKind::Io, format!("unreadable lease record: {what}"))
 }
@@ -240,13 +227,6 @@ fn store_error(e: ipamd::Error) -> Error {
 #[cfg(test)]
 mod tests {
     use super::*;
-
-    #[test]
-    fn hex_round_trip_and_garbage() {
-        assert_eq!(unhex(&hex(&[0, 1, 254, 255])), Some(vec![0, 1, 254, 255]));
-        assert_eq!(unhex("abc"), None);
-        assert_eq!(unhex("zz"), None);
-    }
 
     #[test]
     fn save_load_remove() {

@@ -18,6 +18,7 @@
 use super::schema::{SetDef, Skeleton};
 use super::store::{owner_of, Nft};
 use super::{Error, ErrorKind, Result};
+use crate::hex::{hex, unhex};
 use crate::safe_dir::{names_at, open_dir, read_at, unlink_at, write_at};
 use ipamd::attachment::fnv1a;
 use serde::{Deserialize, Serialize};
@@ -219,17 +220,6 @@ fn failed(what: &str, whose: &str, why: &str) -> Error {
         ErrorKind::Other,
         format!("cannot {what} the firewall record of {whose} under /run/cnikit/firewall: {why}"),
     )
-}
-
-fn hex(bytes: &[u8]) -> String {
-    bytes.iter().map(|b| format!("{b:02x}")).collect()
-}
-
-fn unhex(text: &str) -> Option<Vec<u8>> {
-    (0..text.len())
-        .step_by(2)
-        .map(|i| u8::from_str_radix(text.get(i..i + 2)?, 16).ok())
-        .collect()
 }
 
 #[cfg(test)]
