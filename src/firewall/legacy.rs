@@ -100,7 +100,7 @@ pub(crate) fn upgrade_masq(sockets: &Sockets) -> Result<()> {
         for ((addr, owner), nets) in via {
             let chain = masq_chain(addr.is_ipv4(), &nets);
             let name = chain.name.clone();
-            schema::ensure_chain(nft, tx, INET, chain)?;
+            schema::ensure_chain(nft, tx, INET, &chain)?;
             let map = if addr.is_ipv4() {
                 &MASQ4_VIA
             } else {
@@ -142,7 +142,7 @@ pub(crate) fn upgrade_portmap(sockets: &Sockets) -> Result<()> {
             } else if let Some(subnet) = srcs.iter().find(|s| !s.addr().is_loopback()) {
                 let chain = hairpin_chain(*subnet);
                 let name = chain.name.clone();
-                schema::ensure_chain(nft, tx, INET, chain)?;
+                schema::ensure_chain(nft, tx, INET, &chain)?;
                 name
             } else {
                 continue;

@@ -85,16 +85,17 @@ fn add_here(
     subnets: &[IpNet],
 ) -> Result<()> {
     let owner = att.tag();
-    let keys: Vec<_> = planned(addrs, subnets, &owner)
-        .into_iter()
-        .map(|(map, elem, _)| (map, elem.key))
+    let plan = planned(addrs, subnets, &owner);
+    let keys: Vec<_> = plan
+        .iter()
+        .map(|(map, elem, _)| (*map, elem.key.clone()))
         .collect();
     index::recording(&schema::MASQ, &owner, &keys, || {
         transact(sockets, |nft, tx| {
             schema::ensure(nft, tx, &schema::MASQ)?;
-            for (map, elem, chain) in planned(addrs, subnets, &owner) {
+            for (map, elem, chain) in &plan {
                 schema::ensure_chain(nft, tx, INET, chain)?;
-                claim_anchor(nft, tx, INET, (map, elem))?;
+                claim_anchor(nft, tx, INET, (map, elem.clone()))?;
             }
             Ok(())
         })

@@ -135,7 +135,7 @@ fn add_here(sockets: &Sockets, spec: &Spec) -> Result<()> {
             for addr in &spec.container {
                 if let Some((map, elem)) = masq_element(*addr, spec.masq, &owner) {
                     if let Some(hairpin) = hairpin_of(*addr, spec.masq) {
-                        schema::ensure_chain(nft, tx, INET, hairpin)?;
+                        schema::ensure_chain(nft, tx, INET, &hairpin)?;
                     }
                     claim_anchor(nft, tx, INET, (map, elem))?;
                 }

@@ -89,13 +89,13 @@ pub(crate) fn ensure(nft: &mut Nft, tx: &mut Tx, s: &Skeleton) -> Result<bool> {
 /// verdict map's elements go to, one per subnet or set of subnets). They stay
 /// when their last element goes: they are few, and a later pod of the same
 /// network needs them again.
-pub(crate) fn ensure_chain(nft: &mut Nft, tx: &mut Tx, t: Table, c: Chain) -> Result<()> {
+pub(crate) fn ensure_chain(nft: &mut Nft, tx: &mut Tx, t: Table, c: &Chain) -> Result<()> {
     if tx.creates_chain(&c.name) || nft.chain_exists(t, &c.name)? {
         return Ok(());
     }
     tx.new_chain(t, &c.name, None);
-    for rule in c.rules {
-        tx.new_rule(t, &c.name, rule);
+    for rule in &c.rules {
+        tx.new_rule(t, &c.name, rule.clone());
     }
     Ok(())
 }

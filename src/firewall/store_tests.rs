@@ -110,9 +110,9 @@ fn a_verdict_element_is_found_by_its_key() {
         let elem = owned_goto(schema::key(&[Value::Ip(addr)]), &name, "n/c1/eth0");
         transact(&Sockets::default(), |nft, tx| {
             schema::ensure(nft, tx, &schema::MASQ)?;
-            schema::ensure_chain(nft, tx, INET, schema::masq_chain(true, &[]))?;
+            schema::ensure_chain(nft, tx, INET, &schema::masq_chain(true, &[]))?;
             let chain = schema::masq_chain(true, &["10.1.2.0/24".parse().expect("net")]);
-            schema::ensure_chain(nft, tx, INET, chain)?;
+            schema::ensure_chain(nft, tx, INET, &chain)?;
             tx.add(INET, &schema::MASQ4_VIA, vec![elem.clone()]);
             Ok(())
         })
