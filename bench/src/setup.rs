@@ -319,7 +319,8 @@ impl Floor {
     }
 
     /// What the bridge plugin does to the kernel, minus IPAM and exec: veth
-    /// with the peer made in the pod, enslaved and up without IPv6, hairpin;
+    /// with the peer made in the pod and the host end enslaved, up with
+    /// hairpin and without IPv6;
     /// in the pod the address, eth0 up (without IPv6) and the default route.
     fn add(&self, host_name: &str, address: IpNet, netns: &str) -> Result<(), String> {
         let e = |e: cnikit::netlink::Error| e.to_string();
@@ -332,19 +333,19 @@ impl Floor {
                 peer_netns: &pod,
                 mtu: None,
                 peer_mac: None,
+                master: Some(self.bridge_index),
             })
             .map_err(e)?;
         // As the bridge plugin does, no IPv6 on an IPv4-only pod's link: a
         // link-local address would send DAD, router solicitations and MLD
         // that the bridge floods to every other port, which would make the
         // floor's cost grow with the pods on the bridge.
-        host.enslave_port_up(pair.host_index, self.bridge_index, "cnikit-bench floor")
-            .map_err(e)?;
         let port = BridgePort {
             hairpin: true,
             isolated: false,
         };
-        host.set_bridge_port(pair.host_index, port).map_err(e)?;
+        host.bridge_port_up(pair.host_index, "cnikit-bench floor", port)
+            .map_err(e)?;
         let mut cont = Netlink::open_in(&pod).map_err(e)?;
         cont.add_address(pair.peer_index, address).map_err(e)?;
         cont.no_link_local(pair.peer_index).map_err(e)?;

@@ -1,19 +1,17 @@
-//! Bridges: race-safe creation, port options (AF_BRIDGE IFLA_PROTINFO) and
+//! Bridges: race-safe creation, a port's flags (IFLA_INFO_PORT_DATA) and
 //! VLAN membership (AF_BRIDGE IFLA_AF_SPEC).
+use super::ipv6::{lacks_ipv6, no_link_local_spec};
 use super::link::{bridge_vlan_filtering, random_local_mac};
 use super::linkops::{create_error, link_message, says_unknown_kind, unsupported};
 use super::Failure;
 use super::{BridgePort, BridgeSpec, Error, ErrorKind, Link, Netlink, Result};
-use netlink_packet_core::DefaultNla;
 use netlink_packet_route::link::{
-    AfSpecBridge, BridgeFlag, BridgeVlanInfo, BridgeVlanInfoFlags, InfoBridge, InfoData, InfoKind,
-    LinkAttribute, LinkInfo, LinkMessage, LinkProtoInfoBridge,
+    AfSpecBridge, BridgeFlag, BridgeVlanInfo, BridgeVlanInfoFlags, InfoBridge, InfoBridgePort,
+    InfoData, InfoKind, InfoPortData, InfoPortKind, LinkAttribute, LinkFlags, LinkInfo,
+    LinkMessage,
 };
 use netlink_packet_route::{AddressFamily, RouteNetlinkMessage};
 
-/// Bridge port attributes (linux/if_link.h); the crate only names a few.
-const IFLA_BRPORT_MODE: u16 = 4;
-const IFLA_BRPORT_ISOLATED: u16 = 33;
 const VLAN_FEATURE: (&str, &str) = ("bridge VLAN filtering", "CONFIG_BRIDGE_VLAN_FILTERING");
 
 fn on_off(on: bool) -> &'static str {
@@ -140,28 +138,50 @@ impl Netlink {
         })
     }
 
-    /// Sets hairpin (IFLA_BRPORT_MODE) and isolation on an enslaved port.
-    pub fn set_bridge_port(&mut self, index: u32, port: BridgePort) -> Result<()> {
-        let protinfo = vec![
-            LinkProtoInfoBridge::Other(DefaultNla::new(
-                IFLA_BRPORT_MODE,
-                vec![port.hairpin.into()],
-            )),
-            LinkProtoInfoBridge::Other(DefaultNla::new(
-                IFLA_BRPORT_ISOLATED,
-                vec![port.isolated.into()],
-            )),
-        ];
-        let msg = bridge_message(index, vec![LinkAttribute::ProtoInfoBridge(protinfo)]);
+    /// Brings up port `index` (a fresh veth's host end, made enslaved and down,
+    /// its peer still down) with its port flags, its owner named in its alias
+    /// and no IPv6 link-local address (a port needs none, and a bridge's
+    /// settings are not its ports'), in one request: every further request per
+    /// pod is another wait for the RTNL. An RTM_NEWLINK for an existing link
+    /// takes a bridge port's flags in IFLA_INFO_PORT_DATA (RTM_SETLINK does
+    /// not) and applies them before the up; the kernel ignores an alias in a
+    /// create request and refuses the address generation mode there, and
+    /// applies that mode after the up: with its peer down the port has no
+    /// carrier, so it neither forwards nor makes a link-local address before
+    /// the request is done (the caller sets VLANs before the peer comes up).
+    /// A port without IPv6 (MTU below 1280) comes up without the mode.
+    pub fn bridge_port_up(&mut self, index: u32, alias: &str, port: BridgePort) -> Result<()> {
+        let msg = |no_ll: bool| {
+            let flags = vec![
+                InfoBridgePort::HairpinMode(port.hairpin),
+                InfoBridgePort::Isolated(port.isolated),
+            ];
+            let mut attrs = vec![
+                LinkAttribute::IfAlias(alias.to_string()),
+                LinkAttribute::LinkInfo(vec![
+                    LinkInfo::PortKind(InfoPortKind::Bridge),
+                    LinkInfo::PortData(InfoPortData::BridgePort(flags)),
+                ]),
+            ];
+            if no_ll {
+                attrs.push(LinkAttribute::AfSpecUnspec(vec![no_link_local_spec()]));
+            }
+            let mut msg = link_message(index, attrs);
+            msg.header.change_mask = LinkFlags::Up;
+            msg.header.flags = LinkFlags::Up;
+            RouteNetlinkMessage::NewLink(msg)
+        };
         let what = |link: &str| {
             format!(
-                "set bridge port {link} hairpin {} isolated {}",
+                "bring up bridge port {link} (hairpin {}, isolated {})",
                 on_off(port.hairpin),
                 on_off(port.isolated)
             )
         };
-        let msg = RouteNetlinkMessage::SetLink(msg);
-        self.bridge_request(index, msg, &what, false, None)
+        match self.bridge_request(index, msg(true), &what, false, None) {
+            Err(e) if lacks_ipv6(&e) => self.bridge_request(index, msg(false), &what, false, None),
+            other => other,
+        }
     }
 
     /// Adds VLAN `vid` to a bridge port, or to the bridge device itself when

@@ -87,37 +87,6 @@ impl Netlink {
         }
     }
 
-    /// Enslaves link `index` (a fresh veth's host end, its peer still down) to
-    /// `master_index` as a bridge port, names its owner in its alias, keeps the kernel
-    /// from giving it an IPv6 link-local address (a port needs none, and the bridge's
-    /// settings are not its ports') and brings it up, in one request: the kernel ignores
-    /// an alias in a create request and refuses the address generation mode there, and
-    /// every further request per ADD is another wait for the RTNL. The kernel applies
-    /// the up before the master and the mode after both; with its peer down the port
-    /// has no carrier, so it neither forwards nor makes a link-local address before
-    /// the request is done (the caller sets port flags and VLANs before the peer comes
-    /// up). A port without IPv6 (MTU below 1280) is enslaved without the mode.
-    pub fn enslave_port_up(&mut self, index: u32, master_index: u32, alias: &str) -> Result<()> {
-        let msg = |no_ll: bool| {
-            let mut attrs = vec![
-                LinkAttribute::Controller(master_index),
-                LinkAttribute::IfAlias(alias.to_string()),
-            ];
-            if no_ll {
-                attrs.push(LinkAttribute::AfSpecUnspec(vec![no_link_local_spec()]));
-            }
-            let mut msg = link_message(index, attrs);
-            msg.header.change_mask = LinkFlags::Up;
-            msg.header.flags = LinkFlags::Up;
-            msg
-        };
-        let word = format!("master index {master_index}, up");
-        match self.send_setlink(index, msg(true), &word) {
-            Err(e) if lacks_ipv6(&e) => self.send_setlink(index, msg(false), &word),
-            other => other,
-        }
-    }
-
     /// Names link `index`'s owner in its alias and brings it up, in one request (the
     /// kernel ignores an alias in a create request); with `no_link_local`, the kernel
     /// gives it no IPv6 link-local address. That mode is applied after the up of the

@@ -52,6 +52,11 @@ pub struct VethSpec<'a> {
     pub mtu: Option<u32>,
     /// MAC for the container end, "aa:bb:cc:dd:ee:ff"; None: a random one.
     pub peer_mac: Option<String>,
+    /// A bridge (index in the socket's netns) the host end joins in the create
+    /// request itself: the kernel enslaves a link it has just made before it
+    /// answers, so a pod's port costs one request fewer under the RTNL. The
+    /// end is still down then; see [`Netlink::bridge_port_up`].
+    pub master: Option<u32>,
 }
 
 /// Indexes of a freshly created veth pair (host index in the socket's netns,
@@ -126,7 +131,7 @@ pub struct IpvlanSpec<'a> {
     pub arp_notify: bool,
 }
 
-/// Bridge port settings written with RTM_SETLINK / AF_BRIDGE / IFLA_PROTINFO.
+/// A bridge port's flags, written with its up (IFLA_INFO_PORT_DATA).
 #[derive(Debug, Clone, Copy, Default)]
 pub struct BridgePort {
     pub hairpin: bool,

@@ -190,6 +190,9 @@ impl Netlink {
         };
         peer.push(LinkAttribute::Address(peer_hw.to_vec()));
         let mut host = vec![LinkAttribute::IfName(spec.host_name.clone())];
+        if let Some(master) = spec.master {
+            host.push(LinkAttribute::Controller(master));
+        }
         if let Some(mtu) = spec.mtu {
             peer.push(LinkAttribute::Mtu(mtu));
             host.push(LinkAttribute::Mtu(mtu));

@@ -75,6 +75,7 @@ pub(super) fn veth<'a>(host: &str, peer: &str, ns: &'a NetNs) -> VethSpec<'a> {
         peer_netns: ns,
         mtu: Some(1400),
         peer_mac: Some("0a:58:0a:16:00:05".into()),
+        master: None,
     }
 }
 
@@ -122,9 +123,17 @@ fn bridge_veth_hairpin() {
 
     let mut nl = host.netlink();
     let br = results[0].clone();
-    let pair = nl
-        .create_veth(veth("veth1234abcd", "eth0", &cont.ns))
-        .expect("veth");
+    let enslaved = VethSpec {
+        master: Some(br.index),
+        ..veth("veth1234abcd", "eth0", &cont.ns)
+    };
+    let pair = nl.create_veth(enslaved).expect("veth");
+    let made = nl
+        .link_by_index(pair.host_index)
+        .expect("read")
+        .expect("made");
+    assert_eq!(made.master, Some(br.index), "enslaved by the create");
+    assert!(!made.up, "a port comes up only with its flags");
     let again = nl
         .create_veth(veth("veth1234abcd", "eth0", &cont.ns))
         .expect_err("dup");
@@ -133,15 +142,22 @@ fn bridge_veth_hairpin() {
         .message
         .starts_with("create veth veth1234abcd (peer eth0 in netns"));
 
-    nl.set_master(pair.host_index, br.index).expect("master");
-    nl.set_up(pair.host_index).expect("up");
     let port = BridgePort {
         hairpin: true,
-        isolated: false,
+        isolated: true,
     };
-    nl.set_bridge_port(pair.host_index, port).expect("hairpin");
+    nl.bridge_port_up(pair.host_index, "bridge owner", port)
+        .expect("port up");
     let shown = ip(&["-j", "-d", "-n", &host.name, "link", "show", "veth1234abcd"]);
-    assert!(shown.contains("\"hairpin\":true"), "{shown}");
+    for want in [
+        "\"hairpin\":true",
+        "\"isolated\":true",
+        "\"ifalias\":\"bridge owner\"",
+        "\"inet6_addr_gen_mode\":\"none\"",
+    ] {
+        assert!(shown.contains(want), "{want} in {shown}");
+    }
+    assert!(shown.contains("\"UP\""), "admin up: {shown}");
 
     let peer = cont.link("eth0");
     assert_eq!(peer.index, pair.peer_index);
@@ -351,6 +367,7 @@ fn large_link_dump() {
             peer_netns: &me,
             mtu: None,
             peer_mac: None,
+            master: None,
         };
         nl.create_veth(spec).expect("veth");
     }

@@ -257,6 +257,18 @@ pub fn ensure_ifname_free(nl: &mut Netlink, ifname: &str, netns: &str) -> Result
     Ok(())
 }
 
+/// A create in the container's netns failed: when the interface name is taken
+/// there (EEXIST), say so with the spec's code. Asked only after the create
+/// failed, as the reference does, so a successful ADD pays no lookup.
+pub fn ifname_taken_or(nl: &mut Netlink, req: &Request, failed: crate::netlink::Error) -> Error {
+    if failed.errno == Some(libc::EEXIST) {
+        if let Err(taken) = ensure_ifname_free(nl, req.ifname(), req.netns()) {
+            return taken;
+        }
+    }
+    failed.into()
+}
+
 /// CHECK's view of the container interface: where prevResult lists it, and
 /// the link as it is in the netns (with a socket there for further reads).
 pub struct ContainerLink {

@@ -169,6 +169,7 @@ mod tests {
             peer_netns: ns,
             mtu: None,
             peer_mac: None,
+            master: None,
         })
         .unwrap();
     }
@@ -195,6 +196,7 @@ mod tests {
                 peer_netns: &NetNs::open(&path).unwrap(),
                 mtu: None,
                 peer_mac: None,
+                master: None,
             })
             .unwrap();
             let ours = OwnLink {

@@ -120,6 +120,7 @@ fn gateway_link(host: &mut Netlink, conf: &Conf, bridge: &Link) -> Result<Link, 
                 peer_netns: &here,
                 mtu: conf.mtu,
                 peer_mac: None,
+                master: None,
             });
             match created {
                 Ok(pair) => (pair.host_index, Some(pair.peer_index), true),

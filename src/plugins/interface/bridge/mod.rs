@@ -9,7 +9,7 @@ use crate::plugins::conf_keys::{
 use crate::plugins::firewall_backend::{FirewallBackend, FirewallConf};
 use crate::plugins::ipam_delegation::{ipam_add, ipam_if_configured, ipam_rollback_on_error};
 use crate::plugins::pod_interface::{
-    configure_iface_with, ensure_ifname_free, find_container_link, random_veth_name, Ipv6Setup,
+    configure_iface_with, find_container_link, ifname_taken_or, random_veth_name, Ipv6Setup,
 };
 use crate::plugins::pod_netns::{delete_container_link, open_netns, OwnLink};
 use check::{check_peer_on_bridge, expect_kind, expect_mac};
@@ -210,7 +210,6 @@ impl Plugin for Bridge {
         let ns = open_netns(req.netns())?;
         let mut host = Netlink::open()?;
         let mut cont = Netlink::open_in(&ns)?;
-        ensure_ifname_free(&mut cont, req.ifname(), req.netns())?;
 
         let bridge = host.ensure_bridge(BridgeSpec {
             name: conf.bridge.clone(),
@@ -219,36 +218,34 @@ impl Plugin for Bridge {
             promisc: conf.promisc_mode,
         })?;
         let host_name = random_veth_name();
-        let pair = host.create_veth(VethSpec {
-            host_name: host_name.clone(),
-            peer_name: req.ifname().to_string(),
-            peer_netns: &ns,
-            mtu: conf.mtu,
-            peer_mac: mac,
-        })?;
+        let pair = host
+            .create_veth(VethSpec {
+                host_name: host_name.clone(),
+                peer_name: req.ifname().to_string(),
+                peer_netns: &ns,
+                mtu: conf.mtu,
+                peer_mac: mac,
+                master: Some(bridge.index),
+            })
+            .map_err(|e| ifname_taken_or(&mut cont, req, e))?;
         // From here on a failure must remove the veth (deleting one end removes both).
         let att = req.attachment();
-        let attached = attach_port(
-            &mut host,
-            &conf,
-            &trunk,
-            &att,
-            pair.host_index,
-            bridge.index,
-        )
-        .and_then(|()| {
-            let pod = Pod {
-                ns: &ns,
-                index: pair.peer_index,
-                mac: &pair.peer_mac(),
-            };
-            self.address(req, &conf, pod, &mut host, &mut cont, &bridge)
-        })
-        .map(|mut r| {
-            r.interfaces = interfaces(&bridge, req, &host_name, pair);
-            r
-        })
-        .and_then(|r| firewall::add(&*fw, req, &conf, &host_name, &mut cont, pair.peer_index, r));
+        let attached = attach_port(&mut host, &conf, &trunk, &att, pair.host_index)
+            .and_then(|()| {
+                let pod = Pod {
+                    ns: &ns,
+                    index: pair.peer_index,
+                    mac: &pair.peer_mac(),
+                };
+                self.address(req, &conf, pod, &mut host, &mut cont, &bridge)
+            })
+            .map(|mut r| {
+                r.interfaces = interfaces(&bridge, req, &host_name, pair);
+                r
+            })
+            .and_then(|r| {
+                firewall::add(&*fw, req, &conf, &host_name, &mut cont, pair.peer_index, r)
+            });
         attached
             .inspect_err(|_| {
                 if let Err(ce) = host.delete_link(pair.host_index) {

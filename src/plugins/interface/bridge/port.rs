@@ -15,29 +15,23 @@ pub(super) fn gc_links(req: &Request) -> Result<(), Error> {
     link_owner::remove_stale(req, "veth", PLUGIN)
 }
 
-/// Enslave the host end `index` to `bridge` and bring it up, naming `att` its
-/// owner and keeping IPv6 off it (a port needs no address of its own, and its
-/// link-local address's multicast would reach its pod: all in the enslave
-/// request); set port flags and VLANs. Its pod end is still down, so the port
-/// forwards nothing until all of that is in place.
+/// Bring up the host end `index` (created enslaved to the bridge) with its
+/// port flags, naming `att` its owner and keeping IPv6 off it (a port needs
+/// no address of its own, and its link-local address's multicast would reach
+/// its pod): all in one request; then its VLANs. Its pod end is still down,
+/// so the port forwards nothing until all of that is in place.
 pub(super) fn attach_port(
     host: &mut Netlink,
     conf: &Conf,
     trunk: &[u16],
     att: &Attachment,
     index: u32,
-    bridge: u32,
 ) -> Result<(), Error> {
-    host.enslave_port_up(index, bridge, &link_owner::alias(PLUGIN, att))?;
-    if conf.hairpin_mode || conf.port_isolation {
-        host.set_bridge_port(
-            index,
-            BridgePort {
-                hairpin: conf.hairpin_mode,
-                isolated: conf.port_isolation,
-            },
-        )?;
-    }
+    let flags = BridgePort {
+        hairpin: conf.hairpin_mode,
+        isolated: conf.port_isolation,
+    };
+    host.bridge_port_up(index, &link_owner::alias(PLUGIN, att), flags)?;
     port_vlans(host, index, conf.vlan, trunk, conf.preserve_default_vlan)
 }
 

@@ -107,6 +107,7 @@ impl Plugin for Ptp {
                 peer_netns: &ns,
                 mtu: conf.mtu,
                 peer_mac: None,
+                master: None,
             })?;
             // From here on a failure removes the veth (both ends go together).
             let mut pod = Pod {
