@@ -9,7 +9,7 @@ use super::{
     VethSpec,
 };
 use netlink_packet_core::ParseableParametrized;
-use netlink_packet_core::{NlasIterator, NLM_F_CREATE, NLM_F_DUMP, NLM_F_EXCL};
+use netlink_packet_core::{NlasIterator, NLM_F_CREATE, NLM_F_DUMP, NLM_F_ECHO, NLM_F_EXCL};
 use netlink_packet_route::link::{
     InfoData, InfoIpVlan, InfoKind, InfoMacVlan, InfoVeth, LinkAttribute, LinkFlags, LinkHeader,
     LinkInfo, LinkMessage,
@@ -201,42 +201,36 @@ impl Netlink {
             LinkInfo::Kind(InfoKind::Veth),
             LinkInfo::Data(InfoData::Veth(InfoVeth::Peer(link_message(0, peer)))),
         ]));
-        self.new_link(link_message(0, host))
-            .map_err(|f| create_error(f, "veth", &what))?;
-        self.veth_pair(&spec.host_name, peer_hw, &what)
+        // NLM_F_ECHO: the kernel (6.3 on) answers with the new host end
+        // itself, so no read-back (another wait for the RTNL) is needed.
+        let echoed = self
+            .request(
+                RouteNetlinkMessage::NewLink(link_message(0, host)),
+                NLM_F_CREATE | NLM_F_EXCL | NLM_F_ECHO,
+            )
+            .map_err(|f| create_error(f, "veth", &what))?
+            .iter()
+            .filter(|r| r.kind == RTM_NEWLINK)
+            .filter_map(|r| decode_link(&r.payload))
+            .find(|(_, attrs)| attrs.contains(&name_attr(&spec.host_name)));
+        let raw = match echoed {
+            Some(raw) => raw,
+            None => self.read_back(&spec.host_name, &what)?,
+        };
+        veth_pair(raw, peer_hw, &what)
     }
 
-    /// Reads the fresh host end back; its IFLA_LINK is the peer's index, and its
-    /// IFLA_AF_SPEC tells whether it takes router advertisements.
-    fn veth_pair(&mut self, host_name: &str, peer_hw: [u8; 6], what: &str) -> Result<VethPair> {
-        let msg = link_message(0, vec![name_attr(host_name)]);
+    /// Reads a fresh link back (kernels before 6.3 do not echo a create).
+    fn read_back(&mut self, name: &str, what: &str) -> Result<RawLink> {
+        let msg = link_message(0, vec![name_attr(name)]);
         let raw = self
             .get_link(msg)
-            .map_err(|f| f.context(&format!("read link {host_name}")))?;
-        let (header, attrs) = raw.ok_or_else(|| {
+            .map_err(|f| f.context(&format!("read link {name}")))?;
+        raw.ok_or_else(|| {
             Error::new(
                 ErrorKind::NotFound,
-                format!("{what}: created but {host_name} vanished"),
+                format!("{what}: created but {name} vanished"),
             )
-        })?;
-        let host = Link::from_message(&header, &attrs);
-        let peer_index = host.link.ok_or_else(|| {
-            Error::new(
-                ErrorKind::Other,
-                format!("{what}: kernel did not report the peer index"),
-            )
-        })?;
-        let host_hw = host
-            .mac
-            .as_deref()
-            .and_then(|m| parse_mac(m).ok())
-            .and_then(|m| m.try_into().ok());
-        Ok(VethPair {
-            host_index: host.index,
-            peer_index,
-            host_hw,
-            peer_hw,
-            host_takes_router_adverts: takes_router_adverts(&attrs),
         })
     }
 
@@ -477,4 +471,28 @@ fn temp_ifname() -> String {
     // Bytes 1..5 of a random MAC are plain random (byte 0 carries its flag bits).
     let r = super::link::random_local_mac();
     format!("cnikit{:02x}{:02x}{:02x}{:02x}", r[1], r[2], r[3], r[4])
+}
+
+/// The pair as the kernel reported the fresh host end: its IFLA_LINK is the
+/// peer's index, and its IFLA_AF_SPEC tells whether it takes router adverts.
+fn veth_pair((header, attrs): RawLink, peer_hw: [u8; 6], what: &str) -> Result<VethPair> {
+    let host = Link::from_message(&header, &attrs);
+    let peer_index = host.link.ok_or_else(|| {
+        Error::new(
+            ErrorKind::Other,
+            format!("{what}: kernel did not report the peer index"),
+        )
+    })?;
+    let host_hw = host
+        .mac
+        .as_deref()
+        .and_then(|m| parse_mac(m).ok())
+        .and_then(|m| m.try_into().ok());
+    Ok(VethPair {
+        host_index: host.index,
+        peer_index,
+        host_hw,
+        peer_hw,
+        host_takes_router_adverts: takes_router_adverts(&attrs),
+    })
 }
