@@ -137,22 +137,40 @@ pub fn run_all(
             if stopping() {
                 return Ok(out);
             }
-            out.extend(run_variant(plan, setups, hosts, w, variant, pb)?);
+            let impls = plan.impls_for(variant);
+            out.extend(run_variant(plan, setups, hosts, (w, variant, &impls), pb)?);
         }
     }
     Ok(out)
 }
 
-/// All implementations of one variant at W workers, interleaved by rounds.
+/// Every round of one setup at every W, with no other setup's turns between
+/// them (for `--resident`, where each setup has the machine to itself).
+pub fn run_setup(
+    plan: &Plan,
+    setups: &Setups,
+    hosts: &Hosts,
+    (variant, imp): (Variant, Impl),
+    pb: &ProgressBar,
+) -> Result<Vec<Run>, String> {
+    let mut out = Vec::new();
+    for &w in &plan.workers {
+        if stopping() {
+            break;
+        }
+        out.extend(run_variant(plan, setups, hosts, (w, variant, &[imp]), pb)?);
+    }
+    Ok(out)
+}
+
+/// The given implementations of one variant at W workers, interleaved by rounds.
 fn run_variant(
     plan: &Plan,
     setups: &Setups,
     hosts: &Hosts,
-    w: usize,
-    variant: Variant,
+    (w, variant, impls): (usize, Variant, &[Impl]),
     pb: &ProgressBar,
 ) -> Result<Vec<Run>, String> {
-    let impls = plan.impls_for(variant);
     let n = (plan.pods_per_worker)(w);
     let rounds = plan.rounds.clamp(1, n.max(1));
     let mut runs: Vec<Run> = impls.iter().map(|&i| Run::new(w, variant, i)).collect();

@@ -3,8 +3,10 @@
 //! on a real node that runs one plugin set. In the shared sandbox namespace
 //! the implementations would see each other's residents: cnikit and
 //! cnikit-daemon share the `cnikit` nftables table, and every host veth of
-//! every set would sit in one namespace. Without residents the setups share
-//! the sandbox's namespace, as they always did.
+//! every set would sit in one namespace. The setups also take turns with
+//! their residents (`resident::run`), since the pod netns themselves are the
+//! machine's. Without residents the setups share the sandbox's namespace, as
+//! they always did.
 //!
 //! Entering is `setns` of the calling (main) thread: threads it spawns and
 //! the processes those exec inherit the namespace, so workers, plugins and

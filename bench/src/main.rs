@@ -70,8 +70,9 @@ struct Args {
     /// No progress bar.
     #[arg(long)]
     quiet: bool,
-    /// Pods attached to every setup before its rounds and kept through the
-    /// churn (2 host ports each), each setup then on a host netns of its own.
+    /// Pods attached to every setup before its rounds and kept through its
+    /// churn (2 host ports each), each setup then on a host netns of its own
+    /// and in turn, with no other setup's residents on the machine.
     #[arg(long, default_value_t = 0)]
     #[serde(skip_serializing_if = "is_zero")]
     resident: u32,
@@ -154,18 +155,15 @@ fn run(args: &Args) -> Result<(), String> {
     let pb = progress(plan.total_pods(), args.quiet, "pods");
     pb.set_message("warming up");
     churn::warm_up(&mut setups, &hosts)?;
-    let residents = match args.resident {
-        0 => Vec::new(),
-        n => pb.suspend(|| resident::attach_all(n, &mut setups, &hosts, &plugins, args.quiet))?,
+    let (runs, summary) = match args.resident {
+        0 => (churn::run_all(&plan, &setups, &hosts, &pb)?, None),
+        n => {
+            let (runs, summary) =
+                resident::run(n, &plan, &mut setups, &hosts, &plugins, &pb, args.quiet)?;
+            (runs, Some(summary))
+        }
     };
-    let runs = churn::run_all(&plan, &setups, &hosts, &pb)?;
     pb.finish_and_clear();
-    let summary = match args.resident {
-        0 => None,
-        n => Some(resident::detach_all(
-            n, residents, &setups, &hosts, &plugins, args.quiet,
-        )?),
-    };
     daemon::stop();
     write_outputs(&out, &runs, summary.as_ref(), args)
 }

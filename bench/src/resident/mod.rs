@@ -1,13 +1,14 @@
-//! `--resident N`: N pods attached to every setup before its measured
-//! rounds and kept attached through the churn, so the churn runs on a node
-//! that already holds N attachments (netns, veth on the bridge, IPAM lease,
-//! firewall entries for 2 host ports each); deleted after the last round and
-//! checked to have left nothing. Set up and torn down in parallel; that time
-//! is reported apart and is not in the churn's figures.
+//! `--resident N`: N pods attached to a setup before its measured rounds and
+//! kept attached through its churn, so the churn runs on a node that already
+//! holds N attachments (netns, veth on the bridge, IPAM lease, firewall
+//! entries for 2 host ports each); deleted after its last round and checked
+//! to have left nothing, before the next setup's residents come (see [`run`]).
+//! Set up and torn down in parallel; that time is reported apart and is not
+//! in the churn's figures.
 
 mod state;
 
-use crate::churn::Setups;
+use crate::churn::{self, Plan, Run, Setups};
 use crate::hosts::Hosts;
 use crate::podns::PodNs;
 use crate::sandbox::stopping;
@@ -67,39 +68,88 @@ pub struct Summary {
     pub daemon_firewall_ops: Option<Vec<(String, String, u64)>>,
 }
 
-/// Attach `n` residents to every working setup, each in its host.
-pub fn attach_all(
+/// Each setup in turn with the machine to itself: its `n` residents
+/// attached, its churn rounds at every W, its residents deleted; then the
+/// next setup. Network namespaces belong to the machine, not to a host
+/// netns: with every setup's residents at once the machine would hold `n`
+/// pod netns per setup, and the kernel's per-netns work (each churned pod's
+/// dying netns is looked up in every other one: `cleanup_net` →
+/// `idr_for_each`, 8 % of all CPU with five setups' residents) would make
+/// each setup's node one of `n` × setups pods. Without residents the setups
+/// still take turns round by round (see churn).
+pub fn run(
     n: u32,
+    plan: &Plan,
+    setups: &mut Setups,
+    hosts: &Hosts,
+    plugins: &Plugins,
+    pb: &indicatif::ProgressBar,
+    quiet: bool,
+) -> Result<(Vec<Run>, Summary), String> {
+    let mut keys: Vec<_> = setups.keys().copied().collect();
+    // In the table's order: full first, then the implementations as declared.
+    keys.sort_by_key(|&(v, i)| (v as u8, i as u8));
+    let mut runs = Vec::new();
+    let mut reports = Vec::new();
+    for key in keys {
+        if stopping() {
+            break;
+        }
+        let Some(residents) = pb.suspend(|| attach_setup(n, key, setups, hosts, plugins, quiet))?
+        else {
+            continue;
+        };
+        // A setup whose residents did not all attach is an error by now:
+        // its rounds count as failed, as for any broken setup.
+        runs.extend(churn::run_setup(plan, setups, hosts, key, pb)?);
+        reports.push(pb.suspend(|| detach_setup(residents, setups, hosts, plugins, quiet))?);
+    }
+    runs.sort_by_key(|r| {
+        let w = plan.workers.iter().position(|&w| w == r.workers);
+        (w, r.variant as u8, r.imp as u8)
+    });
+    let summary = Summary {
+        residents: n,
+        workers: WORKERS,
+        setups: reports,
+        // Shared by all cnikit setups (one /run), so checked once, at the end.
+        portmap_markers_left: check::check(
+            "portmap markers",
+            check::dir_entries(Path::new("/run/cnikit/portmap")),
+        ),
+        firewall_records_left: check::check("firewall records", check::firewall_records()),
+        daemon_firewall_ops: sample::firewall_ops(),
+    };
+    Ok((runs, summary))
+}
+
+/// Attach `n` residents to setup `key` in its host (None: no working setup).
+fn attach_setup(
+    n: u32,
+    key: (Variant, Impl),
     setups: &mut Setups,
     hosts: &Hosts,
     plugins: &Plugins,
     quiet: bool,
-) -> Result<Vec<Residents>, String> {
-    let mut keys: Vec<_> = setups.keys().copied().collect();
-    // In the table's order: full first, then the implementations as declared.
-    keys.sort_by_key(|&(v, i)| (v as u8, i as u8));
-    let mut out = Vec::new();
-    for key in keys {
-        let _in = hosts.enter(key)?;
-        let Some(Ok(setup)) = setups.get(&key) else {
-            continue;
-        };
-        let pb = crate::progress(u64::from(n), quiet, "residents");
-        pb.set_message(format!("attaching: {} {}", key.0.name(), key.1.name()));
-        let mut r = attach(setup, key, n, &pb);
-        pb.finish_and_clear();
-        r.report.held = state::read(key, plugins);
-        if r.report.attach_failures > 0 {
-            let why = format!(
-                "{} of {n} residents failed to attach: {}",
-                r.report.attach_failures,
-                r.report.first_error.as_deref().unwrap_or("")
-            );
-            r.own = setups.insert(key, Err(why)).and_then(Result::ok);
-        }
-        out.push(r);
+) -> Result<Option<Residents>, String> {
+    let _in = hosts.enter(key)?;
+    let Some(Ok(setup)) = setups.get(&key) else {
+        return Ok(None);
+    };
+    let pb = crate::progress(u64::from(n), quiet, "residents");
+    pb.set_message(format!("attaching: {} {}", key.0.name(), key.1.name()));
+    let mut r = attach(setup, key, n, &pb);
+    pb.finish_and_clear();
+    r.report.held = state::read(key, plugins);
+    if r.report.attach_failures > 0 {
+        let why = format!(
+            "{} of {n} residents failed to attach: {}",
+            r.report.attach_failures,
+            r.report.first_error.as_deref().unwrap_or("")
+        );
+        r.own = setups.insert(key, Err(why)).and_then(Result::ok);
     }
-    Ok(out)
+    Ok(Some(r))
 }
 
 fn attach(setup: &Setup, key: (Variant, Impl), n: u32, pb: &indicatif::ProgressBar) -> Residents {
@@ -152,51 +202,36 @@ fn attach(setup: &Setup, key: (Variant, Impl), n: u32, pb: &indicatif::ProgressB
     }
 }
 
-/// DEL every resident (as the runtime does: the same capability args, the
-/// cached result as prevResult), delete its netns, then read back what is
-/// left. Call while the daemon still runs: its leases are read from it.
-pub fn detach_all(
-    n: u32,
-    residents: Vec<Residents>,
+/// DEL every resident of one setup (as the runtime does: the same
+/// capability args, the cached result as prevResult), delete its netns, then
+/// read back what is left. Call while the daemon still runs: its leases are
+/// read from it.
+fn detach_setup(
+    mut r: Residents,
     setups: &Setups,
     hosts: &Hosts,
     plugins: &Plugins,
     quiet: bool,
-) -> Result<Summary, String> {
-    let mut reports = Vec::new();
-    for mut r in residents {
-        let _in = hosts.enter(r.key)?;
-        let setup = match (&r.own, setups.get(&r.key)) {
-            (Some(own), _) => own,
-            (None, Some(Ok(s))) => s,
-            _ => return Err(format!("no setup for {:?}", r.key)),
-        };
-        let pb = crate::progress(r.pods.len() as u64, quiet, "residents");
-        pb.set_message(format!("deleting: {} {}", r.key.0.name(), r.key.1.name()));
-        let pods = std::mem::take(&mut r.pods);
-        let start = Instant::now();
-        let errors = detach(setup, pods, &pb);
-        r.report.detach_s = start.elapsed().as_secs_f64();
-        pb.finish_and_clear();
-        r.report.detach_failures = errors.len();
-        if r.report.first_error.is_none() {
-            r.report.first_error = errors.into_iter().next();
-        }
-        r.report.left = state::read(r.key, plugins);
-        reports.push(r.report);
+) -> Result<Report, String> {
+    let _in = hosts.enter(r.key)?;
+    let setup = match (&r.own, setups.get(&r.key)) {
+        (Some(own), _) => own,
+        (None, Some(Ok(s))) => s,
+        _ => return Err(format!("no setup for {:?}", r.key)),
+    };
+    let pb = crate::progress(r.pods.len() as u64, quiet, "residents");
+    pb.set_message(format!("deleting: {} {}", r.key.0.name(), r.key.1.name()));
+    let pods = std::mem::take(&mut r.pods);
+    let start = Instant::now();
+    let errors = detach(setup, pods, &pb);
+    r.report.detach_s = start.elapsed().as_secs_f64();
+    pb.finish_and_clear();
+    r.report.detach_failures = errors.len();
+    if r.report.first_error.is_none() {
+        r.report.first_error = errors.into_iter().next();
     }
-    Ok(Summary {
-        residents: n,
-        workers: WORKERS,
-        setups: reports,
-        // Shared by all cnikit setups (one /run), so checked once, at the end.
-        portmap_markers_left: check::check(
-            "portmap markers",
-            check::dir_entries(Path::new("/run/cnikit/portmap")),
-        ),
-        firewall_records_left: check::check("firewall records", check::firewall_records()),
-        daemon_firewall_ops: sample::firewall_ops(),
-    })
+    r.report.left = state::read(r.key, plugins);
+    Ok(r.report)
 }
 
 fn detach(setup: &Setup, pods: Vec<(u32, PodNs)>, pb: &indicatif::ProgressBar) -> Vec<String> {
@@ -231,9 +266,9 @@ pub fn text(s: &Summary) -> String {
     let last = RESIDENT_PORT + 2 * s.residents.max(1) - 1;
     let _ = writeln!(
         t,
-        "\nresidents: {} per setup, 2 host ports each ({RESIDENT_PORT}-{last}), every setup on a host \
-         netns of its own; attached before the churn and deleted after it, {} at a time (not in the \
-         figures above)",
+        "\nresidents: {} per setup, 2 host ports each ({RESIDENT_PORT}-{last}); the setups one after \
+         another, each on a host netns of its own with only its own residents on the machine, \
+         attached before its churn and deleted after it, {} at a time (not in the figures above)",
         s.residents, s.workers
     );
     let _ = writeln!(
