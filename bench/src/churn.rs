@@ -1,6 +1,7 @@
 //! The churn loop: W workers, each doing create netns → ADD → DEL → delete
 //! netns, pod after pod. Implementations take turns round by round (ABAB…),
-//! so a noisy neighbour or thermal drift hits all of them alike.
+//! so a noisy neighbour or thermal drift hits all of them alike; with
+//! residents each setup runs all its rounds alone (`resident::run`).
 
 use crate::hosts::Hosts;
 use crate::podns::PodNs;
