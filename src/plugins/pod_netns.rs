@@ -55,12 +55,14 @@ pub fn container_netns_for_del(path: &str, leaving: impl Display) -> Result<Opti
 }
 
 /// Which container link a DEL may remove: one of `kind`, and for a veth with
-/// `bridge` given (and existing), one whose host end is a port of it. Anything
-/// else named like CNI_IFNAME is someone else's and stays.
+/// `bridge` given (and existing), one whose host end is a port of it or
+/// carries `owner`, the alias the plugin gave it. Anything else named like
+/// CNI_IFNAME is someone else's and stays.
 #[derive(Debug, Clone, Copy)]
 pub struct OwnLink<'a> {
     pub kind: &'a str,
     pub bridge: Option<&'a str>,
+    pub owner: Option<&'a str>,
 }
 
 /// DEL of the container interface: a missing netns or link means done. A
@@ -96,13 +98,22 @@ fn not_ours(link: &Link, ours: OwnLink) -> Result<Option<String>, Error> {
         return Ok(None);
     };
     let mut host = Netlink::open()?;
-    // A bridge that is gone cannot vouch for anything; the kind has to do.
-    let Some(bridge) = host.link_by_name(bridge_name)? else {
-        return Ok(None);
-    };
     let peer = match link.link {
         Some(i) => host.link_by_index(i)?,
         None => None,
+    };
+    // A host end that names this attachment is ours, whatever its bridge,
+    // without another read under the RTNL (links made before the alias
+    // existed are checked by their bridge).
+    if peer
+        .as_ref()
+        .is_some_and(|p| ours.owner.is_some() && p.alias.as_deref() == ours.owner)
+    {
+        return Ok(None);
+    }
+    // A bridge that is gone cannot vouch for anything; the kind has to do.
+    let Some(bridge) = host.link_by_name(bridge_name)? else {
+        return Ok(None);
     };
     Ok(match peer {
         Some(p) if p.master == Some(bridge.index) => None,
@@ -202,6 +213,7 @@ mod tests {
             let ours = OwnLink {
                 kind: "veth",
                 bridge: None,
+                owner: None,
             };
             delete_container_link(own, "eth0", ours).unwrap();
             assert!(has_eth0(own), "DEL removed the host's eth0");
@@ -228,19 +240,33 @@ mod tests {
             let macvlan = OwnLink {
                 kind: "macvlan",
                 bridge: None,
+                owner: None,
             };
             delete_container_link(&path, "eth0", macvlan).unwrap();
             assert!(has_eth0(&path), "a veth was taken for a macvlan");
             let on_ours = OwnLink {
                 kind: "veth",
                 bridge: Some("br-ours"),
+                owner: Some("cnikit bridge ours"),
             };
             delete_container_link(&path, "eth0", on_ours).unwrap();
             assert!(has_eth0(&path), "a veth of another bridge was removed");
+            host.set_up_with_alias(h0.index, "cnikit bridge theirs", false)
+                .unwrap();
+            delete_container_link(&path, "eth0", on_ours).unwrap();
+            assert!(has_eth0(&path), "an alias not the attachment's vouched");
 
             host.set_master(h0.index, ours_br.index).unwrap();
             delete_container_link(&path, "eth0", on_ours).unwrap();
-            assert!(!has_eth0(&path));
+            assert!(!has_eth0(&path), "a port of the bridge stayed");
+
+            veth_into(&mut host, &ns, "h1");
+            let h1 = host.link_by_name("h1").unwrap().unwrap();
+            host.set_master(h1.index, other.index).unwrap();
+            host.set_up_with_alias(h1.index, "cnikit bridge ours", false)
+                .unwrap();
+            delete_container_link(&path, "eth0", on_ours).unwrap();
+            assert!(!has_eth0(&path), "a host end naming the attachment stayed");
         });
     }
 }

@@ -331,7 +331,11 @@ fn check_child<M: PartialEq + Debug>(
 pub(super) fn del_single_iface(req: &Request, kind: &str) -> Result<(), Error> {
     // Both steps run even if the first fails: a broken IPAM must not keep the link.
     let ipam = ipam_if_configured(req, Command::Del);
-    let ours = OwnLink { kind, bridge: None };
+    let ours = OwnLink {
+        kind,
+        bridge: None,
+        owner: None,
+    };
     let link = delete_container_link(req.netns(), req.ifname(), ours);
     Error::all([ipam, link])
 }

@@ -14,7 +14,7 @@ use crate::plugins::pod_interface::{
 use crate::plugins::pod_netns::{delete_container_link, open_netns, OwnLink};
 use check::{check_peer_on_bridge, expect_kind, expect_mac};
 use gateway::{apply_gateways, gateway_on_bridge};
-use port::{attach_port, gc_links};
+use port::{attach_port, gc_links, port_owner};
 use serde::Deserialize;
 
 mod check;
@@ -286,9 +286,11 @@ impl Plugin for Bridge {
         // deleted, when the kernel's grace period has mostly passed already.
         let fw = self.firewall.for_call(req, &conf);
         let rules = firewall::del(&*fw, req, &conf);
+        let owner = port_owner(&req.attachment());
         let ours = OwnLink {
             kind: "veth",
             bridge: Some(&conf.bridge),
+            owner: Some(&owner),
         };
         let link = delete_container_link(req.netns(), req.ifname(), ours);
         Error::all([ipam, rules, link])

@@ -9,6 +9,11 @@ use crate::plugins::link_owner;
 /// The plugin's name in the aliases of the veths it owns (see link_owner).
 const PLUGIN: &str = "bridge";
 
+/// The alias a pod's host end carries: its attachment, for GC and DEL.
+pub(super) fn port_owner(att: &Attachment) -> String {
+    link_owner::alias(PLUGIN, att)
+}
+
 /// GC: the host ends (so the pairs) of this network's veths whose attachment
 /// is not in the valid list.
 pub(super) fn gc_links(req: &Request) -> Result<(), Error> {
@@ -31,7 +36,7 @@ pub(super) fn attach_port(
         hairpin: conf.hairpin_mode,
         isolated: conf.port_isolation,
     };
-    host.bridge_port_up(index, &link_owner::alias(PLUGIN, att), flags)?;
+    host.bridge_port_up(index, &port_owner(att), flags)?;
     port_vlans(host, index, conf.vlan, trunk, conf.preserve_default_vlan)
 }
 

@@ -156,6 +156,7 @@ impl Plugin for Ptp {
         let ours = OwnLink {
             kind: "veth",
             bridge: None,
+            owner: None,
         };
         let link = delete_container_link(req.netns(), req.ifname(), ours);
         Error::all([ipam, rules, link])
