@@ -77,6 +77,35 @@ pub struct VethPair {
 }
 
 impl VethPair {
+    /// The pair as the kernel reported the fresh host end: its IFLA_LINK is the
+    /// peer's index, and its IFLA_AF_SPEC tells whether it takes router adverts.
+    pub(crate) fn from_host_end(
+        header: &LinkHeader,
+        attrs: &[LinkAttribute],
+        peer_hw: [u8; 6],
+        what: &str,
+    ) -> Result<VethPair> {
+        let host = Link::from_message(header, attrs);
+        let peer_index = host.link.ok_or_else(|| {
+            Error::new(
+                ErrorKind::Other,
+                format!("{what}: kernel did not report the peer index"),
+            )
+        })?;
+        let host_hw = host
+            .mac
+            .as_deref()
+            .and_then(|m| parse_mac(m).ok())
+            .and_then(|m| m.try_into().ok());
+        Ok(VethPair {
+            host_index: host.index,
+            peer_index,
+            host_hw,
+            peer_hw,
+            host_takes_router_adverts: takes_router_adverts(attrs),
+        })
+    }
+
     /// The host end's MAC, "aa:bb:cc:dd:ee:ff" ("" when the kernel reported none).
     pub fn host_mac(&self) -> String {
         self.host_hw.map(|m| format_mac(&m)).unwrap_or_default()

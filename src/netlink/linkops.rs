@@ -1,7 +1,6 @@
 //! Link operations: read-back, veth / macvlan / ipvlan creation, and RTM_SETLINK
 //! setters.
 use super::frame::Reply;
-use super::link::takes_router_adverts;
 use super::link::{parse_mac, random_local_mac};
 use super::Failure;
 use super::{
@@ -212,12 +211,16 @@ impl Netlink {
             .iter()
             .filter(|r| r.kind == RTM_NEWLINK)
             .filter_map(|r| decode_link(&r.payload))
-            .find(|(_, attrs)| attrs.contains(&name_attr(&spec.host_name)));
-        let raw = match echoed {
+            // The echo is the host end only if it names it and its peer.
+            .find(|(_, attrs)| {
+                attrs.contains(&name_attr(&spec.host_name))
+                    && attrs.iter().any(|a| matches!(a, LinkAttribute::Link(_)))
+            });
+        let (header, attrs) = match echoed {
             Some(raw) => raw,
             None => self.read_back(&spec.host_name, &what)?,
         };
-        veth_pair(raw, peer_hw, &what)
+        VethPair::from_host_end(&header, &attrs, peer_hw, &what)
     }
 
     /// Reads a fresh link back (kernels before 6.3 do not echo a create).
@@ -471,28 +474,4 @@ fn temp_ifname() -> String {
     // Bytes 1..5 of a random MAC are plain random (byte 0 carries its flag bits).
     let r = super::link::random_local_mac();
     format!("cnikit{:02x}{:02x}{:02x}{:02x}", r[1], r[2], r[3], r[4])
-}
-
-/// The pair as the kernel reported the fresh host end: its IFLA_LINK is the
-/// peer's index, and its IFLA_AF_SPEC tells whether it takes router adverts.
-fn veth_pair((header, attrs): RawLink, peer_hw: [u8; 6], what: &str) -> Result<VethPair> {
-    let host = Link::from_message(&header, &attrs);
-    let peer_index = host.link.ok_or_else(|| {
-        Error::new(
-            ErrorKind::Other,
-            format!("{what}: kernel did not report the peer index"),
-        )
-    })?;
-    let host_hw = host
-        .mac
-        .as_deref()
-        .and_then(|m| parse_mac(m).ok())
-        .and_then(|m| m.try_into().ok());
-    Ok(VethPair {
-        host_index: host.index,
-        peer_index,
-        host_hw,
-        peer_hw,
-        host_takes_router_adverts: takes_router_adverts(&attrs),
-    })
 }
