@@ -106,7 +106,7 @@ fn gc_removes_a_forgotten_pods_veth_and_leases() {
 /// Proves: an ADD that fails after the veth and the addresses exist (an
 /// IPAM route via a gateway no route reaches) leaves no link in the netns
 /// or on the host and no lease; and an ADD onto a taken CNI_IFNAME fails
-/// before anything is made.
+/// with 102 and leaves no lease or host end.
 #[test]
 fn failed_adds_leave_nothing() {
     let env = TestEnv::new("ptp_failed_add");

@@ -12,8 +12,8 @@ use crate::plugins::ipam_delegation::{ipam_add, ipam_if_configured, ipam_rollbac
 use crate::plugins::link_owner;
 use crate::plugins::masquerade;
 use crate::plugins::pod_interface::{
-    address_iface, ensure_ifname_free, expect_kind, expect_mac, find_container_link,
-    random_veth_name, route_iface, Ipv6Setup,
+    address_iface, expect_kind, expect_mac, find_container_link, ifname_taken_or, random_veth_name,
+    route_iface, Ipv6Setup,
 };
 use crate::plugins::pod_netns::{delete_container_link, open_netns, OwnLink};
 use routing::{enable_forwarding, hops, prepare_host_end, route_host, route_pod, settle_ipv6, Hop};
@@ -90,7 +90,6 @@ impl Plugin for Ptp {
         let ns = open_netns(req.netns())?;
         let mut host = Netlink::open()?;
         let mut cont = Netlink::open_in(&ns)?;
-        ensure_ifname_free(&mut cont, req.ifname(), req.netns())?;
 
         let mut result = ipam_add(req)?;
         let result = ipam_rollback_on_error(req, || {
@@ -101,14 +100,16 @@ impl Plugin for Ptp {
                 ip.interface = Some(1);
             }
             let host_name = random_veth_name();
-            let pair = host.create_veth(VethSpec {
-                host_name: host_name.clone(),
-                peer_name: req.ifname().to_string(),
-                peer_netns: &ns,
-                mtu: conf.mtu,
-                peer_mac: None,
-                master: None,
-            })?;
+            let pair = host
+                .create_veth(VethSpec {
+                    host_name: host_name.clone(),
+                    peer_name: req.ifname().to_string(),
+                    peer_netns: &ns,
+                    mtu: conf.mtu,
+                    peer_mac: None,
+                    master: None,
+                })
+                .map_err(|e| ifname_taken_or(&mut cont, req, e))?;
             // From here on a failure removes the veth (both ends go together).
             let mut pod = Pod {
                 req,
