@@ -216,11 +216,13 @@ impl Netlink {
                 attrs.contains(&name_attr(&spec.host_name))
                     && attrs.iter().any(|a| matches!(a, LinkAttribute::Link(_)))
             });
-        let (header, attrs) = match echoed {
-            Some(raw) => raw,
-            None => self.read_back(&spec.host_name, &what)?,
-        };
-        VethPair::from_host_end(&header, &attrs, peer_hw, &what)
+        let pair = match echoed {
+            Some(raw) => Ok(raw),
+            None => self.read_back(&spec.host_name, &what),
+        }
+        .and_then(|(header, attrs)| VethPair::from_host_end(&header, &attrs, peer_hw, &what));
+        // A pair the caller cannot address is not left behind.
+        pair.map_err(|e| self.undo_child(e, link_message(0, vec![name_attr(&spec.host_name)])))
     }
 
     /// Reads a fresh link back (kernels before 6.3 do not echo a create).
@@ -359,8 +361,8 @@ impl Netlink {
         })
     }
 
-    /// Deletes a half-made child (by index, or by name when its index is
-    /// unknown) and returns `e`, noting a failed removal in its message.
+    /// Deletes a half-made child or veth (by index, or by name when its index
+    /// is unknown) and returns `e`, noting a failed removal in its message.
     fn undo_child(&mut self, mut e: Error, msg: LinkMessage) -> Error {
         if let Err(f) = self.request(RouteNetlinkMessage::DelLink(msg), 0) {
             let left = f.context("removing it again");
