@@ -105,10 +105,7 @@ fn not_ours(link: &Link, ours: OwnLink) -> Result<Option<String>, Error> {
     // A host end that names this attachment is ours, whatever its bridge,
     // without another read under the RTNL (links made before the alias
     // existed are checked by their bridge).
-    if peer
-        .as_ref()
-        .is_some_and(|p| ours.owner.is_some() && p.alias.as_deref() == ours.owner)
-    {
+    if ours.owner.is_some() && peer.as_ref().and_then(|p| p.alias.as_deref()) == ours.owner {
         return Ok(None);
     }
     // A bridge that is gone cannot vouch for anything; the kind has to do.
