@@ -5,7 +5,8 @@
 use super::pod_netns::open_netns;
 use crate::cni::{CniResult, Code, Error, Request};
 use crate::netlink::{
-    link_local, random_bytes, sysctl, Link, NetNs, Netlink, Route as KernelRoute, MAIN_TABLE,
+    link_local, random_bytes, sysctl, Link, NetNs, Netlink, Route as KernelRoute, VethPair,
+    VethSpec, MAIN_TABLE,
 };
 use ipnet::{IpNet, Ipv6Net};
 use std::net::IpAddr;
@@ -257,10 +258,36 @@ pub fn ensure_ifname_free(nl: &mut Netlink, ifname: &str, netns: &str) -> Result
     Ok(())
 }
 
+/// A pod's veth (bridge, ptp): CNI_IFNAME inside `ns` with MAC `mac` (None:
+/// a random one) and a host end of a random name, a port of bridge `master`
+/// when given; returns the host end's name and the pair.
+pub fn create_pod_veth(
+    (host, cont): (&mut Netlink, &mut Netlink),
+    req: &Request,
+    ns: &NetNs,
+    mtu: Option<u32>,
+    mac: Option<String>,
+    master: Option<u32>,
+) -> Result<(String, VethPair), Error> {
+    let host_name = random_veth_name();
+    let spec = VethSpec {
+        host_name: host_name.clone(),
+        peer_name: req.ifname().to_string(),
+        peer_netns: ns,
+        mtu,
+        peer_mac: mac,
+        master,
+    };
+    let pair = host
+        .create_veth(spec)
+        .map_err(|e| ifname_taken_or(cont, req, e))?;
+    Ok((host_name, pair))
+}
+
 /// A create in the container's netns failed: when the interface name is taken
 /// there (EEXIST), say so with the spec's code. Asked only after the create
 /// failed, as the reference does, so a successful ADD pays no lookup.
-pub fn ifname_taken_or(nl: &mut Netlink, req: &Request, failed: crate::netlink::Error) -> Error {
+fn ifname_taken_or(nl: &mut Netlink, req: &Request, failed: crate::netlink::Error) -> Error {
     if failed.errno == Some(libc::EEXIST) {
         if let Err(taken) = ensure_ifname_free(nl, req.ifname(), req.netns()) {
             return taken;

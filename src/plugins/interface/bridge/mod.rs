@@ -2,14 +2,14 @@
 //! Keys and behaviour follow the reference plugin; see docs/plugins/bridge.md.
 
 use crate::cni::{CniResult, Code, Command, Error, Interface, Plugin, Request};
-use crate::netlink::{BridgeSpec, Link, NetNs, Netlink, VethSpec};
+use crate::netlink::{BridgeSpec, Link, NetNs, Netlink};
 use crate::plugins::conf_keys::{
     config_ifname, configured_mtu, requested_mac, with_configured_dns,
 };
 use crate::plugins::firewall_backend::{FirewallBackend, FirewallConf};
 use crate::plugins::ipam_delegation::{ipam_add, ipam_if_configured, ipam_rollback_on_error};
 use crate::plugins::pod_interface::{
-    configure_iface_with, find_container_link, ifname_taken_or, random_veth_name, Ipv6Setup,
+    configure_iface_with, create_pod_veth, find_container_link, Ipv6Setup,
 };
 use crate::plugins::pod_netns::{delete_container_link, open_netns, OwnLink};
 use check::{check_peer_on_bridge, expect_kind, expect_mac};
@@ -217,17 +217,14 @@ impl Plugin for Bridge {
             vlan_filtering: conf.uses_vlans(),
             promisc: conf.promisc_mode,
         })?;
-        let host_name = random_veth_name();
-        let pair = host
-            .create_veth(VethSpec {
-                host_name: host_name.clone(),
-                peer_name: req.ifname().to_string(),
-                peer_netns: &ns,
-                mtu: conf.mtu,
-                peer_mac: mac,
-                master: Some(bridge.index),
-            })
-            .map_err(|e| ifname_taken_or(&mut cont, req, e))?;
+        let (host_name, pair) = create_pod_veth(
+            (&mut host, &mut cont),
+            req,
+            &ns,
+            conf.mtu,
+            mac,
+            Some(bridge.index),
+        )?;
         // From here on a failure must remove the veth (deleting one end removes both).
         let att = req.attachment();
         let attached = attach_port(&mut host, &conf, &trunk, &att, pair.host_index)

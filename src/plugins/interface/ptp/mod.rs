@@ -5,15 +5,15 @@
 
 use crate::cni::{CniResult, Command, Error, Interface, Plugin, Request};
 use crate::firewall::Firewall;
-use crate::netlink::{NetNs, Netlink, VethPair, VethSpec};
+use crate::netlink::{NetNs, Netlink, VethPair};
 use crate::plugins::conf_keys::{configured_mtu, daemon_socket_of, with_configured_dns};
 use crate::plugins::firewall_backend::{FirewallBackend, FirewallConf};
 use crate::plugins::ipam_delegation::{ipam_add, ipam_if_configured, ipam_rollback_on_error};
 use crate::plugins::link_owner;
 use crate::plugins::masquerade;
 use crate::plugins::pod_interface::{
-    address_iface, expect_kind, expect_mac, find_container_link, ifname_taken_or, random_veth_name,
-    route_iface, Ipv6Setup,
+    address_iface, create_pod_veth, expect_kind, expect_mac, find_container_link, route_iface,
+    Ipv6Setup,
 };
 use crate::plugins::pod_netns::{delete_container_link, open_netns, OwnLink};
 use routing::{enable_forwarding, hops, prepare_host_end, route_host, route_pod, settle_ipv6, Hop};
@@ -99,17 +99,8 @@ impl Plugin for Ptp {
             for ip in &mut result.ips {
                 ip.interface = Some(1);
             }
-            let host_name = random_veth_name();
-            let pair = host
-                .create_veth(VethSpec {
-                    host_name: host_name.clone(),
-                    peer_name: req.ifname().to_string(),
-                    peer_netns: &ns,
-                    mtu: conf.mtu,
-                    peer_mac: None,
-                    master: None,
-                })
-                .map_err(|e| ifname_taken_or(&mut cont, req, e))?;
+            let (host_name, pair) =
+                create_pod_veth((&mut host, &mut cont), req, &ns, conf.mtu, None, None)?;
             // From here on a failure removes the veth (both ends go together).
             let mut pod = Pod {
                 req,
