@@ -1,7 +1,8 @@
 //! The churn loop: W workers, each doing create netns → ADD → DEL → delete
 //! netns, pod after pod. Implementations take turns round by round (ABAB…),
 //! so a noisy neighbour or thermal drift hits all of them alike; with
-//! residents each setup runs all its rounds alone (`resident::run`).
+//! residents each setup runs its rounds alone, with and without them
+//! (`resident::run`).
 
 use crate::hosts::Hosts;
 use crate::podns::PodNs;
@@ -20,6 +21,9 @@ pub struct Run {
     pub variant: Variant,
     #[serde(rename = "implementation")]
     pub imp: Impl,
+    /// The pods attached to the setup through these rounds (`--resident`).
+    #[serde(skip_serializing_if = "is_zero")]
+    pub residents: u32,
     /// Whole-chain latencies of the pods whose ADD succeeded, in ms.
     pub add_ms: Vec<f64>,
     pub del_ms: Vec<f64>,
@@ -35,6 +39,7 @@ impl Run {
             workers,
             variant,
             imp,
+            residents: 0,
             add_ms: Vec::new(),
             del_ms: Vec::new(),
             failures: 0,
@@ -49,6 +54,17 @@ impl Run {
             self.add_ms.len() as f64 / self.wall_s
         } else {
             0.0
+        }
+    }
+
+    /// Adds `other`'s pods (a later round of the same setup) to this run.
+    pub fn merge(&mut self, other: Run) {
+        self.wall_s += other.wall_s;
+        self.add_ms.extend(other.add_ms);
+        self.del_ms.extend(other.del_ms);
+        self.failures += other.failures;
+        if self.first_error.is_none() {
+            self.first_error = other.first_error;
         }
     }
 
@@ -67,6 +83,10 @@ impl Run {
             }
         }
     }
+}
+
+fn is_zero(n: &u32) -> bool {
+    *n == 0
 }
 
 struct Sample {
@@ -145,23 +165,47 @@ pub fn run_all(
     Ok(out)
 }
 
-/// Every round of one setup at every W, with no other setup's turns between
+/// One round of one setup at every W, with no other setup's turns between
 /// them (for `--resident`, where each setup has the machine to itself).
-pub fn run_setup(
+#[derive(Debug, Clone, Copy)]
+pub struct Segment {
+    pub key: (Variant, Impl),
+    /// Which of the plan's rounds (its share of each W's pods).
+    pub round: usize,
+    /// The pods attached to the setup meanwhile, for the runs' record.
+    pub residents: u32,
+}
+
+pub fn run_segment(
     plan: &Plan,
     setups: &Setups,
     hosts: &Hosts,
-    (variant, imp): (Variant, Impl),
+    seg: Segment,
     pb: &ProgressBar,
 ) -> Result<Vec<Run>, String> {
+    let (variant, imp) = seg.key;
     let mut out = Vec::new();
     for &w in &plan.workers {
         if stopping() {
             break;
         }
-        out.extend(run_variant(plan, setups, hosts, (w, variant, &[imp]), pb)?);
+        let mut run = Run::new(w, variant, imp);
+        run.residents = seg.residents;
+        let pods = round_pods(plan, w, seg.round);
+        run_round_of(setups, hosts, &mut run, pods, pb)?;
+        out.push(run);
     }
     Ok(out)
+}
+
+/// Each worker's pods in round `r` of the plan's rounds at W = `w`.
+fn round_pods(plan: &Plan, w: usize, r: usize) -> usize {
+    let n = (plan.pods_per_worker)(w);
+    let rounds = plan.rounds.clamp(1, n.max(1));
+    if r >= rounds {
+        return 0;
+    }
+    n / rounds + usize::from(r < n % rounds)
 }
 
 /// The given implementations of one variant at W workers, interleaved by rounds.
@@ -176,27 +220,39 @@ fn run_variant(
     let rounds = plan.rounds.clamp(1, n.max(1));
     let mut runs: Vec<Run> = impls.iter().map(|&i| Run::new(w, variant, i)).collect();
     for r in 0..rounds {
-        let pods = n / rounds + usize::from(r < n % rounds);
+        let pods = round_pods(plan, w, r);
         for run in runs.iter_mut() {
-            let setup = setups.get(&(variant, run.imp));
-            pb.set_message(format!("W={w} {} {}", variant.name(), run.imp.name()));
-            match setup {
-                Some(Ok(s)) if !dead(run) && !stopping() => {
-                    // The workers inherit the host namespace of this thread.
-                    let _in = hosts.enter((variant, run.imp))?;
-                    let (samples, wall) = run_round(s, w, pods, pb);
-                    run.absorb(samples, wall);
-                }
-                Some(Err(e)) => {
-                    run.first_error.get_or_insert_with(|| e.clone());
-                    run.failures += w * pods;
-                    pb.inc((w * pods) as u64);
-                }
-                _ => pb.inc((w * pods) as u64),
-            }
+            run_round_of(setups, hosts, run, pods, pb)?;
         }
     }
     Ok(runs)
+}
+
+/// One round of `pods` pods per worker for `run`'s setup, added to `run`.
+fn run_round_of(
+    setups: &Setups,
+    hosts: &Hosts,
+    run: &mut Run,
+    pods: usize,
+    pb: &ProgressBar,
+) -> Result<(), String> {
+    let (w, variant) = (run.workers, run.variant);
+    pb.set_message(format!("W={w} {} {}", variant.name(), run.imp.name()));
+    match setups.get(&(variant, run.imp)) {
+        Some(Ok(s)) if !dead(run) && !stopping() => {
+            // The workers inherit the host namespace of this thread.
+            let _in = hosts.enter((variant, run.imp))?;
+            let (samples, wall) = run_round(s, w, pods, pb);
+            run.absorb(samples, wall);
+        }
+        Some(Err(e)) => {
+            run.first_error.get_or_insert_with(|| e.clone());
+            run.failures += w * pods;
+            pb.inc((w * pods) as u64);
+        }
+        _ => pb.inc((w * pods) as u64),
+    }
+    Ok(())
 }
 
 /// Every pod so far failed: the failure is systematic (e.g. a feature the

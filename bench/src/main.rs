@@ -70,9 +70,10 @@ struct Args {
     /// No progress bar.
     #[arg(long)]
     quiet: bool,
-    /// Pods attached to every setup before its rounds and kept through its
-    /// churn (2 host ports each), each setup then on a host netns of its own
-    /// and in turn, with no other setup's residents on the machine.
+    /// Pods attached to every setup (2 host ports each) for half its
+    /// rounds: each round runs without and with them, so the table shows
+    /// the growth. Each setup then runs on a host netns of its own and in
+    /// turn, with no other setup's residents on the machine.
     #[arg(long, default_value_t = 0)]
     #[serde(skip_serializing_if = "is_zero")]
     resident: u32,
@@ -152,7 +153,9 @@ fn run(args: &Args) -> Result<(), String> {
         let _in = hosts.enter((v, imp))?;
         setups.insert((v, imp), Setup::new(v, imp, &plugins));
     }
-    let pb = progress(plan.total_pods(), args.quiet, "pods");
+    // With residents every pod is churned twice: without them and with them.
+    let passes = if args.resident > 0 { 2 } else { 1 };
+    let pb = progress(passes * plan.total_pods(), args.quiet, "pods");
     pb.set_message("warming up");
     churn::warm_up(&mut setups, &hosts)?;
     let (runs, summary) = match args.resident {
@@ -274,11 +277,17 @@ fn write_outputs(
     residents: Option<&resident::Summary>,
     args: &Args,
 ) -> Result<(), String> {
-    let mut table = report::table(runs);
-    if let Some(r) = residents {
-        table.push_str(&resident::text(r));
-    }
+    let table = match residents {
+        Some(r) => resident::growth::tables(runs, r.residents) + &resident::text(r),
+        None => report::table(runs),
+    };
     println!("{table}");
+    // With residents, the plot shows the rounds with them.
+    let plotted: Vec<churn::Run> = runs
+        .iter()
+        .filter(|r| residents.is_none() || r.residents > 0)
+        .cloned()
+        .collect();
     let settings = serde_json::to_value(args).map_err(|e| e.to_string())?;
     let residents_json = residents
         .map(serde_json::to_value)
@@ -300,7 +309,7 @@ fn write_outputs(
         ),
         (
             "latency.svg",
-            plot::write_svg(&out.join("latency.svg"), runs, &args.workers),
+            plot::write_svg(&out.join("latency.svg"), &plotted, &args.workers),
         ),
     ];
     for (name, result) in files {

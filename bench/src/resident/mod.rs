@@ -1,14 +1,16 @@
-//! `--resident N`: N pods attached to a setup before its measured rounds and
-//! kept attached through its churn, so the churn runs on a node that already
-//! holds N attachments (netns, veth on the bridge, IPAM lease, firewall
-//! entries for 2 host ports each); deleted after its last round and checked
-//! to have left nothing, before the next setup's residents come (see [`run`]).
+//! `--resident N`: each setup's churn measured on a node without and with N
+//! attachments (netns, veth on the bridge, IPAM lease, firewall entries for
+//! 2 host ports each), in the same turn, so the growth between them is one
+//! run's figure (see [`turn`]). The residents are checked to have left
+//! nothing after each delete, before the next setup's come (see [`run`]).
 //! Set up and torn down in parallel; that time is reported apart and is not
 //! in the churn's figures.
 
+pub mod growth;
+mod settle;
 mod state;
 
-use crate::churn::{self, Plan, Run, Setups};
+use crate::churn::{self, Plan, Run, Segment, Setups};
 use crate::hosts::Hosts;
 use crate::podns::PodNs;
 use crate::sandbox::stopping;
@@ -60,7 +62,10 @@ pub struct Residents {
 pub struct Summary {
     pub residents: u32,
     pub workers: usize,
+    /// One per attach and delete of a setup's residents.
     pub setups: Vec<Report>,
+    /// Waited for the machine to go quiet before rounds (see `turn`).
+    pub settle_s: f64,
     pub portmap_markers_left: Check,
     pub firewall_records_left: Check,
     /// The daemon's firewall operations over the whole run, by op and
@@ -68,15 +73,23 @@ pub struct Summary {
     pub daemon_firewall_ops: Option<Vec<(String, String, u64)>>,
 }
 
-/// Each setup in turn with the machine to itself: its `n` residents
-/// attached, its churn rounds at every W, its residents deleted; then the
-/// next setup. Network namespaces belong to the machine, not to a host
-/// netns: with every setup's residents at once the machine would hold `n`
-/// pod netns per setup, and the kernel's per-netns work (each churned pod's
-/// dying netns is looked up in every other one: `cleanup_net` →
-/// `idr_for_each`, 8 % of all CPU with five setups' residents) would make
-/// each setup's node one of `n` × setups pods. Without residents the setups
-/// still take turns round by round (see churn).
+/// What every step of a setup's turn needs.
+struct Turn<'a> {
+    n: u32,
+    plan: &'a Plan,
+    hosts: &'a Hosts,
+    plugins: &'a Plugins,
+    pb: &'a indicatif::ProgressBar,
+    quiet: bool,
+}
+
+/// Each setup in turn with the machine to itself, measured without and with
+/// its `n` residents (see [`turn`]); then the next setup. Network namespaces
+/// belong to the machine, not to a host netns: with every setup's residents
+/// at once the machine would hold `n` pod netns per setup, and the kernel's
+/// per-netns work (each churned pod's dying netns is looked up in every
+/// other one: `cleanup_net` → `idr_for_each`, 8 % of all CPU with five
+/// setups' residents) would make each setup's node one of `n` × setups pods.
 pub fn run(
     n: u32,
     plan: &Plan,
@@ -89,29 +102,33 @@ pub fn run(
     let mut keys: Vec<_> = setups.keys().copied().collect();
     // In the table's order: full first, then the implementations as declared.
     keys.sort_by_key(|&(v, i)| (v as u8, i as u8));
-    let mut runs = Vec::new();
-    let mut reports = Vec::new();
+    let cx = Turn {
+        n,
+        plan,
+        hosts,
+        plugins,
+        pb,
+        quiet,
+    };
+    let (mut runs, mut reports, mut settle_s) = (Vec::new(), Vec::new(), 0.0);
     for key in keys {
         if stopping() {
             break;
         }
-        let Some(residents) = pb.suspend(|| attach_setup(n, key, setups, hosts, plugins, quiet))?
-        else {
-            continue;
-        };
-        // A setup whose residents did not all attach is an error by now:
-        // its rounds count as failed, as for any broken setup.
-        runs.extend(churn::run_setup(plan, setups, hosts, key, pb)?);
-        reports.push(pb.suspend(|| detach_setup(residents, setups, hosts, plugins, quiet))?);
+        let (key_runs, key_reports, waited) = turn(&cx, key, setups)?;
+        runs.extend(merge_rounds(key_runs));
+        reports.extend(key_reports);
+        settle_s += waited;
     }
     runs.sort_by_key(|r| {
         let w = plan.workers.iter().position(|&w| w == r.workers);
-        (w, r.variant as u8, r.imp as u8)
+        (r.residents, w, r.variant as u8, r.imp as u8)
     });
     let summary = Summary {
         residents: n,
         workers: WORKERS,
         setups: reports,
+        settle_s,
         // Shared by all cnikit setups (one /run), so checked once, at the end.
         portmap_markers_left: check::check(
             "portmap markers",
@@ -123,16 +140,82 @@ pub fn run(
     Ok((runs, summary))
 }
 
-/// Attach `n` residents to setup `key` in its host (None: no working setup).
-fn attach_setup(
-    n: u32,
+/// One setup's rounds, each once without residents and once with them, in
+/// mirrored pairs: 0 N, N 0, 0 N… So the baseline is measured by the same
+/// method in the same turn, and a drift over the turn (the machine warming,
+/// a neighbour) weighs on both alike. The residents are attached at each
+/// 0 → N and deleted at each N → 0: once per two rounds. Before each round the
+/// machine is let go quiet ([`settle::until_quiet`]). Returns the runs, the
+/// residents' reports and the seconds spent settling.
+fn turn(
+    cx: &Turn,
     key: (Variant, Impl),
     setups: &mut Setups,
-    hosts: &Hosts,
-    plugins: &Plugins,
-    quiet: bool,
+) -> Result<(Vec<Run>, Vec<Report>, f64), String> {
+    let (mut runs, mut reports, mut waited) = (Vec::new(), Vec::new(), 0.0);
+    let mut attached: Option<Residents> = None;
+    for (round, with) in order(cx.plan.rounds.max(1)) {
+        if stopping() {
+            break;
+        }
+        if with && attached.is_none() {
+            let a = cx.pb.suspend(|| attach_setup(cx, key, setups))?;
+            let Some(a) = a else { break };
+            attached = Some(a);
+        }
+        if !with {
+            if let Some(a) = attached.take() {
+                reports.push(cx.pb.suspend(|| detach_setup(cx, a, setups))?);
+            }
+        }
+        waited += settle::until_quiet().as_secs_f64();
+        let residents = if with { cx.n } else { 0 };
+        let seg = Segment {
+            key,
+            round,
+            residents,
+        };
+        runs.extend(churn::run_segment(cx.plan, setups, cx.hosts, seg, cx.pb)?);
+    }
+    if let Some(a) = attached.take() {
+        reports.push(cx.pb.suspend(|| detach_setup(cx, a, setups))?);
+    }
+    Ok((runs, reports, waited))
+}
+
+/// The (round, with residents) sequence of a turn: 0 N, N 0, 0 N…
+fn order(rounds: usize) -> Vec<(usize, bool)> {
+    (0..rounds)
+        .flat_map(|r| {
+            let first = r % 2 == 1;
+            [(r, first), (r, !first)]
+        })
+        .collect()
+}
+
+/// A setup's rounds as one run per (W, residents).
+fn merge_rounds(runs: Vec<Run>) -> Vec<Run> {
+    let mut out: Vec<Run> = Vec::new();
+    for run in runs {
+        match out
+            .iter_mut()
+            .find(|o| o.workers == run.workers && o.residents == run.residents)
+        {
+            Some(o) => o.merge(run),
+            None => out.push(run),
+        }
+    }
+    out
+}
+
+/// Attach `n` residents to setup `key` in its host (None: no working setup).
+fn attach_setup(
+    cx: &Turn,
+    key: (Variant, Impl),
+    setups: &mut Setups,
 ) -> Result<Option<Residents>, String> {
-    let _in = hosts.enter(key)?;
+    let (n, plugins, quiet) = (cx.n, cx.plugins, cx.quiet);
+    let _in = cx.hosts.enter(key)?;
     let Some(Ok(setup)) = setups.get(&key) else {
         return Ok(None);
     };
@@ -206,14 +289,9 @@ fn attach(setup: &Setup, key: (Variant, Impl), n: u32, pb: &indicatif::ProgressB
 /// capability args, the cached result as prevResult), delete its netns, then
 /// read back what is left. Call while the daemon still runs: its leases are
 /// read from it.
-fn detach_setup(
-    mut r: Residents,
-    setups: &Setups,
-    hosts: &Hosts,
-    plugins: &Plugins,
-    quiet: bool,
-) -> Result<Report, String> {
-    let _in = hosts.enter(r.key)?;
+fn detach_setup(cx: &Turn, mut r: Residents, setups: &Setups) -> Result<Report, String> {
+    let (plugins, quiet) = (cx.plugins, cx.quiet);
+    let _in = cx.hosts.enter(r.key)?;
     let setup = match (&r.own, setups.get(&r.key)) {
         (Some(own), _) => own,
         (None, Some(Ok(s))) => s,
@@ -267,9 +345,10 @@ pub fn text(s: &Summary) -> String {
     let _ = writeln!(
         t,
         "\nresidents: {} per setup, 2 host ports each ({RESIDENT_PORT}-{last}); the setups one after \
-         another, each on a host netns of its own with only its own residents on the machine, \
-         attached before its churn and deleted after it, {} at a time (not in the figures above)",
-        s.residents, s.workers
+         another, each on a host netns of its own with only its own residents on the machine; \
+         each round without and with them (0 N, N 0, …), attached and deleted between rounds, \
+         {} at a time (not in the figures above); {:.1} s waited for a quiet machine before rounds",
+        s.residents, s.workers, s.settle_s
     );
     let _ = writeln!(
         t,
