@@ -10,9 +10,16 @@
 //!   (`inet6_set_link_af`). With IN6_ADDR_GEN_MODE_NONE the link gets no link-local
 //!   address when it comes up, so sends no DAD, router solicitation or MLD for one; it
 //!   joins only the all-nodes groups, which are never reported. The mode is read when the
-//!   link becomes ready, and `do_setlink` applies IFLA_AF_SPEC after the IFF_UP of the same
-//!   request: so it goes in a request before the up, or with the up of a veth end whose
-//!   peer is still down (no carrier, so not ready before the request is done).
+//!   link becomes ready (`addrconf_link_ready`: a qdisc, which comes with a carrier, and an
+//!   operstate of up or unknown), and `do_setlink` applies IFLA_AF_SPEC after the IFF_UP of
+//!   the same request: so it goes in a request before the up, or with the up of a veth end
+//!   that cannot be ready before the request is done. One whose peer is still down has no
+//!   carrier. One whose peer is up gets its carrier in that request, but a fresh link's
+//!   operstate is unknown until the kernel's link-watch work first looks at it (up to a
+//!   second after a veth's create, 6.1 and 6.18 alike), so only one made dormant
+//!   (`VethSpec::peer_attributes`) waits: the link-watch work sets its operstate up after
+//!   the request, as it needs the RTNL the request holds. A link made with a carrier
+//!   (a macvlan on a link that is up, for one) is ready when it comes up.
 //! - in the RTM_NEWLINK that creates the link (veth ends, macvlan, ipvlan), no:
 //!   EAFNOSUPPORT since `rtnl_create_link` validates the request against the new device,
 //!   which has no IPv6 device yet (backported to 6.1 stable in June 2023; before that
@@ -90,17 +97,37 @@ impl Netlink {
     /// Names link `index`'s owner in its alias and brings it up, in one request (the
     /// kernel ignores an alias in a create request); with `no_link_local`, the kernel
     /// gives it no IPv6 link-local address. That mode is applied after the up of the
-    /// same request, so it is only for a veth end whose peer is still down: without a
-    /// carrier the link is not ready, and its link-local address would be made only
-    /// when the peer comes up, after this request.
+    /// same request, so it is only for a veth end that cannot be ready within the request
+    /// (see the module doc): one whose peer is still down, which has no carrier, and whose
+    /// link-local address would be made only when the peer comes up, after this request.
     pub fn set_up_with_alias(
         &mut self,
         index: u32,
         alias: &str,
         no_link_local: bool,
     ) -> Result<()> {
+        self.set_up_af(index, Some(alias), no_link_local, "up with alias")
+    }
+
+    /// Brings link `index` up with no IPv6 link-local address from the kernel, in one
+    /// request: only for a veth end that cannot be ready within it (see the module doc),
+    /// a dormant one or one whose peer is down. A link without IPv6 comes up all the same.
+    pub fn set_up_without_link_local(&mut self, index: u32) -> Result<()> {
+        self.set_up_af(index, None, true, "up")
+    }
+
+    fn set_up_af(
+        &mut self,
+        index: u32,
+        alias: Option<&str>,
+        no_link_local: bool,
+        word: &str,
+    ) -> Result<()> {
         let msg = |no_ll: bool| {
-            let mut attrs = vec![LinkAttribute::IfAlias(alias.to_string())];
+            let mut attrs: Vec<_> = alias
+                .map(|a| LinkAttribute::IfAlias(a.to_string()))
+                .into_iter()
+                .collect();
             if no_ll {
                 attrs.push(LinkAttribute::AfSpecUnspec(vec![no_link_local_spec()]));
             }
@@ -109,10 +136,8 @@ impl Netlink {
             msg.header.flags = LinkFlags::Up;
             msg
         };
-        match self.send_setlink(index, msg(no_link_local), "up with alias") {
-            Err(e) if no_link_local && lacks_ipv6(&e) => {
-                self.send_setlink(index, msg(false), "up with alias")
-            }
+        match self.send_setlink(index, msg(no_link_local), word) {
+            Err(e) if no_link_local && lacks_ipv6(&e) => self.send_setlink(index, msg(false), word),
             other => other,
         }
     }
@@ -141,6 +166,7 @@ mod tests {
     use super::super::LinkSetup;
     use super::*;
     use netlink_packet_core::Emitable;
+    use netlink_packet_route::link::State;
 
     #[test]
     fn link_local_is_the_kernels_eui64() {
@@ -216,5 +242,46 @@ mod tests {
         pod.setup_link(small.peer_index, &setup)
             .expect("mtu all the same");
         assert_eq!(cont.link("agsmallp").mtu, 1000);
+        pod.set_up_without_link_local(small.peer_index)
+            .expect("up all the same");
+        assert!(cont.link("agsmallp").up);
+    }
+
+    /// A veth's pod end is made dormant, so it can come up second, its host end already
+    /// up, with the mode in its up request: neither end gets a link-local address (an end
+    /// not made dormant that comes up second so soon after its create is ready in its up
+    /// request and gets one, on 6.1 as on 6.18), and the kernel's link-watch work then
+    /// sets the pod end's operstate up from its carrier.
+    #[test]
+    fn dormant_end_comes_up_second_without_link_local() {
+        let Some((host, cont)) = host_and_pod("dormant_end_second", "ds") else {
+            return;
+        };
+        let mut nl = host.netlink();
+        let mut pod = cont.netlink();
+        let pair = nl
+            .create_veth(veth("dsmaster", "dspeer", &cont.ns))
+            .expect("veth");
+        nl.set_up_with_alias(pair.host_index, "owner", true)
+            .expect("host end first");
+        pod.set_up_without_link_local(pair.peer_index)
+            .expect("pod end second");
+        std::thread::sleep(std::time::Duration::from_millis(300));
+        assert!(nl.addresses(pair.host_index).expect("dump").is_empty());
+        let addrs = pod.addresses(pair.peer_index).expect("dump");
+        assert!(addrs.is_empty(), "{addrs:?}");
+        // Both ends have index 2 in their fresh netns: the kernel does not count their
+        // events as urgent (as with a peer's index it would), and may take a second.
+        let up = LinkAttribute::OperState(State::Up);
+        let deadline = std::time::Instant::now() + std::time::Duration::from_secs(3);
+        loop {
+            let msg = link_message(pair.peer_index, vec![]);
+            let (_, attrs) = pod.get_link(msg).expect("read").expect("pod end");
+            if attrs.contains(&up) {
+                break;
+            }
+            assert!(std::time::Instant::now() < deadline, "{attrs:?}");
+            std::thread::sleep(std::time::Duration::from_millis(20));
+        }
     }
 }

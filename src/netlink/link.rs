@@ -2,7 +2,7 @@
 use super::{Error, ErrorKind, NetNs, Result};
 use netlink_packet_route::link::{
     InfoBridge, InfoData, InfoIpVlan, InfoMacVlan, IpVlanMode, LinkAttribute, LinkFlags,
-    LinkHeader, LinkInfo, MacVlanMode,
+    LinkHeader, LinkInfo, MacVlanMode, State,
 };
 
 /// A link as read back from the kernel.
@@ -57,6 +57,29 @@ pub struct VethSpec<'a> {
     /// answers, so a pod's port costs one request fewer under the RTNL. The
     /// end is still down then; see [`Netlink::bridge_port_up`].
     pub master: Option<u32>,
+}
+
+impl VethSpec<'_> {
+    /// The peer's attributes in the create request: its name, netns, MAC `hw`, MTU, and an
+    /// operstate of dormant. That is so the peer can come up second, its host end already
+    /// up, with the kernel's IPv6 link-local address turned off in its up request (see
+    /// `ipv6.rs`): IPv6 counts a link as ready once its operstate is up or unknown, and a
+    /// fresh link's is unknown until the kernel's link-watch work first looks at it, which
+    /// for the events of a link that is down can take up to a second. A dormant end is not
+    /// ready when it comes up; the link-watch work then sets its operstate from its carrier
+    /// (up), after the request, since it waits for the RTNL the request holds.
+    pub(super) fn peer_attributes(&self, hw: [u8; 6]) -> Vec<LinkAttribute> {
+        let mut peer = vec![
+            LinkAttribute::IfName(self.peer_name.clone()),
+            LinkAttribute::NetNsFd(self.peer_netns.as_raw_fd()),
+            LinkAttribute::Address(hw.to_vec()),
+            LinkAttribute::OperState(State::Dormant),
+        ];
+        if let Some(mtu) = self.mtu {
+            peer.push(LinkAttribute::Mtu(mtu));
+        }
+        peer
+    }
 }
 
 /// Indexes of a freshly created veth pair (host index in the socket's netns,

@@ -169,7 +169,8 @@ impl Netlink {
     /// Creates a veth pair in one request: the host end in this socket's netns,
     /// the peer directly inside `spec.peer_netns` (so it never appears on the
     /// host). The peer is left down: the kernel refuses IFF_UP for the peer
-    /// inside the create request, so bring it up from inside its netns.
+    /// inside the create request, so bring it up from inside its netns (and
+    /// dormant, see [`VethSpec::peer_attributes`]).
     pub fn create_veth(&mut self, spec: VethSpec) -> Result<VethPair> {
         let what = format!(
             "create veth {} (peer {} in netns {})",
@@ -177,23 +178,18 @@ impl Netlink {
             spec.peer_name,
             spec.peer_netns.path().display()
         );
-        let mut peer = vec![
-            LinkAttribute::IfName(spec.peer_name.clone()),
-            LinkAttribute::NetNsFd(spec.peer_netns.as_raw_fd()),
-        ];
         let peer_hw = match &spec.peer_mac {
             Some(mac) => parse_mac(mac)?
                 .try_into()
                 .map_err(|_| Error::new(ErrorKind::Other, format!("{what}: MAC {mac}")))?,
             None => random_local_mac(),
         };
-        peer.push(LinkAttribute::Address(peer_hw.to_vec()));
+        let peer = spec.peer_attributes(peer_hw);
         let mut host = vec![LinkAttribute::IfName(spec.host_name.clone())];
         if let Some(master) = spec.master {
             host.push(LinkAttribute::Controller(master));
         }
         if let Some(mtu) = spec.mtu {
-            peer.push(LinkAttribute::Mtu(mtu));
             host.push(LinkAttribute::Mtu(mtu));
         }
         host.push(LinkAttribute::LinkInfo(vec![
