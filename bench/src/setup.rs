@@ -348,8 +348,8 @@ impl Floor {
             .map_err(e)?;
         let mut cont = Netlink::open_in(&pod).map_err(e)?;
         cont.add_address(pair.peer_index, address).map_err(e)?;
-        cont.no_link_local(pair.peer_index).map_err(e)?;
-        cont.set_up(pair.peer_index).map_err(e)?;
+        // The pod end comes up second, made dormant by its create (see VethSpec).
+        cont.set_up_without_link_local(pair.peer_index).map_err(e)?;
         let mut default = Route::new(
             IpNet::new(IpAddr::V4(Ipv4Addr::UNSPECIFIED), 0).map_err(|x| x.to_string())?,
         );

@@ -29,6 +29,10 @@ pub struct Ipv6Setup<'a> {
     /// The request that made the link already turned its IPv6 link-local address off
     /// (`LinkSetup::no_link_local`, folded into a child's rename): none of its own.
     pub link_local_off: bool,
+    /// A veth end that cannot be ready in the request that brings it up (a pod end from
+    /// `create_pod_veth`, which is dormant until then): its IPv6 link-local address goes
+    /// off in that request (`Netlink::set_up_without_link_local`), not one of its own.
+    pub link_local_off_with_up: bool,
     /// Its hardware address, when the caller has it ("aa:bb:cc:dd:ee:ff"); read from the
     /// kernel otherwise, for the link-local address of a pod with IPv6.
     pub mac: Option<&'a str>,
@@ -78,7 +82,8 @@ pub fn address_iface(
 }
 
 /// Every interface the plugins address gets no IPv6 link-local address from the
-/// kernel (IFLA_INET6_ADDR_GEN_MODE none, over netlink, before it goes up). One with no
+/// kernel (IFLA_INET6_ADDR_GEN_MODE none, over netlink, before it goes up or, where it
+/// cannot be ready before that request is done, with its up). One with no
 /// IPv6 address or route to carry so has no IPv6 address at all: otherwise its
 /// link-local address's DAD, router and MLD solicitations are multicast, which a bridge
 /// floods to every port and every pod then handles — a cost of each new pod that grows
@@ -95,7 +100,8 @@ fn address_iface_with(
     result: &CniResult,
     v6: Ipv6Setup,
 ) -> Result<(), Error> {
-    if !v6.link_local_off {
+    let with_up = v6.link_local_off_with_up && !v6.link_local_off;
+    if !v6.link_local_off && !with_up {
         nl.no_link_local(index)?;
     }
     // An IPv6 route (say ::/0 from IPAM's routes on an IPv4-only range) needs
@@ -119,7 +125,10 @@ fn address_iface_with(
             IpNet::V4(_) => nl.add_address(index, ip.address)?,
         }
     }
-    nl.set_up(index)?;
+    match with_up {
+        true => nl.set_up_without_link_local(index)?,
+        false => nl.set_up(index)?,
+    }
     Ok(())
 }
 
@@ -260,7 +269,8 @@ pub fn ensure_ifname_free(nl: &mut Netlink, ifname: &str, netns: &str) -> Result
 
 /// A pod's veth (bridge, ptp): CNI_IFNAME inside `ns` with MAC `mac` (None:
 /// a random one) and a host end of a random name, a port of bridge `master`
-/// when given; returns the host end's name and the pair.
+/// when given; returns the host end's name and the pair. The pod end is
+/// dormant until it comes up (see [`Ipv6Setup::link_local_off_with_up`]).
 pub fn create_pod_veth(
     (host, cont): (&mut Netlink, &mut Netlink),
     req: &Request,

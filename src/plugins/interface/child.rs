@@ -190,6 +190,7 @@ fn child_ipv6(child: &Link) -> Ipv6Setup<'_> {
         dad: false,
         ndisc_notify: announced,
         link_local_off: announced,
+        link_local_off_with_up: false,
         mac: child.mac.as_deref(),
     }
 }

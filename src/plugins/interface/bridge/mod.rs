@@ -348,6 +348,7 @@ impl Bridge {
             let v6 = Ipv6Setup {
                 dad: conf.enabledad,
                 mac: Some(pod.mac),
+                link_local_off_with_up: true,
                 ..Ipv6Setup::default()
             };
             configure_iface_with(pod.ns, cont, peer_index, req.ifname(), &result, v6)?;

@@ -210,9 +210,12 @@ impl Pod<'_> {
         // the request that brings this end up (see set_up_with_alias).
         self.host.set_up_with_alias(pair.host_index, &alias, true)?;
         // In the pod: addresses, ptp's routes, then IPAM's routes, which may
-        // go via a gateway only ptp's own routes make reachable.
+        // go via a gateway only ptp's own routes make reachable. The pod's end comes
+        // up second, but dormant: its link-local address goes off in its up request
+        // too (see Ipv6Setup::link_local_off_with_up).
         let v6 = Ipv6Setup {
             mac: Some(&pair.peer_mac()),
+            link_local_off_with_up: true,
             ..Ipv6Setup::default()
         };
         address_iface(
