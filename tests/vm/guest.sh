@@ -92,6 +92,13 @@ host_eth0_ok() {
     && [ "$(cat /sys/class/net/eth0/ifindex)" = "$HOST_ETH0" ] && /sbin/ip route show default | grep -q 'dev eth0'
 }
 host_veth() { tr -d ' \n' < "$1" | grep -o '"name":"[^"]*"' | sed -n 2p | cut -d'"' -f4; }
+# no_ipv6 NETNS HOST-DEV: an IPv4-only pod's eth0 and its host end have no IPv6 address, not
+# even a link-local one from the kernel (the plugins turn its generation off over netlink)
+no_ipv6() {
+  _p=$(/sbin/ip -n "$1" -6 -o addr show dev eth0); _h=$(/sbin/ip -6 -o addr show dev "$2")
+  echo "pod: $_p"; echo "host end $2: $_h"
+  [ -z "$_p$_h" ]
+}
 
 echo "== setup"
 t "cnikit install --dir /cni creates the plugin links" /cni/cnikit install --dir /cni
@@ -336,10 +343,27 @@ EOF
 nsreset vg
 t "$V: ADD" cni ADD vg /run/netns/vg eth0 /tmp/vg.json
 t "$V: container reaches its gateway 10.62.0.1" ping_ok vg 10.62.0.1
+t "$V: no IPv6 address on the pod's eth0 or its port" no_ipv6 vg "$(host_veth /tmp/res-vg-eth0.json)"
 t "$V: CHECK" chk vg /run/netns/vg eth0 /tmp/vg.json
 t "$V: DEL" del vg /run/netns/vg eth0 /tmp/vg.json
 ip netns del vg
 ip link del brg 2> /dev/null
+
+# enabledad: the pod's IPv6 addresses go through DAD (its end of the veth comes up dormant, and
+# the kernel's link-watch work makes it ready for DAD after the plugin's request)
+V="bridge enabledad"
+cat > /tmp/vd.json << EOF
+{"cniVersion":"1.0.0","name":"vdad","type":"bridge","bridge":"brd","isGateway":true,"enabledad":true,"ipam":{"type":"ipamd","dataDir":"$IPAM_DIR","ranges":[[{"subnet":"fd62::/64"}]]}}
+EOF
+nsreset vd
+t "$V: ADD" cni ADD vd /run/netns/vd eth0 /tmp/vd.json
+t "$V: the pod's addresses are tentative, without nodad" sh -c "/sbin/ip -n vd -6 -o addr show dev eth0 | tee /dev/stderr | grep -q tentative && ! /sbin/ip -n vd -6 -o addr show dev eth0 | grep -q nodad"
+dad_done() { for _i in $(seq 50); do [ -z "$(/sbin/ip -n vd -6 -o addr show dev eth0 tentative)" ] && return 0; sleep 0.1; done; /sbin/ip -n vd -6 addr; return 1; }
+t "$V: DAD is done within 5 s" dad_done
+t "$V: the pod reaches its gateway fd62::1" ping_ok vd fd62::1
+t "$V: DEL" del vd /run/netns/vd eth0 /tmp/vd.json
+ip netns del vd
+ip link del brd 2> /dev/null
 
 # the reference bridge plugin (containernetworking-plugins 1.1.1: knows `vlan` only, and keeps
 # VLAN 1 on the port, as v1.8.0+ does only with preserveDefaultVlan true) on the same VLAN

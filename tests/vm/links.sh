@@ -218,3 +218,14 @@ ip netns del ppb
 t "$V: DEL b with its netns gone" del ppb /run/netns/ppb eth0 /tmp/pp.json
 t "$V: no host end left (by its owner alias)" sh -c "! /sbin/ip -o link show | grep -q 'alias cnikit ptp pp/'"
 ip netns del ppa; ip netns del ppr
+V="ptp IPv4 only"
+cat > /tmp/pp4.json << EOF
+{"cniVersion":"1.0.0","name":"pp4","type":"ptp","ipMasq":false,"ipam":{"type":"ipamd","dataDir":"$IPAM_DIR/ptp4","ranges":[[{"subnet":"10.92.0.0/24"}]]}}
+EOF
+nsreset pp4
+t "$V: ADD" cni ADD pp4 /run/netns/pp4 eth0 /tmp/pp4.json
+# the host end is the result's first interface
+PH=$(tr -d ' \n' < /tmp/res-pp4-eth0.json | grep -o '"name":"[^"]*"' | sed -n 1p | cut -d'"' -f4)
+t "$V: no IPv6 address on the pod's eth0 or its host end" no_ipv6 pp4 "$PH"
+t "$V: DEL" del pp4 /run/netns/pp4 eth0 /tmp/pp4.json
+ip netns del pp4

@@ -330,3 +330,33 @@ fn ipv6_is_turned_on_where_the_netns_defaults_have_it_off() {
     assert_ping(&att.ns.name, &nets.v6_addr(1));
     att.del();
 }
+
+/// Proves: with `enabledad` a dual-stack pod's IPv6 addresses go through DAD, as the
+/// reference has them: `accept_dad` is 1 on its interface, its addresses (the link-local
+/// one too) are added without IFA_F_NODAD and are tentative right after ADD, and DAD
+/// ends within seconds, so the kernel did start it: the pod's end of the veth, which
+/// comes up dormant, became ready. The pod then reaches the gateway over IPv6.
+#[test]
+fn enabledad_pods_do_dad() {
+    let env = TestEnv::new("bridge_enabledad");
+    let (conf, _, nets) = network(&env, Ipam::Ipamd, Subnets::dual_ranges);
+    let conf = merged(conf, json!({"enabledad": true}));
+    let att = env.new_attachment("bridge", "dad", &conf);
+    att.add();
+    let ns = Some(att.ns.name.as_str());
+    let lines = ipv6_lines(ns, "eth0");
+    assert_eq!(lines.len(), 2, "{lines:?}");
+    assert!(lines.iter().all(|l| !l.contains("nodad")), "{lines:?}");
+    assert!(lines.iter().all(|l| l.contains("tentative")), "{lines:?}");
+    let key = "net.ipv6.conf.eth0.accept_dad";
+    let (ok, out, err) = sh("ip", &["netns", "exec", &att.ns.name, "sysctl", "-n", key]);
+    assert!(ok, "{err}");
+    assert_eq!(out.trim(), "1");
+    eventually("the pod's DAD is done", || {
+        ipv6_lines(ns, "eth0")
+            .iter()
+            .all(|l| !l.contains("tentative"))
+    });
+    assert_ping(&att.ns.name, &nets.v6_addr(1));
+    att.del();
+}
