@@ -165,8 +165,8 @@ pub fn run_all(
     Ok(out)
 }
 
-/// One round of one setup at every W, with no other setup's turns between
-/// them (for `--resident`, where each setup has the machine to itself).
+/// A round of one setup to run alone (for `--resident`, where each setup
+/// has the machine to itself).
 #[derive(Debug, Clone, Copy)]
 pub struct Segment {
     pub key: (Variant, Impl),
@@ -176,6 +176,7 @@ pub struct Segment {
     pub residents: u32,
 }
 
+/// Segment `seg` at every W, with no other setup's turns between them.
 pub fn run_segment(
     plan: &Plan,
     setups: &Setups,

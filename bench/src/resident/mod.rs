@@ -159,6 +159,8 @@ fn turn(
             break;
         }
         if with && attached.is_none() {
+            // A setup whose residents did not all attach is an error by now:
+            // its rounds count as failed, as for any broken setup.
             let a = cx.pb.suspend(|| attach_setup(cx, key, setups))?;
             let Some(a) = a else { break };
             attached = Some(a);
@@ -421,4 +423,23 @@ fn left(checks: &[Check]) -> String {
         })
         .collect();
     format!("LEFT: {}", parts.join("; "))
+}
+
+#[cfg(test)]
+mod tests {
+    use super::order;
+
+    #[test]
+    fn rounds_run_in_mirrored_pairs() {
+        let seq = order(3);
+        let want = [
+            (0, false),
+            (0, true),
+            (1, true),
+            (1, false),
+            (2, false),
+            (2, true),
+        ];
+        assert_eq!(seq, want);
+    }
 }
