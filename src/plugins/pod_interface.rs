@@ -16,6 +16,21 @@ pub fn random_veth_name() -> String {
     format!("veth{:08x}", u32::from_be_bytes(random_bytes()))
 }
 
+/// Which request turns an interface's IPv6 link-local address from the kernel off
+/// (IFLA_INET6_ADDR_GEN_MODE none; see `netlink/ipv6.rs` for when each can).
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
+pub enum LinkLocalOff {
+    /// A request of its own, before the up.
+    #[default]
+    BeforeUp,
+    /// The request that brings it up: a veth end that cannot be ready in it (a pod end
+    /// from `create_pod_veth`, dormant until then; `Netlink::set_up_without_link_local`).
+    WithUp,
+    /// The request that made the link already did (`LinkSetup::no_link_local`, folded
+    /// into a child's rename).
+    Done,
+}
+
 /// What an interface with IPv6 to carry gets before it goes up, and what is known of it.
 #[derive(Debug, Clone, Copy, Default)]
 pub struct Ipv6Setup<'a> {
@@ -26,13 +41,8 @@ pub struct Ipv6Setup<'a> {
     /// each of its addresses, so the LAN forgets the MAC a previous pod with the same
     /// address had (macvlan, ipvlan; why through /proc/sys: at `ipv6_sysctls`).
     pub ndisc_notify: bool,
-    /// The request that made the link already turned its IPv6 link-local address off
-    /// (`LinkSetup::no_link_local`, folded into a child's rename): none of its own.
-    pub link_local_off: bool,
-    /// A veth end that cannot be ready in the request that brings it up (a pod end from
-    /// `create_pod_veth`, which is dormant until then): its IPv6 link-local address goes
-    /// off in that request (`Netlink::set_up_without_link_local`), not one of its own.
-    pub link_local_off_with_up: bool,
+    /// Where its IPv6 link-local address from the kernel goes off.
+    pub link_local_off: LinkLocalOff,
     /// Its hardware address, when the caller has it ("aa:bb:cc:dd:ee:ff"); read from the
     /// kernel otherwise, for the link-local address of a pod with IPv6.
     pub mac: Option<&'a str>,
@@ -100,8 +110,7 @@ fn address_iface_with(
     result: &CniResult,
     v6: Ipv6Setup,
 ) -> Result<(), Error> {
-    let with_up = v6.link_local_off_with_up && !v6.link_local_off;
-    if !v6.link_local_off && !with_up {
+    if v6.link_local_off == LinkLocalOff::BeforeUp {
         nl.no_link_local(index)?;
     }
     // An IPv6 route (say ::/0 from IPAM's routes on an IPv4-only range) needs
@@ -125,9 +134,10 @@ fn address_iface_with(
             IpNet::V4(_) => nl.add_address(index, ip.address)?,
         }
     }
-    match with_up {
-        true => nl.set_up_without_link_local(index)?,
-        false => nl.set_up(index)?,
+    if v6.link_local_off == LinkLocalOff::WithUp {
+        nl.set_up_without_link_local(index)?;
+    } else {
+        nl.set_up(index)?;
     }
     Ok(())
 }
@@ -270,7 +280,7 @@ pub fn ensure_ifname_free(nl: &mut Netlink, ifname: &str, netns: &str) -> Result
 /// A pod's veth (bridge, ptp): CNI_IFNAME inside `ns` with MAC `mac` (None:
 /// a random one) and a host end of a random name, a port of bridge `master`
 /// when given; returns the host end's name and the pair. The pod end is
-/// dormant until it comes up (see [`Ipv6Setup::link_local_off_with_up`]).
+/// dormant until it comes up (see [`LinkLocalOff::WithUp`]).
 pub fn create_pod_veth(
     (host, cont): (&mut Netlink, &mut Netlink),
     req: &Request,

@@ -10,6 +10,7 @@ use crate::plugins::conf_keys::{config_ifname, configured_mtu, with_configured_d
 use crate::plugins::ipam_delegation::{ipam_add, ipam_if_configured, ipam_rollback_on_error};
 use crate::plugins::pod_interface::{
     configure_iface_with, ensure_ifname_free, expect_kind, find_container_link, Ipv6Setup,
+    LinkLocalOff,
 };
 use crate::plugins::pod_netns::{delete_container_link, open_netns, OwnLink};
 use serde::de::DeserializeOwned;
@@ -189,8 +190,11 @@ fn child_ipv6(child: &Link) -> Ipv6Setup<'_> {
     Ipv6Setup {
         dad: false,
         ndisc_notify: announced,
-        link_local_off: announced,
-        link_local_off_with_up: false,
+        link_local_off: if announced {
+            LinkLocalOff::Done
+        } else {
+            LinkLocalOff::BeforeUp
+        },
         mac: child.mac.as_deref(),
     }
 }

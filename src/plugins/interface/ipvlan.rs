@@ -5,7 +5,7 @@ use super::child::{add_child, address_single_iface, ChildConf, ChildKind, Loaded
 use crate::cni::{CniResult, Error, Request};
 use crate::netlink::{IpvlanMode, IpvlanSpec, Link, NetNs, Netlink};
 use crate::plugins::conf_keys::config_ifname;
-use crate::plugins::pod_interface::Ipv6Setup;
+use crate::plugins::pod_interface::{Ipv6Setup, LinkLocalOff};
 use serde::de::IgnoredAny;
 
 pub struct Ipvlan;
@@ -104,7 +104,7 @@ fn address_from_prev_result(
     // with arp_notify, it has no link-local address from the kernel (see child_ipv6).
     let v6 = Ipv6Setup {
         ndisc_notify: true,
-        link_local_off: true,
+        link_local_off: LinkLocalOff::Done,
         ..Ipv6Setup::default()
     };
     address_single_iface(ns, cont, req, index, v6, prev)

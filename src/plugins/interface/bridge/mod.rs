@@ -9,7 +9,7 @@ use crate::plugins::conf_keys::{
 use crate::plugins::firewall_backend::{FirewallBackend, FirewallConf};
 use crate::plugins::ipam_delegation::{ipam_add, ipam_if_configured, ipam_rollback_on_error};
 use crate::plugins::pod_interface::{
-    configure_iface_with, create_pod_veth, find_container_link, Ipv6Setup,
+    configure_iface_with, create_pod_veth, find_container_link, Ipv6Setup, LinkLocalOff,
 };
 use crate::plugins::pod_netns::{delete_container_link, open_netns, OwnLink};
 use check::{check_peer_on_bridge, expect_kind, expect_mac};
@@ -348,7 +348,7 @@ impl Bridge {
             let v6 = Ipv6Setup {
                 dad: conf.enabledad,
                 mac: Some(pod.mac),
-                link_local_off_with_up: true,
+                link_local_off: LinkLocalOff::WithUp,
                 ..Ipv6Setup::default()
             };
             configure_iface_with(pod.ns, cont, peer_index, req.ifname(), &result, v6)?;

@@ -13,7 +13,7 @@ use crate::plugins::link_owner;
 use crate::plugins::masquerade;
 use crate::plugins::pod_interface::{
     address_iface, create_pod_veth, expect_kind, expect_mac, find_container_link, route_iface,
-    Ipv6Setup,
+    Ipv6Setup, LinkLocalOff,
 };
 use crate::plugins::pod_netns::{delete_container_link, open_netns, OwnLink};
 use routing::{enable_forwarding, hops, prepare_host_end, route_host, route_pod, settle_ipv6, Hop};
@@ -212,10 +212,10 @@ impl Pod<'_> {
         // In the pod: addresses, ptp's routes, then IPAM's routes, which may
         // go via a gateway only ptp's own routes make reachable. The pod's end comes
         // up second, but dormant: its link-local address goes off in its up request
-        // too (see Ipv6Setup::link_local_off_with_up).
+        // too (see LinkLocalOff::WithUp).
         let v6 = Ipv6Setup {
             mac: Some(&pair.peer_mac()),
-            link_local_off_with_up: true,
+            link_local_off: LinkLocalOff::WithUp,
             ..Ipv6Setup::default()
         };
         address_iface(
