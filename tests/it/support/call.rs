@@ -168,9 +168,8 @@ impl Call {
         for (k, v) in &self.env {
             cmd.env(k, v);
         }
-        let mut child = cmd
-            .spawn()
-            .unwrap_or_else(|e| panic!("cannot run {what}: {e}"));
+        let mut child =
+            spawn_when_not_busy(&mut cmd).unwrap_or_else(|e| panic!("cannot run {what}: {e}"));
         let mut stdin = child.stdin.take().expect("stdin");
         let input = self.stdin.clone();
         // The plugin may exit without reading everything (huge input): ignore EPIPE.
@@ -374,4 +373,22 @@ pub fn parse_error_object(stdout: &str, lenient: bool) -> Result<CniError, Strin
         msg: msg.to_string(),
         details,
     })
+}
+
+/// Spawns `cmd`, retrying (bounded) while its program is "text file busy": a
+/// test that has just written a script or a copy of the binary can find
+/// another test thread's fork still holding the write descriptor until that
+/// child's exec closes it.
+fn spawn_when_not_busy(cmd: &mut Command) -> std::io::Result<Child> {
+    const ETXTBSY: i32 = 26;
+    let mut tries = 0;
+    loop {
+        match cmd.spawn() {
+            Err(e) if e.raw_os_error() == Some(ETXTBSY) && tries < 50 => {
+                tries += 1;
+                std::thread::sleep(std::time::Duration::from_millis(20));
+            }
+            other => return other,
+        }
+    }
 }
