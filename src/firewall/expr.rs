@@ -78,16 +78,6 @@ pub(crate) fn lookup(set: &str, map: bool) -> Expr {
     Expressions::Lookup(attrs).into()
 }
 
-/// `vmap @set`: the verdict the key starting in reg1 maps to.
-pub(crate) fn vmap(set: &str) -> Expr {
-    Expressions::Lookup(vec![
-        Lookup::Set(set.into()),
-        Lookup::SourceRegister(Register::Reg1),
-        Lookup::DestinationRegister(Register::Verdict),
-    ])
-    .into()
-}
-
 /// A verdict: `accept`, `drop`, `return`, `jump chain` or `goto chain`.
 pub(crate) enum Jump<'a> {
     Accept,

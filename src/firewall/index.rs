@@ -15,6 +15,7 @@
 //! feature without its `.indexed` marker reads the feature's sets and
 //! records every tagged element.
 
+use super::dispatch;
 use super::schema::{SetDef, Skeleton};
 use super::store::{owner_of, Nft};
 use super::{Error, ErrorKind, Result};
@@ -37,7 +38,7 @@ const MAX_RECORD: u64 = 64 * 1024;
 const MAX_RECORDS: usize = 1 << 20;
 
 /// The keys of one attachment in one feature's sets.
-pub(crate) type Keys = Vec<(&'static SetDef, Vec<u8>)>;
+pub(crate) type Keys = Vec<(SetDef, Vec<u8>)>;
 
 #[derive(Serialize, Deserialize)]
 struct Record {
@@ -62,7 +63,7 @@ pub(crate) fn recording(
     keys: &Keys,
     add: impl FnOnce() -> Result<()>,
 ) -> Result<()> {
-    let had_record = record(s, owner, keys)?;
+    let had_record = remember(s, owner, keys)?;
     let added = add();
     if added.is_err() && !had_record {
         // The batch's own error is the one to report.
@@ -72,7 +73,7 @@ pub(crate) fn recording(
 }
 
 /// Adds `keys` to `owner`'s record; whether there was one before.
-fn record(s: &Skeleton, owner: &str, keys: &Keys) -> Result<bool> {
+pub(crate) fn remember(s: &Skeleton, owner: &str, keys: &Keys) -> Result<bool> {
     let dir = network_dir(owner, true)?.ok_or_else(|| failed("create", owner, "no directory"))?;
     let name = file_name(s, owner);
     let mut rec = read_record(&dir, &name, owner)?.unwrap_or(Record {
@@ -147,12 +148,15 @@ pub(crate) fn ensure_indexed(nft: &mut Nft, s: &Skeleton) -> Result<()> {
     for set in s.sets {
         for e in nft.dump(s.table, set)? {
             if let Some(owner) = owner_of(&e) {
-                by_owner.entry(owner).or_default().push((set, e.key));
+                by_owner
+                    .entry(owner)
+                    .or_default()
+                    .push(((*set).clone(), e.key));
             }
         }
     }
     for (owner, keys) in by_owner {
-        record(s, &owner, &keys)?;
+        remember(s, &owner, &keys)?;
     }
     write_at(&base, &marker, b"").map_err(|e| failed("write", &marker, &e.to_string()))
 }
@@ -161,8 +165,11 @@ fn keys_of(s: &Skeleton, rec: &Record) -> Keys {
     rec.keys
         .iter()
         .filter_map(|k| {
-            let set = s.sets.iter().find(|set| set.name == k.set)?;
-            Some((*set, unhex(&k.key)?))
+            let set = match s.sets.iter().find(|set| set.name == k.set) {
+                Some(set) => (*set).clone(),
+                None => dispatch::set_named(&k.set)?,
+            };
+            Some((set, unhex(&k.key)?))
         })
         .collect()
 }

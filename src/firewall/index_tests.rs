@@ -2,8 +2,9 @@
 //! under the isolated test runner).
 
 use crate::firewall::cleanup::{Del, Gc};
+use crate::firewall::dispatch;
 use crate::firewall::portmap::{self, Mapping, Masquerade, Proto, Spec};
-use crate::firewall::schema::{key, Value, INET, PM4_ANY, PM4_MASQ_VIA};
+use crate::firewall::schema::{key, Value, INET, PM4_ANY};
 use crate::firewall::store::{owned, read, transact};
 use crate::firewall::test_netns::in_new_netns;
 use crate::firewall::{masq, Attachment, Sockets};
@@ -38,7 +39,8 @@ fn run(op: impl Into<crate::firewall::Request>) {
 fn portmap_owners() -> Vec<String> {
     read(&Sockets::default(), |nft| {
         let mut owners = Vec::new();
-        for set in [&PM4_ANY, &PM4_MASQ_VIA] {
+        let hairpin = dispatch::pm_hairpin("10.9.0.0/24".parse().expect("net"));
+        for set in [&PM4_ANY, &hairpin.set] {
             owners.extend(
                 nft.dump(INET, set)?
                     .iter()
@@ -80,7 +82,8 @@ fn gc_removes_the_attachments_not_listed() {
         run(masq::Op::Gc(gc));
         assert_eq!(portmap_owners(), vec!["idx/c2/eth0"; 2]);
         let masq_left = read(&Sockets::default(), |nft| {
-            nft.dump(INET, &crate::firewall::schema::MASQ4_VIA)
+            let d = dispatch::ip_masq(true, &["10.9.0.0/24".parse().expect("net")]);
+            nft.dump(INET, &d.set)
         })
         .expect("dump");
         assert!(masq_left.is_empty(), "{masq_left:?}");
@@ -132,5 +135,52 @@ fn a_failed_add_leaves_no_record() {
         let keys = super::recorded(&crate::firewall::schema::PORTMAP, "idx/c2/eth0")
             .expect("read records");
         assert!(keys.is_empty(), "{keys:?}");
+    });
+}
+
+/// A pod attached by a development build of 0.2.0 has its masquerade entry
+/// in the verdict map of that layout (`masq4-via`), and its record names it:
+/// DEL removes it there by key.
+#[test]
+fn del_removes_an_entry_of_the_retired_verdict_map() {
+    in_new_netns("idx-retired", || {
+        let layout = r#"
+table inet cnikit {
+  chain masq-x { return; }
+  map masq4-via { type ipv4_addr : verdict; }
+}
+add element inet cnikit masq4-via { 10.9.0.2 comment "idx/c1/eth0" : goto masq-x }
+add element inet cnikit masq4-via { 10.9.0.3 comment "idx/c2/eth0" : goto masq-x }
+"#;
+        let ok = std::process::Command::new("nft")
+            .args(["-f", "-"])
+            .stdin(std::process::Stdio::piped())
+            .spawn()
+            .and_then(|mut child| {
+                use std::io::Write;
+                child
+                    .stdin
+                    .take()
+                    .expect("stdin")
+                    .write_all(layout.as_bytes())?;
+                child.wait()
+            })
+            .expect("nft");
+        assert!(ok.success());
+        let via = dispatch::set_named("masq4-via").expect("a retired set");
+        let ip = |a: &str| key(&[Value::Ip(a.parse().expect("ip"))]);
+        super::remember(
+            &crate::firewall::schema::MASQ,
+            "idx/c1/eth0",
+            &vec![(via.clone(), ip("10.9.0.2"))],
+        )
+        .expect("record");
+        run(masq::Op::Del(Del { att: att("c1") }));
+        let left: Vec<_> = read(&Sockets::default(), |nft| nft.dump(INET, &via))
+            .expect("dump")
+            .iter()
+            .filter_map(crate::firewall::store::owner_of)
+            .collect();
+        assert_eq!(left, vec!["idx/c2/eth0"]);
     });
 }

@@ -1,20 +1,19 @@
 //! The layout of cnikit 0.1, which kept the subnet tests of masquerade in
 //! interval sets (`masq4-skip`, `pm4-masq`: removing one element costs time
 //! in proportion to the set's size). The first firewall operation of a newer
-//! cnikit moves its elements into the current layout (verdict maps keyed by
-//! the container address, see `schema.rs`) in one batch, owners kept, and
-//! removes the old chains and sets in the same batch: running pods keep
-//! their masquerade throughout, and their later DEL, CHECK and GC find their
-//! entries where the current code looks.
+//! cnikit moves its elements into the current layout (per network a set of
+//! its pods' addresses, see `dispatch.rs`) in one batch, owners kept and
+//! recorded, and removes the old chains and sets in the same batch: running
+//! pods keep their masquerade throughout, and their later DEL, CHECK and GC
+//! find their entries where the current code looks.
 
+use super::dispatch::{self, Dispatch};
+use super::index;
 use super::nft::{Element, Table};
-use super::schema::{
-    self, hairpin_chain, key, masq_chain, SetDef, Value, INET, MASQ4_VIA, MASQ6_VIA, PM4_MASQ_VIA,
-    PM6_MASQ_VIA, PM_MASQ_ALL,
-};
+use super::schema::{self, SetDef, Skeleton, INET};
 use super::sets::{set, Field};
 use super::socket::Sockets;
-use super::store::{owned_goto, owner_of, read, transact, Nft, Tx};
+use super::store::{owner_of, read, transact, Nft, Tx};
 use super::Result;
 use ipnet::IpNet;
 use std::collections::BTreeMap;
@@ -66,7 +65,7 @@ fn drop_legacy(tx: &mut Tx, l: &Legacy) {
     tx.flush_chain(l.table, l.chain);
     tx.delete_chain(l.table, l.chain);
     for set in l.sets {
-        tx.delete_set(l.table, set.name);
+        tx.delete_set(l.table, &set.name);
     }
 }
 
@@ -98,19 +97,8 @@ pub(crate) fn upgrade_masq(sockets: &Sockets) -> Result<()> {
             }
         }
         for ((addr, owner), nets) in via {
-            let chain = masq_chain(addr.is_ipv4(), &nets);
-            let name = chain.name.clone();
-            schema::ensure_chain(nft, tx, INET, &chain)?;
-            let map = if addr.is_ipv4() {
-                &MASQ4_VIA
-            } else {
-                &MASQ6_VIA
-            };
-            tx.add(
-                INET,
-                map,
-                vec![owned_goto(key(&[Value::Ip(addr)]), &name, &owner)],
-            );
+            let d = dispatch::ip_masq(addr.is_ipv4(), &nets);
+            move_into(nft, tx, &schema::MASQ, &d, addr, &owner)?;
         }
         Ok(())
     })
@@ -137,29 +125,34 @@ pub(crate) fn upgrade_portmap(sockets: &Sockets) -> Result<()> {
             }
         }
         for ((addr, owner), srcs) in sources {
-            let chain = if srcs.iter().any(|s| s.prefix_len() == 0) {
-                PM_MASQ_ALL.to_string()
+            let d = if srcs.iter().any(|s| s.prefix_len() == 0) {
+                dispatch::pm_masq_all(addr.is_ipv4())
             } else if let Some(subnet) = srcs.iter().find(|s| !s.addr().is_loopback()) {
-                let chain = hairpin_chain(*subnet);
-                let name = chain.name.clone();
-                schema::ensure_chain(nft, tx, INET, &chain)?;
-                name
+                dispatch::pm_hairpin(*subnet)
             } else {
                 continue;
             };
-            let map = if addr.is_ipv4() {
-                &PM4_MASQ_VIA
-            } else {
-                &PM6_MASQ_VIA
-            };
-            tx.add(
-                INET,
-                map,
-                vec![owned_goto(key(&[Value::Ip(addr)]), &chain, &owner)],
-            );
+            move_into(nft, tx, &schema::PORTMAP, &d, addr, &owner)?;
         }
         Ok(())
     })
+}
+
+/// Adds `owner`'s element for `addr` to `d`'s set (made if missing), and to
+/// the owner's record first, as an ADD does, so its DEL finds it.
+fn move_into(
+    nft: &mut Nft,
+    tx: &mut Tx,
+    feature: &Skeleton,
+    d: &Dispatch,
+    addr: IpAddr,
+    owner: &str,
+) -> Result<()> {
+    let elem = d.element(addr, owner);
+    index::remember(feature, owner, &vec![(d.set.clone(), elem.key.clone())])?;
+    dispatch::ensure(nft, tx, d)?;
+    tx.add(INET, &d.set, vec![elem]);
+    Ok(())
 }
 
 /// When `legacy`'s chain exists, `migrate` (in the batch that then drops

@@ -62,13 +62,18 @@ fn nft(args: &[&str], stdin: Option<&str>) -> String {
     String::from_utf8(out.stdout).expect("utf-8")
 }
 
-fn via(map: &SetDef, addr: &str) -> Option<(String, String)> {
+/// The owner of `addr`'s element in `d`'s set, if it is there.
+fn owner_in(d: &Dispatch, addr: &str) -> Option<String> {
     let addr: IpAddr = addr.parse().expect("ip");
     let e = read(&Sockets::default(), |nft| {
-        nft.get(INET, map, &key(&[Value::Ip(addr)]))
+        nft.get(INET, &d.set, &d.element(addr, "").key)
     })
     .expect("get")?;
-    Some((owner_of(&e)?, e.goto?))
+    owner_of(&e)
+}
+
+fn net(s: &str) -> IpNet {
+    s.parse().expect("net")
 }
 
 #[test]
@@ -88,23 +93,31 @@ fn the_first_operation_moves_0_1_elements_into_the_current_layout() {
         ] {
             assert!(!listing.contains(gone), "{gone} is left:\n{listing}");
         }
-        let c1 = masq_chain(true, &["10.1.0.0/16".parse().expect("net")]).name;
-        assert_eq!(
-            via(&MASQ4_VIA, "10.1.0.5"),
-            Some(("n/c1/eth0".into(), c1.clone()))
-        );
-        assert_eq!(via(&MASQ4_VIA, "10.1.0.6"), Some(("n/c2/eth0".into(), c1)));
-        let c6 = masq_chain(false, &["fd00:1::/64".parse().expect("net")]).name;
-        assert_eq!(via(&MASQ6_VIA, "fd00:1::5"), Some(("n/c1/eth0".into(), c6)));
-        let hairpin = hairpin_chain("10.1.0.0/16".parse().expect("net")).name;
-        assert_eq!(
-            via(&PM4_MASQ_VIA, "10.1.0.5"),
-            Some(("n/c1/eth0".into(), hairpin))
-        );
-        assert_eq!(
-            via(&PM4_MASQ_VIA, "10.1.0.6"),
-            Some(("n/c2/eth0".into(), PM_MASQ_ALL.to_string()))
-        );
+        let masq4 = dispatch::ip_masq(true, &[net("10.1.0.0/16")]);
+        assert_eq!(owner_in(&masq4, "10.1.0.5").as_deref(), Some("n/c1/eth0"));
+        assert_eq!(owner_in(&masq4, "10.1.0.6").as_deref(), Some("n/c2/eth0"));
+        let masq6 = dispatch::ip_masq(false, &[net("fd00:1::/64")]);
+        assert_eq!(owner_in(&masq6, "fd00:1::5").as_deref(), Some("n/c1/eth0"));
+        let hairpin = dispatch::pm_hairpin(net("10.1.0.0/16"));
+        assert_eq!(owner_in(&hairpin, "10.1.0.5").as_deref(), Some("n/c1/eth0"));
+        let all = dispatch::pm_masq_all(true);
+        assert_eq!(owner_in(&all, "10.1.0.6").as_deref(), Some("n/c2/eth0"));
+        for d in [&masq4, &masq6, &hairpin, &all] {
+            assert!(
+                listing.contains(&format!("goto {}", d.chain.name)),
+                "{listing}"
+            );
+        }
+        // The moved elements are recorded: a DEL without prevResult finds them.
+        crate::firewall::Request::from(crate::firewall::masq::Op::Del(crate::firewall::Del {
+            att: crate::firewall::Attachment::new("n", "c1", "eth0"),
+        }))
+        .run(&Sockets::default())
+        .expect("DEL of c1");
+        assert_eq!(owner_in(&masq4, "10.1.0.5"), None);
+        assert_eq!(owner_in(&masq6, "fd00:1::5"), None);
+        assert_eq!(owner_in(&masq4, "10.1.0.6").as_deref(), Some("n/c2/eth0"));
+        let listing = nft(&["list", "table", "inet", "cnikit"], None);
         // Once done, an upgrade finds nothing to do.
         upgrade_masq(&Sockets::default()).expect("again");
         assert_eq!(nft(&["list", "table", "inet", "cnikit"], None), listing);

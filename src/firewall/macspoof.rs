@@ -126,8 +126,8 @@ fn planned(owner: &str, host_ifname: &str, mac: [u8; 6]) -> [Element; 2] {
 
 fn keys_of(port: &Element, allow: &Element) -> index::Keys {
     vec![
-        (&SPOOF_PORTS, port.key.clone()),
-        (&SPOOF_ALLOW, allow.key.clone()),
+        (SPOOF_PORTS.clone(), port.key.clone()),
+        (SPOOF_ALLOW.clone(), allow.key.clone()),
     ]
 }
 

@@ -2,10 +2,12 @@
 //! subnets (multicast excluded), keyed by the container address.
 
 use super::cleanup::{release_recorded, Del, Gc};
+use super::dispatch::{self, Dispatch};
 use super::index;
 use super::legacy::upgrade_masq;
-use super::schema::{self, key, masq_chain, Chain, SetDef, Value, INET, MASQ4_VIA, MASQ6_VIA};
-use super::store::{claim_anchor, owned_goto, transact};
+use super::nft::Element;
+use super::schema::{self, INET};
+use super::store::{claim_anchor, transact};
 use super::tag::{self, Attachment};
 use super::{Result, Sockets};
 use ipnet::IpNet;
@@ -69,7 +71,7 @@ impl Op {
                 let owner = att.tag();
                 let keys: Vec<_> = planned(addrs, subnets, &owner)
                     .into_iter()
-                    .map(|(map, elem, _)| (map, elem.key))
+                    .map(|(d, elem)| (d.set, elem.key))
                     .collect();
                 release_recorded(sockets, &schema::MASQ, &owner, keys)
             }
@@ -88,36 +90,29 @@ fn add_here(
     let plan = planned(addrs, subnets, &owner);
     let keys: Vec<_> = plan
         .iter()
-        .map(|(map, elem, _)| (*map, elem.key.clone()))
+        .map(|(d, elem)| (d.set.clone(), elem.key.clone()))
         .collect();
     index::recording(&schema::MASQ, &owner, &keys, || {
         transact(sockets, |nft, tx| {
             schema::ensure(nft, tx, &schema::MASQ)?;
-            for (map, elem, chain) in &plan {
-                schema::ensure_chain(nft, tx, INET, chain)?;
-                claim_anchor(nft, tx, INET, (map, elem.clone()))?;
+            for (d, elem) in &plan {
+                dispatch::ensure(nft, tx, d)?;
+                claim_anchor(nft, tx, INET, (&d.set, elem.clone()))?;
             }
             Ok(())
         })
     })
 }
 
-/// What ADD puts in: per container address one element of its family's
-/// verdict map, keyed by the address and going to the chain of the
-/// network's subnets of that family (made if missing).
-fn planned(
-    addrs: &[IpAddr],
-    subnets: &[IpNet],
-    owner: &str,
-) -> Vec<(&'static SetDef, super::nft::Element, Chain)> {
+/// What ADD puts in: per container address one element, the address, in
+/// the set of its network's pods of that family (made if missing).
+fn planned(addrs: &[IpAddr], subnets: &[IpNet], owner: &str) -> Vec<(Dispatch, Element)> {
     addrs
         .iter()
         .map(|addr| {
-            let v4 = addr.is_ipv4();
-            let map = if v4 { &MASQ4_VIA } else { &MASQ6_VIA };
-            let chain = masq_chain(v4, subnets);
-            let elem = owned_goto(key(&[Value::Ip(*addr)]), &chain.name, owner);
-            (map, elem, chain)
+            let d = dispatch::ip_masq(addr.is_ipv4(), subnets);
+            let elem = d.element(*addr, owner);
+            (d, elem)
         })
         .collect()
 }

@@ -52,6 +52,7 @@
 //! which hosts the firewall as a typed service (`service.rs`).
 
 mod cleanup;
+mod dispatch;
 mod error;
 mod expr;
 mod index;

@@ -100,6 +100,14 @@ pub(crate) fn delete_chain(t: Table, name: &str) -> NetfilterMessage {
     )
 }
 
+pub(crate) fn get_set(t: Table, name: &str) -> NetfilterMessage {
+    let attributes = vec![
+        SetAttribute::Table(t.name.into()),
+        SetAttribute::Name(name.into()),
+    ];
+    message(t.family, NfTablesMessage::GetSet(SetMessage { attributes }))
+}
+
 /// DELSET, elements and all (no rule may still refer to it).
 pub(crate) fn delete_set(t: Table, name: &str) -> NetfilterMessage {
     let attributes = vec![

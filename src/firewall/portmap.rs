@@ -3,13 +3,11 @@
 //! through the host.
 
 use super::cleanup::{release_recorded, Del, Gc};
+use super::dispatch::{self, Dispatch};
 use super::index;
 use super::legacy::upgrade_portmap;
-use super::schema::{
-    self, hairpin_chain, key, Value, INET, PM4_ANY, PM4_IP, PM4_MASQ_VIA, PM6_ANY, PM6_IP,
-    PM6_MASQ_VIA, PM_CHAINS, PM_MASQ_ALL,
-};
-use super::store::{claim_anchor, claim_exclusive, owned, owned_goto, owner_of, read, transact};
+use super::schema::{self, key, Value, INET, PM4_ANY, PM4_IP, PM6_ANY, PM6_IP, PM_CHAINS};
+use super::store::{claim_anchor, claim_exclusive, owned, owner_of, read, transact};
 use super::tag::{self, Attachment};
 use super::{Error, ErrorKind, Result, Sockets};
 use ipnet::IpNet;
@@ -133,11 +131,9 @@ fn add_here(sockets: &Sockets, spec: &Spec) -> Result<()> {
                 claim_exclusive(nft, tx, INET, d.set, d.elem, &d.what)?;
             }
             for addr in &spec.container {
-                if let Some((map, elem)) = masq_element(*addr, spec.masq, &owner) {
-                    if let Some(hairpin) = hairpin_of(*addr, spec.masq) {
-                        schema::ensure_chain(nft, tx, INET, &hairpin)?;
-                    }
-                    claim_anchor(nft, tx, INET, (map, elem))?;
+                if let Some((d, elem)) = masq_element(*addr, spec.masq, &owner) {
+                    dispatch::ensure(nft, tx, &d)?;
+                    claim_anchor(nft, tx, INET, (&d.set, elem))?;
                 }
             }
             Ok(())
@@ -152,19 +148,21 @@ fn del_keys_here(sockets: &Sockets, spec: &Spec) -> Result<()> {
 
 /// The keys of what an ADD of `spec` makes: its DNAT elements, and the
 /// container addresses' masquerade elements whichever masquerade the ADD had
-/// (the configuration may have changed since; the key is the address).
+/// (the configuration may have changed since: both sets the address could
+/// be in).
 fn keys_of(spec: &Spec, owner: &str) -> index::Keys {
     let mut keys: Vec<_> = dnat_elements(&spec.container, &spec.mappings, owner)
         .into_iter()
-        .map(|d| (d.set, d.elem.key))
+        .map(|d| (d.set.clone(), d.elem.key))
         .collect();
-    let all = Masquerade {
-        snat: false,
-        masq_all: true,
-    };
-    for addr in &spec.container {
-        if let Some((map, elem)) = masq_element(*addr, all, owner) {
-            keys.push((map, elem.key));
+    for net in &spec.container {
+        let addr = net.addr();
+        for d in [
+            dispatch::pm_masq_all(addr.is_ipv4()),
+            dispatch::pm_hairpin(*net),
+        ] {
+            let elem = d.element(addr, owner);
+            keys.push((d.set, elem.key));
         }
     }
     keys
@@ -191,13 +189,12 @@ fn check_here(sockets: &Sockets, spec: &Spec) -> Result<()> {
             }
         }
         for addr in &spec.container {
-            if let Some((map, want)) = masq_element(*addr, spec.masq, &owner) {
-                let what = format!("masquerade entry for {}", addr.addr());
-                let have = nft.get(INET, map, &want.key)?;
+            if let Some((d, want)) = masq_element(*addr, spec.masq, &owner) {
+                // The set is the configured masquerade's: an element in
+                // another one is missing from this one.
+                let what = format!("masquerade entry for {} (set {})", addr.addr(), d.set.name);
+                let have = nft.get(INET, &d.set, &want.key)?;
                 expect_ours(have.as_ref(), &owner, &what)?;
-                if have.and_then(|h| h.goto) != want.goto {
-                    return Err(mismatch(format!("{what} is not the configured one")));
-                }
             }
         }
         Ok(())
@@ -258,31 +255,19 @@ fn target(addr: IpAddr, port: u16) -> String {
     }
 }
 
-/// The container address's element in its family's verdict map: to
-/// `pm-masq-all` with masqAll, else (snat) to its subnet's hairpin chain,
-/// which masquerades connections from the subnet and from localhost.
-fn masq_element(
-    net: IpNet,
-    m: Masquerade,
-    owner: &str,
-) -> Option<(&'static schema::SetDef, super::nft::Element)> {
-    let chain = if m.masq_all {
-        PM_MASQ_ALL.to_string()
+/// The container address's element in the set of pods whose DNATed
+/// connections are masqueraded: every one with masqAll, else (snat) its
+/// subnet's hairpin set (connections from the subnet and from localhost).
+fn masq_element(net: IpNet, m: Masquerade, owner: &str) -> Option<(Dispatch, super::nft::Element)> {
+    let d = if m.masq_all {
+        dispatch::pm_masq_all(net.addr().is_ipv4())
+    } else if m.snat {
+        dispatch::pm_hairpin(net)
     } else {
-        hairpin_of(net, m)?.name
+        return None;
     };
-    let addr = net.addr();
-    let map = if addr.is_ipv4() {
-        &PM4_MASQ_VIA
-    } else {
-        &PM6_MASQ_VIA
-    };
-    Some((map, owned_goto(key(&[Value::Ip(addr)]), &chain, owner)))
-}
-
-/// The hairpin chain the container's element goes to (snat without masqAll).
-fn hairpin_of(net: IpNet, m: Masquerade) -> Option<schema::Chain> {
-    (m.snat && !m.masq_all).then(|| hairpin_chain(net))
+    let elem = d.element(net.addr(), owner);
+    Some((d, elem))
 }
 
 /// CHECK: present and ours.

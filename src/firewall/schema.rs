@@ -12,21 +12,18 @@
 //! socket closes.
 
 use super::expr::{
-    and_mask, cmp, ct_state, ct_status, dnat, fib_daddr_type, lookup, masq, meta_load, payload,
-    reg_at, verdict, vmap as vmap_lookup, Expr, Jump, CT_ESTABLISHED_RELATED, IPS_DST_NAT,
-    LINK_HEADER, NETWORK_HEADER, NFPROTO_IPV4, NFPROTO_IPV6, RTN_LOCAL, TRANSPORT_HEADER,
+    and_mask, cmp, ct_state, dnat, fib_daddr_type, lookup, masq, meta_load, payload, reg_at,
+    verdict, Expr, Jump, CT_ESTABLISHED_RELATED, LINK_HEADER, NETWORK_HEADER, NFPROTO_IPV4,
+    NFPROTO_IPV6, RTN_LOCAL, TRANSPORT_HEADER,
 };
-use super::matches::{addr_layout, family_of, is_family, prefix_match, Side};
+use super::matches::{addr_layout, is_family};
 use super::nft::{BaseHook, Table};
 pub(crate) use super::sets::{key, SetDef, Value};
-use super::sets::{map, set, vmap, Field};
+use super::sets::{map, set, Field};
 use super::store::{Nft, Tx};
 use super::Result;
-use ipamd::attachment::fnv1a;
-use ipnet::IpNet;
 use netlink_packet_netfilter::nftables::{InetHookNumber, MetaKey, Operator};
 use netlink_packet_netfilter::NetfilterProtoFamily;
-use std::net::{IpAddr, Ipv4Addr, Ipv6Addr};
 
 pub(crate) const INET: Table = Table {
     family: NetfilterProtoFamily::Inet,
@@ -68,8 +65,8 @@ pub(crate) fn ensure(nft: &mut Nft, tx: &mut Tx, s: &Skeleton) -> Result<bool> {
         }
     }
     tx.new_table(s.table);
-    for (id, set) in (1..).zip(s.sets.iter()) {
-        tx.new_set(s.table, &set.spec(id), set.name);
+    for set in s.sets {
+        tx.new_set(s.table, set);
     }
     for c in &chains {
         tx.new_chain(s.table, &c.name, c.hook);
@@ -126,23 +123,11 @@ pub(crate) static PM4_ANY: SetDef = map("pm4-any", ANY_HOST_KEY, V4_TARGET);
 pub(crate) static PM4_IP: SetDef = map("pm4-ip", V4_HOST_KEY, V4_TARGET);
 pub(crate) static PM6_ANY: SetDef = map("pm6-any", ANY_HOST_KEY, V6_TARGET);
 pub(crate) static PM6_IP: SetDef = map("pm6-ip", V6_HOST_KEY, V6_TARGET);
-/// Container address → the chain deciding which DNATed connections to it are
-/// masqueraded: `pm-masq-all` (masqAll) or its subnet's `pm-hairpin-…`
-/// (hairpin from the subnet, and localhost).
-pub(crate) static PM4_MASQ_VIA: SetDef = vmap("pm4-masq-via", &[Field::V4]);
-pub(crate) static PM6_MASQ_VIA: SetDef = vmap("pm6-masq-via", &[Field::V6]);
 
 pub(crate) static PORTMAP: Skeleton = Skeleton {
     name: "portmap",
     table: INET,
-    sets: &[
-        &PM4_ANY,
-        &PM4_IP,
-        &PM6_ANY,
-        &PM6_IP,
-        &PM4_MASQ_VIA,
-        &PM6_MASQ_VIA,
-    ],
+    sets: &[&PM4_ANY, &PM4_IP, &PM6_ANY, &PM6_IP],
     chains: portmap_chains,
 };
 
@@ -187,13 +172,12 @@ fn portmap_chains() -> Vec<Chain> {
             vec![to_local()],
         ),
         chain(PM_MASQ_ALL, None, vec![vec![masq()]]),
+        // Its rules, one per set of pods whose DNATed connections are
+        // masqueraded, come with their sets (`dispatch.rs`).
         chain(
             "pm-masquerade",
             nat_hook(InetHookNumber::PostRouting, SRCNAT),
-            vec![
-                dnat_masq_rule(NFPROTO_IPV4, PM4_MASQ_VIA.name),
-                dnat_masq_rule(NFPROTO_IPV6, PM6_MASQ_VIA.name),
-            ],
+            vec![],
         ),
     ]
 }
@@ -202,10 +186,10 @@ fn portmap_chains() -> Vec<Chain> {
 fn dnat_rule(nfproto: u8, with_ip: bool) -> Vec<Expr> {
     let (alen, _, daddr) = addr_layout(nfproto);
     let (set, mut at) = match (nfproto == NFPROTO_IPV4, with_ip) {
-        (true, true) => (PM4_IP.name, alen),
-        (true, false) => (PM4_ANY.name, 0),
-        (false, true) => (PM6_IP.name, alen),
-        (false, false) => (PM6_ANY.name, 0),
+        (true, true) => (&PM4_IP.name, alen),
+        (true, false) => (&PM4_ANY.name, 0),
+        (false, true) => (&PM6_IP.name, alen),
+        (false, false) => (&PM6_ANY.name, 0),
     };
     let mut rule = is_family(nfproto);
     if with_ip {
@@ -220,124 +204,21 @@ fn dnat_rule(nfproto: u8, with_ip: bool) -> Vec<Expr> {
     rule
 }
 
-/// `ct status dnat meta nfproto X ip daddr vmap @pmX-masq-via`
-fn dnat_masq_rule(nfproto: u8, via: &str) -> Vec<Expr> {
-    let (alen, _, daddr) = addr_layout(nfproto);
-    let mut rule = vec![
-        ct_status(),
-        and_mask(&IPS_DST_NAT.to_ne_bytes()),
-        cmp(Operator::NotEqual, &[0; 4]),
-    ];
-    rule.extend(is_family(nfproto));
-    rule.push(payload(NETWORK_HEADER, daddr, alen, reg_at(0)));
-    rule.push(vmap_lookup(via));
-    rule
-}
-
-/// The chain masquerading DNATed connections to a container of `subnet` that
-/// come from that subnet (hairpin) or, for IPv4, from localhost: without it
-/// the reply would not come back through the host's NAT.
-pub(crate) fn hairpin_chain(subnet: IpNet) -> Chain {
-    let subnet = subnet.trunc();
-    let nfproto = family_of(&subnet);
-    let mut sources = vec![subnet];
-    if subnet.addr().is_ipv4() {
-        sources.push(LOOPBACK4);
-    }
-    let rules = sources
-        .into_iter()
-        .map(|src| {
-            let mut r = prefix_match(nfproto, Side::Source, src);
-            r.push(masq());
-            r
-        })
-        .collect();
-    chain_owned(
-        format!("pm-hairpin-{:016x}", fnv1a(subnet.to_string().as_bytes())),
-        rules,
-    )
-}
-
-/// Localhost sources (IPv6 has no counterpart: the kernel never routes ::1
-/// off the loopback device, so [::1]:hostPort cannot reach a container).
-const LOOPBACK4: IpNet = IpNet::new_assert(IpAddr::V4(Ipv4Addr::new(127, 0, 0, 0)), 8);
-
 // ---- bridge ipMasq: masquerade container sources leaving their subnets
-
-/// Container address → the chain of its network's subnets (`masq-…`), which
-/// returns for destinations inside them and multicast and masquerades the
-/// rest. The subnet tests live in that one small chain per network, so a
-/// pod is one exact-key element whatever the number of pods.
-pub(crate) static MASQ4_VIA: SetDef = vmap("masq4-via", &[Field::V4]);
-pub(crate) static MASQ6_VIA: SetDef = vmap("masq6-via", &[Field::V6]);
 
 pub(crate) static MASQ: Skeleton = Skeleton {
     name: "masq",
     table: INET,
-    sets: &[&MASQ4_VIA, &MASQ6_VIA],
-    chains: masq_chains,
+    // Each network's set of pods comes with its rule (`dispatch.rs`).
+    sets: &[],
+    chains: || {
+        vec![chain(
+            "masq-pods",
+            nat_hook(InetHookNumber::PostRouting, SRCNAT),
+            vec![],
+        )]
+    },
 };
-
-fn masq_chains() -> Vec<Chain> {
-    let rules = [
-        (NFPROTO_IPV4, MASQ4_VIA.name),
-        (NFPROTO_IPV6, MASQ6_VIA.name),
-    ]
-    .into_iter()
-    .map(|(nfproto, via)| {
-        let (alen, saddr, _) = addr_layout(nfproto);
-        let mut r = is_family(nfproto);
-        r.push(payload(NETWORK_HEADER, saddr, alen, reg_at(0)));
-        r.push(vmap_lookup(via));
-        r
-    })
-    .collect();
-    vec![chain(
-        "masq-pods",
-        nat_hook(InetHookNumber::PostRouting, SRCNAT),
-        rules,
-    )]
-}
-
-/// The chain of one family's `subnets` of a network: traffic to them (and
-/// to multicast) stays unmasqueraded, the rest is masqueraded. Networks with
-/// the same subnets share it.
-pub(crate) fn masq_chain(v4: bool, subnets: &[IpNet]) -> Chain {
-    let nfproto = if v4 { NFPROTO_IPV4 } else { NFPROTO_IPV6 };
-    let mut nets: Vec<IpNet> = subnets
-        .iter()
-        .filter(|n| n.addr().is_ipv4() == v4)
-        .map(IpNet::trunc)
-        .collect();
-    nets.sort();
-    nets.dedup();
-    let mut rules: Vec<Vec<Expr>> = nets
-        .iter()
-        .map(|net| {
-            let mut r = prefix_match(nfproto, Side::Destination, *net);
-            r.push(verdict(Jump::Return));
-            r
-        })
-        .collect();
-    rules.push(multicast_return(nfproto));
-    rules.push(vec![masq()]);
-    let family = if v4 { "4" } else { "6" };
-    let names: Vec<String> = nets.iter().map(IpNet::to_string).collect();
-    let id = fnv1a(format!("{family} {}", names.join(" ")).as_bytes());
-    chain_owned(format!("masq-{id:016x}"), rules)
-}
-
-/// `ip daddr 224.0.0.0/4 return` / `ip6 daddr ff00::/8 return`.
-fn multicast_return(nfproto: u8) -> Vec<Expr> {
-    let multicast = if nfproto == NFPROTO_IPV4 {
-        IpNet::new_assert(IpAddr::V4(Ipv4Addr::new(224, 0, 0, 0)), 4)
-    } else {
-        IpNet::new_assert(IpAddr::V6(Ipv6Addr::new(0xff00, 0, 0, 0, 0, 0, 0, 0)), 8)
-    };
-    let mut r = prefix_match(nfproto, Side::Destination, multicast);
-    r.push(verdict(Jump::Return));
-    r
-}
 
 // ---- bridge macspoofchk: frames from a container port must carry its MAC
 
@@ -356,12 +237,12 @@ fn macspoof_chains() -> Vec<Chain> {
     let allowed = vec![
         meta_load(MetaKey::Iifname, reg_at(0)),
         payload(LINK_HEADER, 6, 6, reg_at(16)),
-        lookup(SPOOF_ALLOW.name, false),
+        lookup(&SPOOF_ALLOW.name, false),
         verdict(Jump::Return),
     ];
     let guarded = vec![
         meta_load(MetaKey::Iifname, reg_at(0)),
-        lookup(SPOOF_PORTS.name, false),
+        lookup(&SPOOF_PORTS.name, false),
         verdict(Jump::Drop),
     ];
     vec![chain(
@@ -403,7 +284,7 @@ fn forward_chains() -> Vec<Chain> {
         vec![
             meta_load(MetaKey::Iifname, reg_at(0)),
             meta_load(MetaKey::Oifname, reg_at(16)),
-            lookup(set.name, false),
+            lookup(&set.name, false),
             verdict(end),
         ]
     };
@@ -412,21 +293,21 @@ fn forward_chains() -> Vec<Chain> {
         pair(&FW_ISO_PAIR, Jump::Return),
         vec![
             meta_load(MetaKey::Oifname, reg_at(0)),
-            lookup(FW_ISO.name, false),
+            lookup(&FW_ISO.name, false),
             verdict(Jump::Drop),
         ],
     ];
     let mut forward = vec![vec![
         meta_load(MetaKey::Iifname, reg_at(0)),
-        lookup(FW_ISO.name, false),
+        lookup(&FW_ISO.name, false),
         verdict(Jump::Call("fw-isolation")),
     ]];
-    for (nfproto, set) in [(NFPROTO_IPV4, FW4_PODS.name), (NFPROTO_IPV6, FW6_PODS.name)] {
+    for (nfproto, set) in [(NFPROTO_IPV4, &FW4_PODS), (NFPROTO_IPV6, &FW6_PODS)] {
         let (alen, saddr, daddr) = addr_layout(nfproto);
         let mut replies = is_family(nfproto);
         replies.extend([
             payload(NETWORK_HEADER, daddr, alen, reg_at(0)),
-            lookup(set, false),
+            lookup(&set.name, false),
             ct_state(),
             and_mask(&CT_ESTABLISHED_RELATED.to_ne_bytes()),
             cmp(Operator::NotEqual, &[0; 4]),
@@ -435,7 +316,7 @@ fn forward_chains() -> Vec<Chain> {
         let mut from_pod = is_family(nfproto);
         from_pod.extend([
             payload(NETWORK_HEADER, saddr, alen, reg_at(0)),
-            lookup(set, false),
+            lookup(&set.name, false),
             verdict(Jump::Accept),
         ]);
         forward.extend([replies, from_pod]);
@@ -464,14 +345,6 @@ fn chain(name: &str, hook: Option<BaseHook>, rules: Vec<Vec<Expr>>) -> Chain {
     }
 }
 
-fn chain_owned(name: String, rules: Vec<Vec<Expr>>) -> Chain {
-    Chain {
-        name,
-        hook: None,
-        rules,
-    }
-}
-
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -483,7 +356,6 @@ mod tests {
         assert_eq!(concat_type(PM4_IP.key), 0x730d);
         assert_eq!(concat_type(PM4_IP.data), 0x1cd);
         assert_eq!(concat_len(PM4_IP.key), 12);
-        assert_eq!(PM4_MASQ_VIA.spec(1).data, Some((0xffff_ff00, 0)));
     }
 
     #[test]

@@ -4,6 +4,7 @@
 //! them in `store.rs`.
 
 use super::nft::SetSpec;
+use std::borrow::Cow;
 use std::net::IpAddr;
 /// One field of a set key or map value, as nft types it.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -50,10 +51,11 @@ impl Field {
     }
 }
 
-/// A named set or map of ours.
-#[derive(Debug)]
+/// A named set or map of ours: most are fixed, a network's own sets are
+/// named at run time (see `dispatch.rs`).
+#[derive(Debug, Clone)]
 pub(crate) struct SetDef {
-    pub name: &'static str,
+    pub name: Cow<'static, str>,
     pub key: &'static [Field],
     /// Map values; empty for plain sets.
     pub data: &'static [Field],
@@ -64,9 +66,9 @@ pub(crate) struct SetDef {
 }
 
 impl SetDef {
-    pub(crate) fn spec(&self, id: u32) -> SetSpec<'static> {
+    pub(crate) fn spec(&self, id: u32) -> SetSpec<'_> {
         SetSpec {
-            name: self.name,
+            name: &self.name,
             key_type: concat_type(self.key),
             key_len: concat_len(self.key),
             // nft reads a lone key's bytes in network order unless told: an
@@ -135,7 +137,7 @@ pub(crate) const fn map(
     data: &'static [Field],
 ) -> SetDef {
     SetDef {
-        name,
+        name: Cow::Borrowed(name),
         key,
         data,
         interval: false,
@@ -146,7 +148,7 @@ pub(crate) const fn map(
 /// A verdict map keyed by `key` (`key : goto chain`).
 pub(crate) const fn vmap(name: &'static str, key: &'static [Field]) -> SetDef {
     SetDef {
-        name,
+        name: Cow::Borrowed(name),
         key,
         data: &[],
         interval: false,
@@ -156,10 +158,21 @@ pub(crate) const fn vmap(name: &'static str, key: &'static [Field]) -> SetDef {
 
 pub(crate) const fn set(name: &'static str, key: &'static [Field], interval: bool) -> SetDef {
     SetDef {
-        name,
+        name: Cow::Borrowed(name),
         key,
         data: &[],
         interval,
+        verdict: false,
+    }
+}
+
+/// A plain set of addresses of one family, named at run time.
+pub(crate) fn address_set(name: String, v4: bool) -> SetDef {
+    SetDef {
+        name: Cow::Owned(name),
+        key: if v4 { &[Field::V4] } else { &[Field::V6] },
+        data: &[],
+        interval: false,
         verdict: false,
     }
 }

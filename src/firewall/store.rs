@@ -8,7 +8,7 @@
 //! queue on a lock file, so they do not keep restarting each other.
 
 use super::expr::Expr;
-use super::nft::{self, BaseHook, Element, SetSpec, Table};
+use super::nft::{self, BaseHook, Element, Table};
 use super::sets::SetDef;
 use super::socket::{Nfnl, Sockets};
 use super::tag;
@@ -32,8 +32,9 @@ pub(crate) struct Tx {
     msgs: Vec<(NetfilterMessage, u16, String)>,
     /// Which of `msgs` remove elements (see `Nft::commit`).
     removals: Vec<usize>,
-    /// The chains this batch creates.
+    /// The chains and sets this batch creates.
     chains: Vec<String>,
+    sets: Vec<String>,
 }
 
 impl Tx {
@@ -60,12 +61,20 @@ impl Tx {
         );
     }
 
-    pub(crate) fn new_set(&mut self, t: Table, spec: &SetSpec, name: &str) {
+    pub(crate) fn new_set(&mut self, t: Table, set: &SetDef) {
+        // The id names the set within the batch; each one's own.
+        let id = u32::try_from(self.sets.len() + 1).unwrap_or(u32::MAX);
         self.push(
-            nft::new_set(t, spec),
+            nft::new_set(t, &set.spec(id)),
             NLM_F_CREATE,
-            format!("create set {name}"),
+            format!("create set {}", set.name),
         );
+        self.sets.push(set.name.to_string());
+    }
+
+    /// Whether this batch already creates set `name`.
+    pub(crate) fn creates_set(&self, name: &str) -> bool {
+        self.sets.iter().any(|s| s == name)
     }
 
     pub(crate) fn new_chain(&mut self, t: Table, name: &str, hook: Option<BaseHook>) {
@@ -105,7 +114,7 @@ impl Tx {
 
     pub(crate) fn add(&mut self, t: Table, set: &SetDef, elems: Vec<Element>) {
         for chunk in elems.chunks(ELEMS_PER_MESSAGE) {
-            let msg = nft::set_elems(t, set.name, chunk, true);
+            let msg = nft::set_elems(t, &set.name, chunk, true);
             self.push(
                 msg,
                 NLM_F_CREATE,
@@ -116,7 +125,7 @@ impl Tx {
 
     pub(crate) fn del(&mut self, t: Table, set: &SetDef, elems: Vec<Element>) {
         for chunk in elems.chunks(ELEMS_PER_MESSAGE) {
-            let msg = nft::set_elems(t, set.name, chunk, false);
+            let msg = nft::set_elems(t, &set.name, chunk, false);
             self.push_removal(msg, format!("delete elements from set {}", set.name));
         }
     }
@@ -148,7 +157,7 @@ impl Nft<'_> {
     /// The element with exactly `key` (hash sets), if any. A missing table or
     /// set simply has no elements.
     pub(crate) fn get(&mut self, t: Table, set: &SetDef, key: &[u8]) -> Result<Option<Element>> {
-        match self.nl.request(nft::get_elems(t, set.name, Some(key)), 0) {
+        match self.nl.request(nft::get_elems(t, &set.name, Some(key)), 0) {
             Ok(replies) => Ok(replies
                 .iter()
                 .flat_map(|r| nft::elements_of(&r.payload))
@@ -162,7 +171,7 @@ impl Nft<'_> {
     pub(crate) fn dump(&mut self, t: Table, set: &SetDef) -> Result<Vec<Element>> {
         match self
             .nl
-            .request(nft::get_elems(t, set.name, None), NLM_F_DUMP)
+            .request(nft::get_elems(t, &set.name, None), NLM_F_DUMP)
         {
             Ok(replies) => Ok(replies
                 .iter()
@@ -178,6 +187,14 @@ impl Nft<'_> {
             Ok(_) => Ok(true),
             Err(f) if f.errno() == Some(libc::ENOENT) => Ok(false),
             Err(f) => Err(f.context(&format!("read chain {name}")).into()),
+        }
+    }
+
+    pub(crate) fn set_exists(&mut self, t: Table, name: &str) -> Result<bool> {
+        match self.nl.request(nft::get_set(t, name), 0) {
+            Ok(_) => Ok(true),
+            Err(f) if f.errno() == Some(libc::ENOENT) => Ok(false),
+            Err(f) => Err(f.context(&format!("read set {name}")).into()),
         }
     }
 
@@ -256,14 +273,6 @@ pub(crate) fn owned(key: Vec<u8>, data: Option<Vec<u8>>, owner: &str) -> Element
     }
 }
 
-/// A verdict map element tagged with its owner: `key : goto chain`.
-pub(crate) fn owned_goto(key: Vec<u8>, chain: &str, owner: &str) -> Element {
-    Element {
-        goto: Some(chain.to_string()),
-        ..owned(key, None, owner)
-    }
-}
-
 pub(crate) fn owner_of(e: &Element) -> Option<String> {
     tag::from_userdata(&e.userdata)
 }
@@ -328,7 +337,7 @@ pub(crate) fn release(
     nft: &mut Nft,
     tx: &mut Tx,
     t: Table,
-    sets: &[&'static SetDef],
+    sets: &[&SetDef],
     doomed: &dyn Fn(&str) -> bool,
 ) -> Result<()> {
     for set in sets {
@@ -350,14 +359,15 @@ pub(crate) fn release_keys(
     nft: &mut Nft,
     tx: &mut Tx,
     t: Table,
-    keys: &[(&'static SetDef, Vec<u8>)],
+    keys: &[(SetDef, Vec<u8>)],
     owner: &str,
 ) -> Result<()> {
     // Each element once: a batch deleting one twice would fail as a whole.
     let mut deleting = std::collections::HashSet::new();
     let mut read_whole = std::collections::HashSet::new();
     for (set, key) in keys {
-        if read_whole.contains(set.name) || deleting.contains(&(set.name, key.clone())) {
+        let name = set.name.as_ref();
+        if read_whole.contains(name) || deleting.contains(&(name, key.clone())) {
             continue;
         }
         let ours = match nft.get(t, set, key) {
@@ -369,7 +379,7 @@ pub(crate) fn release_keys(
             // whole once and gone through by tag, so DEL still removes what
             // is ours.
             Err(_) => {
-                read_whole.insert(set.name);
+                read_whole.insert(name);
                 nft.dump(t, set)?
                     .into_iter()
                     .filter(|e| owner_of(e).as_deref() == Some(owner))
@@ -378,7 +388,7 @@ pub(crate) fn release_keys(
         };
         let fresh: Vec<Element> = ours
             .into_iter()
-            .filter(|e: &Element| deleting.insert((set.name, e.key.clone())))
+            .filter(|e: &Element| deleting.insert((name, e.key.clone())))
             .collect();
         if !fresh.is_empty() {
             tx.del(t, set, fresh);

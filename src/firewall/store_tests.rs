@@ -99,31 +99,26 @@ fn a_removal_of_an_element_already_gone_replans_instead_of_failing() {
     });
 }
 
-/// A verdict map element is found by its key, with the chain it goes to and
-/// its owner tag: what CHECK and DEL by exact key rely on.
+/// An element of a network's set is found by its key, with its owner tag:
+/// what CHECK and DEL by exact key rely on.
 #[test]
-fn a_verdict_element_is_found_by_its_key() {
-    in_new_netns("vmap-get", || {
+fn a_network_set_element_is_found_by_its_key() {
+    in_new_netns("set-get", || {
         let addr: std::net::IpAddr = "10.1.2.3".parse().expect("ip");
-        let chain = schema::masq_chain(true, &["10.1.2.0/24".parse().expect("net")]);
-        let name = chain.name.clone();
-        let elem = owned_goto(schema::key(&[Value::Ip(addr)]), &name, "n/c1/eth0");
+        let d = crate::firewall::dispatch::ip_masq(true, &["10.1.2.0/24".parse().expect("net")]);
+        let elem = d.element(addr, "n/c1/eth0");
         transact(&Sockets::default(), |nft, tx| {
             schema::ensure(nft, tx, &schema::MASQ)?;
-            schema::ensure_chain(nft, tx, INET, &schema::masq_chain(true, &[]))?;
-            let chain = schema::masq_chain(true, &["10.1.2.0/24".parse().expect("net")]);
-            schema::ensure_chain(nft, tx, INET, &chain)?;
-            tx.add(INET, &schema::MASQ4_VIA, vec![elem.clone()]);
+            crate::firewall::dispatch::ensure(nft, tx, &d)?;
+            // Once per batch, however many pods of the network it adds.
+            crate::firewall::dispatch::ensure(nft, tx, &d)?;
+            tx.add(INET, &d.set, vec![elem.clone()]);
             Ok(())
         })
         .expect("add");
-        let got = read(&Sockets::default(), |nft| {
-            nft.get(INET, &schema::MASQ4_VIA, &elem.key)
-        })
-        .expect("get");
+        let got = read(&Sockets::default(), |nft| nft.get(INET, &d.set, &elem.key)).expect("get");
         let got = got.expect("found by its key");
         assert_eq!(owner_of(&got).as_deref(), Some("n/c1/eth0"));
-        assert_eq!(got.goto.as_deref(), Some(name.as_str()), "{got:?}");
     });
 }
 
@@ -140,10 +135,10 @@ fn release_keys_removes_only_what_the_owner_holds() {
         add_to_pm4_any(&[mine.clone(), theirs.clone(), other.clone()]).expect("add");
         let missing = schema::key(&[Value::Proto(6), Value::Port(20009)]);
         let keys = vec![
-            (&PM4_ANY, mine.key.clone()),
-            (&PM4_ANY, mine.key.clone()),
-            (&PM4_ANY, theirs.key.clone()),
-            (&PM4_ANY, missing),
+            (PM4_ANY.clone(), mine.key.clone()),
+            (PM4_ANY.clone(), mine.key.clone()),
+            (PM4_ANY.clone(), theirs.key.clone()),
+            (PM4_ANY.clone(), missing),
         ];
         transact(&Sockets::default(), |nft, tx| {
             release_keys(nft, tx, INET, &keys, "n/mine/eth0")

@@ -83,21 +83,22 @@ fn nft_in(ns: &Netns, args: &[&str]) -> String {
 }
 
 /// The batch of a portmap ADD is: table, sets, chains, rules, then the
-/// elements. A full `pm4-masq-via` (a foreign element in a map of size 1) makes
-/// one of the last messages fail; nothing before it may be applied: no
+/// elements. A full `pm4-masq-all` (a foreign element in a set of size 1)
+/// makes one of the last messages fail; nothing before it may be applied: no
 /// maps, no chains, no elements, the ruleset exactly as before.
 #[test]
 fn batch_applies_whole_or_not_at_all() {
     let (env, ns) = TestEnv::with_netns("fw-atomic");
     nft_in(&ns, &["add", "table", "inet", "cnikit"]);
     let set = |what: &str, arg: &str| {
-        nft_in(&ns, &["add", what, "inet", "cnikit", "pm4-masq-via", arg]);
+        nft_in(&ns, &["add", what, "inet", "cnikit", "pm4-masq-all", arg]);
     };
-    set("map", "{ type ipv4_addr : verdict; size 1; }");
-    set("element", "{ 192.0.2.99 : drop }");
+    set("set", "{ type ipv4_addr; size 1; }");
+    set("element", "{ 192.0.2.99 }");
     let before = nft_in(&ns, &["list", "ruleset"]);
 
-    let conf = synthetic_portmap("atomic", true);
+    let mut conf = synthetic_portmap("atomic", true);
+    conf["masqAll"] = json!(true);
     let o = portmap_in(&env, &ns, &conf);
     assert!(!o.success(), "ADD must fail on the full set: {}", o.stdout);
     assert!(o.stdout.contains("nothing was changed"), "{}", o.stdout);

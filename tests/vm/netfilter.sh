@@ -23,7 +23,7 @@ chain() {
 }
 # the elements of our FAMILY table's set or map NAME, one line (nft -j, squeezed)
 elems() {
-  case $2 in pm[46]-any | pm[46]-ip | *-via) _k=map ;; *) _k=set ;; esac
+  case $2 in pm[46]-any | pm[46]-ip) _k=map ;; *) _k=set ;; esac
   nft -j list "$_k" "$1" cnikit "$2" 2> /dev/null | tr -d ' \n'
 }
 # set_has FAMILY SET WORD: an element of the set names WORD
@@ -35,6 +35,11 @@ none_holds() {
 }
 # set_empty FAMILY SET...: none of the sets holds an element
 set_empty() { none_holds "" "$@"; }
+# sets_like PREFIX: the names of our inet table's sets that start with PREFIX (a network's
+# own sets are named at run time: masq4-<id>, pm4-hairpin-<id>, pm4-masq-all)
+sets_like() { nft -j list sets inet 2> /dev/null | tr -d ' \n' | grep -oE "\"name\":\"$1[^\"]*\"" | cut -d'"' -f4; }
+# in_set_like PREFIX WORD: an element of one of those sets names WORD
+in_set_like() { for _s in $(sets_like "$1"); do set_has inet "$_s" "$2" && return 0; done; return 1; }
 SERVERS=
 # a TCP server in netns NS on port PORT that answers each connection with WORD
 serve() { ip netns exec "$1" nc -ll -p "$2" -e /bin/echo "$3" & SERVERS="$SERVERS $!"; }
@@ -65,7 +70,7 @@ t "$V: ADD fa (ipMasq)" cni ADD fa /run/netns/fa eth0 /tmp/masq.json
 t "$V: ADD fb (ipMasq, same network)" cni ADD fb /run/netns/fb eth0 /tmp/masq.json
 t "$V: ADD fp (no ipMasq)" cni ADD fp /run/netns/fp eth0 /tmp/plain.json
 FA=$(addr_of /tmp/res-fa-eth0.json); FB=$(addr_of /tmp/res-fb-eth0.json)
-t "$V: fa's address is in the masq4-via map" set_has inet masq4-via "\"${FA%/*}\""
+t "$V: fa's address is in its network's masq4- set" in_set_like masq4- "\"${FA%/*}\""
 t "$V: fa reaches the outside (its packets leave masqueraded)" ping_ok fa 198.51.100.2
 t "$V: fp, not masqueraded, gets no answer from the outside" ping_no fp 198.51.100.2
 t "$V: fa reaches fb directly (same subnet: not masqueraded)" ping_ok fa "${FB%/*}"
@@ -95,21 +100,21 @@ teq "$V: 8081 is not mapped on another host address" "" "$(fetch - 192.0.2.10 80
 teq "$V: hairpin: fb reaches fa through the host port" port80 "$(fetch fb 192.0.2.10 8080)"
 tn "$V: a second container cannot take host port 8080" chain ADD fb /run/netns/fb /tmp/pm.json /tmp/res-fb-eth0.json
 t "$V: ... and fa's mapping still answers" answers - 192.0.2.10 8080 port80
-t "$V: ... and the refused ADD left nothing of fb in the maps" none_holds "\"${FB%/*}\"" inet pm4-any pm4-ip pm4-masq-via
+t "$V: ... and the refused ADD left nothing of fb in the maps" none_holds "\"${FB%/*}\"" inet pm4-any pm4-ip $(sets_like pm4-)
 t "$V: DEL" chain DEL fa /run/netns/fa /tmp/pm.json /tmp/res-fa-eth0.json
 t "$V: DEL again" chain DEL fa /run/netns/fa /tmp/pm.json /tmp/res-fa-eth0.json
-t "$V: the maps are empty after DEL" set_empty inet pm4-any pm4-ip pm4-masq-via
+t "$V: the maps are empty after DEL" set_empty inet pm4-any pm4-ip $(sets_like pm4-)
 teq "$V: 8080 no longer answers" "" "$(fetch out 198.51.100.1 8080)"
 # DEL without prevResult (a runtime that lost its cache) finds the entries by their tag
 t "$V: ADD again" chain ADD fa /run/netns/fa /tmp/pm.json /tmp/res-fa-eth0.json
 t "$V: DEL without prevResult" cni DEL fa /run/netns/fa eth0 /tmp/pm.json
-t "$V: ... the maps are empty" set_empty inet pm4-any pm4-ip pm4-masq-via
+t "$V: ... the maps are empty" set_empty inet pm4-any pm4-ip $(sets_like pm4-)
 # GC: entries of attachments the runtime no longer knows go
 t "$V: ADD again for GC" chain ADD fa /run/netns/fa /tmp/pm.json /tmp/res-fa-eth0.json
 # (GC is a CNI 1.1.0 command)
 sed -e 's/"1.0.0"/"1.1.0"/' -e 's/}$/,"cni.dev\/valid-attachments":[]}/' /tmp/pm.json > /tmp/pmgc.json
 t "$V: GC with no valid attachments" cni GC "" "" "" /tmp/pmgc.json
-t "$V: ... the maps are empty" set_empty inet pm4-any pm4-ip pm4-masq-via
+t "$V: ... the maps are empty" set_empty inet pm4-any pm4-ip $(sets_like pm4-)
 
 # ------------------------------------------------------------------ firewall plugin (own table)
 V="nft firewall"
@@ -186,7 +191,7 @@ EOF
 nsreset f6
 t "$V: ADD f6 (dual stack, ipMasq)" cni ADD f6 /run/netns/f6 eth0 /tmp/dual.json
 F6=$(tr -d ' \n' < /tmp/res-f6-eth0.json | grep -o '"address":"fd83[^"]*"' | cut -d'"' -f4)
-t "$V: f6's v6 address is in the masq6-via map" set_has inet masq6-via "\"${F6%/*}\""
+t "$V: f6's v6 address is in its network's masq6- set" in_set_like masq6- "\"${F6%/*}\""
 t "$V: f6 reaches the outside over IPv6 (its packets leave masqueraded)" ping_ok f6 fd51::2
 serve f6 90 port90
 t "$V: ADD f6's mapping (tcp 8090, both families)" chain ADD f6 /run/netns/f6 /tmp/pm6.json /tmp/res-f6-eth0.json
@@ -196,7 +201,7 @@ teq "$V: ... and through 198.51.100.1:8090" port90 "$(fetch out 198.51.100.1 809
 t "$V: DEL portmap" chain DEL f6 /run/netns/f6 /tmp/pm6.json /tmp/res-f6-eth0.json
 teq "$V: [fd51::1]:8090 no longer answers" "" "$(fetch out fd51::1 8090)"
 t "$V: DEL bridge" del f6 /run/netns/f6 eth0 /tmp/dual.json
-t "$V: the v6 sets and maps are empty" set_empty inet pm6-any pm6-ip pm6-masq-via masq6-via
+t "$V: the v6 sets and maps are empty" set_empty inet pm6-any pm6-ip $(sets_like pm6-) $(sets_like masq6-)
 ip netns del f6
 ip link del brd 2> /dev/null
 
@@ -205,7 +210,7 @@ V="nft ipMasq"
 for c in fa fb; do t "$V: DEL $c" del $c /run/netns/$c eth0 /tmp/masq.json; done
 t "$V: DEL fp" del fp /run/netns/fp eth0 /tmp/plain.json
 t "$V: DEL fa again" del fa /run/netns/fa eth0 /tmp/masq.json
-t "$V: the masq maps are empty" set_empty inet masq4-via
+t "$V: the masq sets are empty" set_empty inet $(sets_like masq4-)
 t "no element left in our inet table" no_elements inet
 t "no element left in our bridge table" no_elements bridge
 kill $SERVERS 2> /dev/null
