@@ -19,15 +19,18 @@
 //!   map pm4-any   proto . hostPort          : containerIP . port   (hostIP empty)
 //!   map pm4-ip    hostIP . proto . hostPort : containerIP . port
 //!   map pm6-any / pm6-ip                    (the same for IPv6)
-//!   map pm4-masq-via containerIP : goto pm-masq-all | pm-hairpin-<subnet id>
 //!   chain pm-prerouting  nat prerouting  -100: fib daddr type local goto pm-hostports
 //!   chain pm-output      nat output      -100: fib daddr type local goto pm-hostports
 //!   chain pm-hostports   4 rules: dnat via the four maps (specific hostIP first)
-//!   chain pm-masquerade  nat postrouting  100: ct status dnat, daddr vmap @pmX-masq-via
+//!   set pm4-masq-all containerIP           (masqAll)                    (+ v6)
+//!   set pm4-hairpin-<subnet id> containerIP  (hairpin and localhost)   (+ v6)
+//!   chain pm-masquerade  nat postrouting  100: per set above one rule
+//!                        ct status dnat ip daddr @pm4-… goto pm-masq-all | pm-hairpin-<id>
 //!   chain pm-masq-all: masquerade
 //!   chain pm-hairpin-<id>: saddr <subnet> masquerade, saddr 127.0.0.0/8 masquerade
-//!   map masq4-via containerIP : goto masq-<subnets id>                  (+ v6)
-//!   chain masq-pods nat postrouting 100: saddr vmap @masq4-via
+//!   set masq4-<subnets id> containerIP     (one per network's subnets)  (+ v6)
+//!   chain masq-pods nat postrouting 100: per set one rule
+//!                   ip saddr @masq4-<id> goto masq-<id>
 //!   chain masq-<id>: daddr <subnet> return (each), multicast return, masquerade
 //! table bridge cnikit
 //!   set macspoof-ports hostVeth; set macspoof-allow hostVeth . containerMAC
@@ -39,10 +42,13 @@
 //! a node with a thousand pods as on an empty one, and so does every packet's
 //! lookup (the reference plugin adds chains and rules per container). The
 //! subnet tests live in one small chain per network (`masq-…`,
-//! `pm-hairpin-…`) that a pod's element goes to; those chains stay when
-//! their pods go, as the next pod of the network needs them again.
-//! `legacy.rs` moves 0.1's layout (interval sets) into this one. Each element carries its attachment's tag (see `tag.rs`); DEL
-//! and GC delete by tag, so they need neither the netns nor prevResult.
+//! `pm-hairpin-…`), reached from the network's set of pod addresses
+//! (`dispatch.rs` says why a set per network and not one verdict map); the
+//! sets, chains and rules stay when their pods go, as the next pod of the
+//! network needs them again. `legacy.rs` moves 0.1's layout (interval sets)
+//! into this one. Each element carries its attachment's tag (see `tag.rs`),
+//! and each attachment's keys are recorded (`index.rs`): DEL and GC delete
+//! by exact key, so they need neither the netns nor prevResult.
 //! Every call is one netlink batch: it applies whole or not at all.
 //!
 //! Each feature module (`portmap`, `masq`, `macspoof`, `conntrack`) holds its
