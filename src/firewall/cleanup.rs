@@ -6,7 +6,7 @@
 use super::index::{self, Keys};
 use super::schema::Skeleton;
 use super::socket::Sockets;
-use super::store::{not_valid, release_keys, transact};
+use super::store::{not_valid, release_keys, transact, Nft, Tx};
 use super::tag::{self, Attachment};
 use super::Result;
 use serde::{Deserialize, Serialize};
@@ -35,21 +35,34 @@ impl Del {
 
 impl Gc {
     pub(super) fn run(&self, sockets: &Sockets, s: &Skeleton) -> Result<()> {
-        let doomed = not_valid(&self.network, &self.valid);
         let mut gone = Vec::new();
         transact(sockets, |nft, tx| {
-            index::ensure_indexed(nft, s)?;
-            gone.clear();
-            for (owner, keys) in index::owners(s, &tag::network_prefix(&self.network))? {
-                if doomed(&owner) {
-                    release_keys(nft, tx, s.table, &keys, &owner)?;
-                    gone.push(owner);
-                }
-            }
+            gone = self.plan(nft, tx, s)?;
             Ok(())
         })?;
-        gone.iter().try_for_each(|owner| index::forget(s, owner))
+        forget_all(s, &gone)
     }
+
+    /// Adds to `tx` the removal of every recorded attachment of the network
+    /// that is not valid; returns their owners, whose records go once `tx`
+    /// is committed (`forget_all`).
+    pub(super) fn plan(&self, nft: &mut Nft, tx: &mut Tx, s: &Skeleton) -> Result<Vec<String>> {
+        let doomed = not_valid(&self.network, &self.valid);
+        index::ensure_indexed(nft, s)?;
+        let mut gone = Vec::new();
+        for (owner, keys) in index::owners(s, &tag::network_prefix(&self.network))? {
+            if doomed(&owner) {
+                release_keys(nft, tx, s.table, &keys, &owner)?;
+                gone.push(owner);
+            }
+        }
+        Ok(gone)
+    }
+}
+
+/// Drops the records of `owners` in feature `s` (their elements went).
+pub(super) fn forget_all(s: &Skeleton, owners: &[String]) -> Result<()> {
+    owners.iter().try_for_each(|owner| index::forget(s, owner))
 }
 
 /// DEL of `owner`'s entries in feature `s`: the `keys` the caller knows
@@ -61,11 +74,21 @@ pub(super) fn release_recorded(
     owner: &str,
     keys: Keys,
 ) -> Result<()> {
-    transact(sockets, |nft, tx| {
-        index::ensure_indexed(nft, s)?;
-        let mut all = keys.clone();
-        all.extend(index::recorded(s, owner)?);
-        release_keys(nft, tx, s.table, &all, owner)
-    })?;
+    transact(sockets, |nft, tx| release_owner(nft, tx, s, owner, &keys))?;
     index::forget(s, owner)
+}
+
+/// Adds to `tx` the removal of `owner`'s entries in feature `s`: `keys` and
+/// those its record names (the record goes once `tx` is committed).
+pub(super) fn release_owner(
+    nft: &mut Nft,
+    tx: &mut Tx,
+    s: &Skeleton,
+    owner: &str,
+    keys: &Keys,
+) -> Result<()> {
+    index::ensure_indexed(nft, s)?;
+    let mut all = keys.clone();
+    all.extend(index::recorded(s, owner)?);
+    release_keys(nft, tx, s.table, &all, owner)
 }

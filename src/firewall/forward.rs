@@ -6,14 +6,20 @@
 //! FORWARD chain in that family's filter table, into that table, the way the
 //! reference plugin lays it out (`iptables.rs`, with rules iptables-nft can
 //! read, `xt.rs`); otherwise into our own table (`schema::FORWARD`: sets of
-//! pod addresses and bridges, tagged elements like every other feature).
-//! DEL and GC look in both places, since the host may have changed since ADD.
+//! pod addresses and bridges, tagged elements like every other feature, and
+//! each attachment's keys recorded, `index.rs`). DEL and GC look in both
+//! places, since the host may have changed since ADD.
 
-use super::cleanup::Gc;
+use super::cleanup::{forget_all, release_owner, Gc};
+use super::index::{self, Keys};
 use super::iptables::{self, Isolation};
-use super::schema::{self, key, Value, FW4_PODS, FW6_PODS, FW_ISO, FW_ISO_PAIR, FW_ISO_SELF, INET};
+use super::schema::{
+    self, key, Value, FORWARD, FW4_PODS, FW6_PODS, FW_ISO, FW_ISO_PAIR, FW_ISO_SELF, INET,
+};
 use super::sets::SetDef;
-use super::store::{claim_anchor, not_valid, owned, owner_of, read, release, transact, Nft, Tx};
+use super::store::{
+    claim_anchor, not_valid, owned, owner_of, read, release_keys, transact, Nft, Tx,
+};
 use super::tag::{self, Attachment};
 use super::{Error, ErrorKind, Result, Sockets};
 use serde::{Deserialize, Serialize};
@@ -71,26 +77,57 @@ impl Op {
     /// The operation, in this process.
     pub fn run(&self, sockets: &Sockets) -> Result<()> {
         match self {
-            Op::Add(spec) => transact(sockets, |nft, tx| add(nft, tx, spec)),
+            Op::Add(spec) => {
+                let owner = spec.att.tag();
+                let keys = own_keys(&spec.addrs, &owner);
+                index::recording(&FORWARD, &owner, &keys, || {
+                    transact(sockets, |nft, tx| add(nft, tx, spec))
+                })
+            }
             Op::Check(spec) => read(sockets, |nft| check(nft, spec)),
             Op::Del(del) => {
                 let owner = del.att.tag();
                 transact(sockets, |nft, tx| {
-                    forget(nft, tx, &|o| o == owner, &del.addrs)
-                })
+                    iptables::release(nft, tx, &|o| o == owner, &del.addrs)?;
+                    release_owner(nft, tx, &FORWARD, &owner, &Vec::new())
+                })?;
+                index::forget(&FORWARD, &owner)
             }
             Op::Gc(gc) => {
                 let doomed = not_valid(&gc.network, &gc.valid);
+                let mut gone = Vec::new();
                 transact(sockets, |nft, tx| {
-                    forget(nft, tx, &doomed, &[])?;
+                    iptables::release(nft, tx, &doomed, &[])?;
+                    gone = gc.plan(nft, tx, &FORWARD)?;
                     forget_bridges(nft, tx)
-                })
+                })?;
+                forget_all(&FORWARD, &gone)
             }
         }
     }
 }
 
-const POD_SETS: [&SetDef; 2] = [&FW4_PODS, &FW6_PODS];
+/// The set of `ip`'s family.
+fn pod_set(ip: &IpAddr) -> &'static SetDef {
+    if ip.is_ipv6() {
+        &FW6_PODS
+    } else {
+        &FW4_PODS
+    }
+}
+
+/// The keys an ADD in our own table makes: one per address. An ADD records
+/// them whichever table it goes to (the host may change before its DEL).
+fn own_keys(addrs: &[IpAddr], owner: &str) -> Keys {
+    addrs
+        .iter()
+        .map(|ip| (pod_set(ip).clone(), own_element(*ip, owner).key))
+        .collect()
+}
+
+fn own_element(ip: IpAddr, owner: &str) -> super::nft::Element {
+    owned(key(&[Value::Ip(ip)]), None, owner)
+}
 
 /// The families of `addrs`: false = IPv4, true = IPv6.
 fn families(addrs: &[IpAddr]) -> Vec<bool> {
@@ -113,26 +150,23 @@ fn add(nft: &mut Nft, tx: &mut Tx, spec: &Spec) -> Result<()> {
             isolate_here |= spec.isolation.is_some();
         }
     }
+    // What an earlier ADD of ours put in our table and this one does not
+    // (it went to iptables' tables, or had other addresses), by its record.
+    index::ensure_indexed(nft, &FORWARD)?;
+    let wanted = own_keys(&own_table, &owner);
+    let stale: Keys = index::recorded(&FORWARD, &owner)?
+        .into_iter()
+        .filter(|(set, k)| !wanted.iter().any(|(s, w)| s.name == set.name && w == k))
+        .collect();
+    release_keys(nft, tx, INET, &stale, &owner)?;
     if own_table.is_empty() {
-        // Elements of ours left from an earlier ADD that went elsewhere.
-        return release(nft, tx, INET, &POD_SETS, &|o| o == owner);
+        return Ok(());
     }
-    schema::ensure(nft, tx, &schema::FORWARD)?;
-    let wanted: Vec<Vec<u8>> = own_table.iter().map(|ip| key(&[Value::Ip(*ip)])).collect();
-    for set in POD_SETS {
-        let stale: Vec<_> = nft
-            .dump(INET, set)?
-            .into_iter()
-            .filter(|e| owner_of(e).as_deref() == Some(owner.as_str()) && !wanted.contains(&e.key))
-            .collect();
-        tx.del(INET, set, stale);
-    }
+    schema::ensure(nft, tx, &FORWARD)?;
     for ip in own_table {
-        let set = if ip.is_ipv6() { &FW6_PODS } else { &FW4_PODS };
-        let elem = owned(key(&[Value::Ip(ip)]), None, &owner);
         // A stale attachment's entry for a reused address becomes ours, so
         // its late DEL cannot take away what this pod relies on.
-        claim_anchor(nft, tx, INET, (set, elem))?;
+        claim_anchor(nft, tx, INET, (pod_set(&ip), own_element(ip, &owner)))?;
     }
     if let Some(iso) = spec.isolation.as_ref().filter(|_| isolate_here) {
         for (set, elem) in isolation_elements(iso) {
@@ -166,18 +200,6 @@ fn bridge_tag(bridge: &str) -> String {
 }
 
 const BRIDGE_TAG: &str = "bridge ";
-
-/// DEL / GC of attachments: their rules in iptables' tables and their
-/// elements in ours.
-fn forget(
-    nft: &mut Nft,
-    tx: &mut Tx,
-    doomed: &dyn Fn(&str) -> bool,
-    addrs: &[IpAddr],
-) -> Result<()> {
-    iptables::release(nft, tx, doomed, addrs)?;
-    release(nft, tx, INET, &POD_SETS, doomed)
-}
 
 /// GC: isolation of bridges that no longer exist on this host.
 fn forget_bridges(nft: &mut Nft, tx: &mut Tx) -> Result<()> {
@@ -231,3 +253,7 @@ fn check(nft: &mut Nft, spec: &Spec) -> Result<()> {
     }
     Ok(())
 }
+
+#[cfg(test)]
+#[path = "forward_tests.rs"]
+mod tests;

@@ -147,7 +147,9 @@ pub(crate) fn ensure_indexed(nft: &mut Nft, s: &Skeleton) -> Result<()> {
     let mut by_owner: BTreeMap<String, Keys> = BTreeMap::new();
     for set in s.sets {
         for e in nft.dump(s.table, set)? {
-            if let Some(owner) = owner_of(&e) {
+            // Only attachments have records; an element another owner
+            // holds (a bridge's isolation: "bridge br0") stays out.
+            if let Some(owner) = owner_of(&e).filter(|o| o.contains('/')) {
                 by_owner
                     .entry(owner)
                     .or_default()

@@ -331,26 +331,6 @@ pub(crate) fn claim_anchor(
     Ok(())
 }
 
-/// Deletes, in every set of `sets`, the elements whose owner tag `doomed`
-/// selects (DEL: one tag; GC: a network's tags not in the valid list).
-pub(crate) fn release(
-    nft: &mut Nft,
-    tx: &mut Tx,
-    t: Table,
-    sets: &[&SetDef],
-    doomed: &dyn Fn(&str) -> bool,
-) -> Result<()> {
-    for set in sets {
-        let gone = nft
-            .dump(t, set)?
-            .into_iter()
-            .filter(|e| owner_of(e).is_some_and(|o| doomed(&o)))
-            .collect();
-        tx.del(t, set, gone);
-    }
-    Ok(())
-}
-
 /// DEL by the keys its ADD made: each element is looked up by its key and
 /// removed when `owner` holds it, so no set is read whole and the cost does
 /// not grow with the other attachments on the node. An element another
