@@ -70,11 +70,7 @@ pub(crate) fn ensure(nft: &mut Nft, tx: &mut Tx, d: &Dispatch) -> Result<()> {
 pub(crate) fn ip_masq(v4: bool, subnets: &[IpNet]) -> Dispatch {
     let chain = masq_chain(v4, subnets);
     let set = address_set(chain.name.replacen("masq-", family("masq", v4), 1), v4);
-    let nfproto = nfproto(v4);
-    let (alen, saddr, _) = addr_layout(nfproto);
-    let mut rule = is_family(nfproto);
-    rule.push(payload(NETWORK_HEADER, saddr, alen, reg_at(0)));
-    rule.extend(member_goes_to(&set, &chain));
+    let rule = member_goes_to(v4, Side::Source, &set, &chain);
     Dispatch {
         set,
         chain,
@@ -143,16 +139,12 @@ pub(crate) fn pm_hairpin(subnet: IpNet) -> Dispatch {
 }
 
 fn pm_dispatch(v4: bool, set: SetDef, chain: Chain) -> Dispatch {
-    let nfproto = nfproto(v4);
-    let (alen, _, daddr) = addr_layout(nfproto);
     let mut rule = vec![
         ct_status(),
         and_mask(&IPS_DST_NAT.to_ne_bytes()),
         cmp(Operator::NotEqual, &[0; 4]),
     ];
-    rule.extend(is_family(nfproto));
-    rule.push(payload(NETWORK_HEADER, daddr, alen, reg_at(0)));
-    rule.extend(member_goes_to(&set, &chain));
+    rule.extend(member_goes_to(v4, Side::Destination, &set, &chain));
     Dispatch {
         set,
         chain,
@@ -224,9 +216,21 @@ pub(crate) fn set_named(name: &str) -> Option<SetDef> {
 
 // ---- helpers
 
-/// `lookup @set goto chain`, after the address was loaded into reg1.
-fn member_goes_to(set: &SetDef, chain: &Chain) -> [Expr; 2] {
-    [lookup(&set.name, false), verdict(Jump::Goto(&chain.name))]
+/// `meta nfproto ipv4 ip saddr|daddr @set goto chain` (`ip6` alike).
+fn member_goes_to(v4: bool, side: Side, set: &SetDef, chain: &Chain) -> Vec<Expr> {
+    let nfproto = nfproto(v4);
+    let (alen, saddr, daddr) = addr_layout(nfproto);
+    let at = match side {
+        Side::Source => saddr,
+        Side::Destination => daddr,
+    };
+    let mut rule = is_family(nfproto);
+    rule.extend([
+        payload(NETWORK_HEADER, at, alen, reg_at(0)),
+        lookup(&set.name, false),
+        verdict(Jump::Goto(&chain.name)),
+    ]);
+    rule
 }
 
 fn nfproto(v4: bool) -> u8 {

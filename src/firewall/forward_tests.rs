@@ -81,11 +81,7 @@ fn elements_without_a_record_are_found_once() {
             Ok(())
         })
         .expect("an unrecorded element");
-        let netns = std::fs::metadata("/proc/thread-self/ns/net").expect("netns");
-        let marker = format!(
-            "/run/cnikit/firewall/netns-{}/forward.indexed",
-            std::os::unix::fs::MetadataExt::ino(&netns)
-        );
+        let marker = index::marker_path(&FORWARD);
         std::fs::remove_file(&marker).expect("the first ADD marked the feature recorded");
         run(Op::Del(Forget {
             att: att("c1"),

@@ -163,6 +163,14 @@ pub(crate) fn ensure_indexed(nft: &mut Nft, s: &Skeleton) -> Result<()> {
     write_at(&base, &marker, b"").map_err(|e| failed("write", &marker, &e.to_string()))
 }
 
+/// Where this thread's netns keeps feature `s`'s "recorded once" marker
+/// (tests remove it to stand for a node upgraded from before the records).
+#[cfg(test)]
+pub(crate) fn marker_path(s: &Skeleton) -> String {
+    let netns = netns_id().expect("netns");
+    format!("{BASE}/{}/{}/{netns}/{}.indexed", DIR[0], DIR[1], s.name)
+}
+
 fn keys_of(s: &Skeleton, rec: &Record) -> Keys {
     rec.keys
         .iter()

@@ -111,15 +111,11 @@ fn elements_without_a_record_are_recorded_at_the_first_del() {
         .expect("add an unrecorded element");
         // The marker a fresh node's first DEL writes would hide it: gone, as
         // after an upgrade from a version without records.
-        let netns = std::fs::metadata("/proc/thread-self/ns/net").expect("netns");
-        let dir = format!(
-            "/run/cnikit/firewall/netns-{}",
-            std::os::unix::fs::MetadataExt::ino(&netns)
-        );
-        let _ = std::fs::remove_file(format!("{dir}/portmap.indexed"));
+        let marker = super::marker_path(&crate::firewall::schema::PORTMAP);
+        let _ = std::fs::remove_file(&marker);
         run(portmap::Op::Del(Del { att: att("c1") }));
         assert_eq!(portmap_owners(), vec!["idx/c2/eth0"; 2]);
-        assert!(std::path::Path::new(&format!("{dir}/portmap.indexed")).exists());
+        assert!(std::path::Path::new(&marker).exists());
     });
 }
 
