@@ -199,19 +199,18 @@ pub(crate) fn set_named(name: &str) -> Option<SetDef> {
     if let Some(set) = RETIRED.iter().find(|s| s.name == name) {
         return Some(set.clone());
     }
-    let (v4, rest) = if let Some(rest) = name.strip_prefix("masq4-") {
-        (true, rest)
-    } else if let Some(rest) = name.strip_prefix("masq6-") {
-        (false, rest)
-    } else if let Some(rest) = name.strip_prefix("pm4-") {
-        (true, rest.strip_prefix("hairpin-").unwrap_or(rest))
-    } else if let Some(rest) = name.strip_prefix("pm6-") {
-        (false, rest.strip_prefix("hairpin-").unwrap_or(rest))
-    } else {
-        return None;
+    let is_id = |id: &str| id.len() == 16 && id.bytes().all(|b| b.is_ascii_hexdigit());
+    let (v4, rest) = match name.split_once('-') {
+        Some(("masq4" | "pm4", rest)) => (true, rest),
+        Some(("masq6" | "pm6", rest)) => (false, rest),
+        _ => return None,
     };
-    let is_id = rest.len() == 16 && rest.bytes().all(|b| b.is_ascii_hexdigit());
-    (is_id || rest == "masq-all").then(|| address_set(name.to_string(), v4))
+    let ours = if name.starts_with("masq") {
+        is_id(rest)
+    } else {
+        rest == "masq-all" || rest.strip_prefix("hairpin-").is_some_and(is_id)
+    };
+    ours.then(|| address_set(name.to_string(), v4))
 }
 
 // ---- helpers
