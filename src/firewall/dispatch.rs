@@ -22,7 +22,7 @@ use super::expr::{
 };
 use super::matches::{addr_layout, family_of, is_family, prefix_match, Side};
 use super::nft::Element;
-use super::schema::{ensure_chain, key, Chain, Value, INET, PM_MASQ_ALL};
+use super::schema::{ensure_chain, key, Chain, Value, INET, MASQ_BASE, PM_MASQ_ALL, PM_MASQ_BASE};
 use super::sets::{address_set, vmap, Field, SetDef};
 use super::store::{owned, Nft, Tx};
 use super::Result;
@@ -30,10 +30,6 @@ use ipamd::attachment::fnv1a;
 use ipnet::IpNet;
 use netlink_packet_netfilter::nftables::Operator;
 use std::net::{IpAddr, Ipv4Addr, Ipv6Addr};
-
-/// The base chain of bridge `ipMasq` and of portmap's masquerade.
-pub(crate) const MASQ_BASE: &str = "masq-pods";
-pub(crate) const PM_MASQ_BASE: &str = "pm-masquerade";
 
 /// One network's set of pod addresses, the chain its members go to, and the
 /// base-chain rule that sends them there.

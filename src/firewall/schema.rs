@@ -136,11 +136,15 @@ pub(crate) const PM_CHAINS: [&str; 5] = [
     "pm-prerouting",
     "pm-output",
     PM_MASQ_ALL,
-    "pm-masquerade",
+    PM_MASQ_BASE,
 ];
 
 /// Masquerade every DNATed connection (masqAll).
 pub(crate) const PM_MASQ_ALL: &str = "pm-masq-all";
+/// The base chains of portmap's masquerade and of bridge `ipMasq`, where
+/// each network's rule goes (`dispatch.rs`).
+pub(crate) const PM_MASQ_BASE: &str = "pm-masquerade";
+pub(crate) const MASQ_BASE: &str = "masq-pods";
 
 fn portmap_chains() -> Vec<Chain> {
     let to_local = || {
@@ -175,7 +179,7 @@ fn portmap_chains() -> Vec<Chain> {
         // Its rules, one per set of pods whose DNATed connections are
         // masqueraded, come with their sets (`dispatch.rs`).
         chain(
-            "pm-masquerade",
+            PM_MASQ_BASE,
             nat_hook(InetHookNumber::PostRouting, SRCNAT),
             vec![],
         ),
@@ -213,7 +217,7 @@ pub(crate) static MASQ: Skeleton = Skeleton {
     sets: &[],
     chains: || {
         vec![chain(
-            "masq-pods",
+            MASQ_BASE,
             nat_hook(InetHookNumber::PostRouting, SRCNAT),
             vec![],
         )]
