@@ -215,10 +215,46 @@ pub(crate) fn unlink_at(dir: &OwnedFd, name: &str) -> io::Result<()> {
     Ok(())
 }
 
-/// The components of an absolute path below `/`, for [`open_dir`] with base `/`: a
-/// relative path, or one with `.`/`..` components, is refused (it would not say which
-/// directory it names).
-pub(crate) fn components(path: &Path) -> io::Result<Vec<&str>> {
+/// The components of an absolute path below `/`, for [`open_dir`] with base `/`, with
+/// the symbolic links that only root can have made followed: a link owned by root, in a
+/// directory owned by root that no one else may write (`/var/run` → `/run` on Debian, so
+/// a configuration naming `/var/run/…` works as with the reference plugins). Any other
+/// link stays a component, and [`open_dir`] refuses it. A relative path, or one with
+/// `.`/`..` components, is refused (it would not say which directory it names).
+pub(crate) fn components(path: &Path) -> io::Result<Vec<String>> {
+    use std::os::unix::fs::MetadataExt;
+    /// Links followed at most, as the kernel bounds a lookup (ELOOP).
+    const MAX_LINKS: usize = 8;
+    let mut todo = plain_components(path)?;
+    todo.reverse();
+    let mut done: Vec<String> = Vec::new();
+    let mut links = 0;
+    while let Some(part) = todo.pop() {
+        let here: std::path::PathBuf = std::iter::once("/")
+            .chain(done.iter().map(String::as_str))
+            .collect();
+        let at = here.join(&part);
+        let root_link = std::fs::symlink_metadata(&at)
+            .is_ok_and(|m| m.file_type().is_symlink() && m.uid() == 0)
+            && std::fs::symlink_metadata(&here)
+                .is_ok_and(|m| m.uid() == 0 && m.mode() & 0o022 == 0);
+        if !root_link || links == MAX_LINKS {
+            done.push(part);
+            continue;
+        }
+        links += 1;
+        let target = here.join(std::fs::read_link(&at)?);
+        // The rest of the path goes on from the link's target, resolved from `/`.
+        let mut resolved = lexical_components(&target);
+        resolved.reverse();
+        todo.extend(resolved);
+        done.clear();
+    }
+    Ok(done)
+}
+
+/// `path`'s components below `/` as written; `.`/`..` or a relative path refused.
+fn plain_components(path: &Path) -> io::Result<Vec<String>> {
     use std::path::Component;
     if !path.is_absolute() {
         return Err(io::Error::other(format!(
@@ -231,6 +267,7 @@ pub(crate) fn components(path: &Path) -> io::Result<Vec<&str>> {
         .map(|c| match c {
             Component::Normal(s) => s
                 .to_str()
+                .map(str::to_string)
                 .ok_or_else(|| io::Error::other(format!("{} is not UTF-8", path.display()))),
             _ => Err(io::Error::other(format!(
                 "{} has a . or .. component",
@@ -238,4 +275,69 @@ pub(crate) fn components(path: &Path) -> io::Result<Vec<&str>> {
             ))),
         })
         .collect()
+}
+
+/// A link target's components below `/`, `..` taken lexically: the directories it
+/// climbs out of were just walked and hold no link.
+fn lexical_components(path: &Path) -> Vec<String> {
+    use std::path::Component;
+    let mut out = Vec::new();
+    for c in path.components() {
+        match c {
+            Component::Normal(s) => out.push(s.to_string_lossy().into_owned()),
+            Component::ParentDir => {
+                out.pop();
+            }
+            _ => {}
+        }
+    }
+    out
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use std::os::unix::fs::PermissionsExt;
+
+    fn parts(p: &str) -> Vec<String> {
+        components(Path::new(p)).expect("components")
+    }
+
+    #[test]
+    fn relative_and_dotted_paths_are_refused() {
+        for p in ["run/x", "/run/../etc"] {
+            assert!(components(Path::new(p)).is_err(), "{p}");
+        }
+    }
+
+    #[test]
+    fn root_links_in_root_directories_are_followed_others_kept() {
+        if unsafe { libc::geteuid() } != 0 {
+            eprintln!("skipping: the links must be root's");
+            return;
+        }
+        let base = std::env::temp_dir().join(format!("cnikit-links-{}", std::process::id()));
+        let real = base.join("real");
+        std::fs::create_dir_all(&real).expect("mkdir");
+        std::fs::set_permissions(&base, std::fs::Permissions::from_mode(0o755)).expect("chmod");
+        std::os::unix::fs::symlink("real", base.join("rel")).expect("link");
+        std::os::unix::fs::symlink(&real, base.join("abs")).expect("link");
+        let b = base.to_str().expect("utf-8");
+        let mut want = parts(b);
+        want.extend(["real".to_string(), "x".to_string()]);
+        assert_eq!(parts(&format!("{b}/rel/x")), want);
+        assert_eq!(parts(&format!("{b}/abs/x")), want);
+        // In a directory others may write, a link is anyone's: kept, for open_dir to refuse.
+        std::fs::set_permissions(&base, std::fs::Permissions::from_mode(0o777)).expect("chmod");
+        assert_eq!(
+            parts(&format!("{b}/rel/x")).last().map(String::as_str),
+            Some("x")
+        );
+        assert!(parts(&format!("{b}/rel/x")).contains(&"rel".to_string()));
+        std::fs::remove_dir_all(&base).expect("clean up");
+        // Debian's /var/run, when the machine has it.
+        if std::fs::read_link("/var/run").is_ok_and(|t| t == Path::new("/run")) {
+            assert_eq!(parts("/var/run/cni/tuning"), ["run", "cni", "tuning"]);
+        }
+    }
 }

@@ -467,3 +467,36 @@ fn sysctl_allowlist() {
     run("net.ipv4.ip_forward", other).expect_err(7, &["not allowed", "net.ipv4.ip_forward"]);
     assert_eq!(sysctl_in(&pod.ns, "net.ipv4.ip_forward"), before);
 }
+
+/// Proves: a `dataDir` under `/var/run`, Debian's link to `/run` (root's, in a directory
+/// only root may write), works as with the reference: the backup lands under `/run` and
+/// DEL restores from it. (Links anyone else could have made are still refused.)
+#[test]
+fn data_dir_through_var_run() {
+    if !std::fs::read_link("/var/run").is_ok_and(|t| t == Path::new("/run")) {
+        eprintln!("skipping: /var/run is not a link to /run here");
+        return;
+    }
+    let env = TestEnv::new("tuning_var_run");
+    let (ns, prev) = pod_with(&env, "eth0");
+    // /run/cnikit is the test host's own tmpfs.
+    let via = PathBuf::from(format!("/var/run/cnikit/tuning-{}", std::process::id()));
+    let real = PathBuf::from(format!("/run/cnikit/tuning-{}", std::process::id()));
+    let before = link_state(&ns, "eth0");
+    let c = conf("1.0.0", &via, &prev, json!({"mtu": 1280}));
+    call(&env, false, "ADD", "ctr-var-run", &ns, &c)
+        .run()
+        .result();
+    assert_eq!(link_state(&ns, "eth0")["mtu"], 1280);
+    assert_eq!(
+        backups(&real).len(),
+        1,
+        "the backup is under {}",
+        real.display()
+    );
+    call(&env, false, "DEL", "ctr-var-run", &ns, &c)
+        .run()
+        .ok_silent();
+    assert_eq!(link_state(&ns, "eth0"), before);
+    assert!(backups(&real).is_empty());
+}

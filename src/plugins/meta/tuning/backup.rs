@@ -127,6 +127,7 @@ impl BackupFile {
 
     fn open_dir(&self, create: bool) -> Result<Option<OwnedFd>, Error> {
         let parts = components(&self.dir).map_err(|e| self.error(Code::InvalidConfig, e))?;
+        let parts: Vec<&str> = parts.iter().map(String::as_str).collect();
         open_dir(Path::new("/"), &parts, create).map_err(|e| self.error(Code::Io, e))
     }
 
