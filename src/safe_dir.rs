@@ -3,7 +3,8 @@
 //! link, created with explicit modes, and refused when not ours or writable by others:
 //! whoever could plant a link or swap a directory there would make a root plugin write
 //! where they choose. Files inside are then reached relative to the directory's
-//! descriptor only.
+//! descriptor only. A configured path may name a link only root can have made (Debian's
+//! `/var/run`): [`components`] resolves those before the opening.
 
 use std::ffi::CString;
 use std::io;
