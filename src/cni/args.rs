@@ -64,9 +64,12 @@ impl CniArgs {
         CniArgs { pairs }
     }
 
+    /// The value of `key`; given twice, the last one, as the reference's
+    /// `types.LoadArgs` sets the field once per pair.
     pub fn get(&self, key: &str) -> Option<&str> {
         self.pairs
             .iter()
+            .rev()
             .find(|(k, _)| k == key)
             .map(|(_, v)| v.as_str())
     }
@@ -107,6 +110,13 @@ mod tests {
         assert_eq!(a.get("IP"), Some("10.0.0.5"));
         assert_eq!(a.get("MAC"), Some("0a:58:00:00:00:01"));
         assert_eq!(CniArgs::parse("").unwrap(), CniArgs::default());
+    }
+
+    #[test]
+    fn a_key_given_twice_takes_the_last_value_as_the_reference() {
+        let a = CniArgs::parse("IP=10.0.0.5;IgnoreUnknown=1;IP=10.0.0.6").unwrap();
+        assert_eq!(a.get("IP"), Some("10.0.0.6"));
+        assert_eq!(CniArgs::parse_lenient("MAC=a;MAC=b").get("MAC"), Some("b"));
     }
 
     #[test]
