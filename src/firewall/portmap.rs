@@ -124,17 +124,27 @@ impl Op {
 
 fn add_here(sockets: &Sockets, spec: &Spec) -> Result<()> {
     let owner = spec.att.tag();
-    index::recording(&schema::PORTMAP, &owner, &keys_of(spec, &owner), || {
+    let dnats = dnat_elements(&spec.container, &spec.mappings, &owner);
+    let masqs: Vec<_> = spec
+        .container
+        .iter()
+        .filter_map(|addr| masq_element(*addr, spec.masq, &owner))
+        .collect();
+    // What this ADD makes, exactly: its DEL looks up nothing else.
+    let keys: index::Keys = dnats
+        .iter()
+        .map(|d| (d.set.clone(), d.elem.key.clone()))
+        .chain(masqs.iter().map(|(d, e)| (d.set.clone(), e.key.clone())))
+        .collect();
+    index::recording(&schema::PORTMAP, &owner, &keys, || {
         transact(sockets, |nft, tx| {
             schema::ensure(nft, tx, &schema::PORTMAP)?;
-            for d in dnat_elements(&spec.container, &spec.mappings, &owner) {
-                claim_exclusive(nft, tx, INET, d.set, d.elem, &d.what)?;
+            for d in &dnats {
+                claim_exclusive(nft, tx, INET, d.set, d.elem.clone(), &d.what)?;
             }
-            for addr in &spec.container {
-                if let Some((d, elem)) = masq_element(*addr, spec.masq, &owner) {
-                    dispatch::ensure(nft, tx, &d)?;
-                    claim_anchor(nft, tx, INET, (&d.set, elem))?;
-                }
+            for (d, elem) in &masqs {
+                dispatch::ensure(nft, tx, d)?;
+                claim_anchor(nft, tx, INET, (&d.set, elem.clone()))?;
             }
             Ok(())
         })
@@ -146,10 +156,10 @@ fn del_keys_here(sockets: &Sockets, spec: &Spec) -> Result<()> {
     release_recorded(sockets, &schema::PORTMAP, &owner, keys_of(spec, &owner))
 }
 
-/// The keys of what an ADD of `spec` makes: its DNAT elements, and the
-/// container addresses' masquerade elements whichever masquerade the ADD had
-/// (the configuration may have changed since: both sets the address could
-/// be in).
+/// For DEL with the mappings and prevResult again: the keys of what an ADD
+/// of `spec` made, its DNAT elements, and the container addresses'
+/// masquerade elements whichever masquerade the ADD had (the configuration
+/// may have changed since: both sets the address could be in).
 fn keys_of(spec: &Spec, owner: &str) -> index::Keys {
     let mut keys: Vec<_> = dnat_elements(&spec.container, &spec.mappings, owner)
         .into_iter()
