@@ -479,24 +479,15 @@ fn data_dir_through_var_run() {
     }
     let env = TestEnv::new("tuning_var_run");
     let (ns, prev) = pod_with(&env, "eth0");
-    // /run/cnikit is the test host's own tmpfs.
-    let via = PathBuf::from(format!("/var/run/cnikit/tuning-{}", std::process::id()));
-    let real = PathBuf::from(format!("/run/cnikit/tuning-{}", std::process::id()));
+    // Under /run/cnikit, the test host's own tmpfs.
+    let dir = |top: &str| PathBuf::from(format!("{top}/cnikit/tuning-{}", std::process::id()));
     let before = link_state(&ns, "eth0");
-    let c = conf("1.0.0", &via, &prev, json!({"mtu": 1280}));
-    call(&env, false, "ADD", "ctr-var-run", &ns, &c)
-        .run()
-        .result();
+    let c = conf("1.0.0", &dir("/var/run"), &prev, json!({"mtu": 1280}));
+    let run = |verb: &str| call(&env, false, verb, "ctr-var-run", &ns, &c).run();
+    run("ADD").result();
     assert_eq!(link_state(&ns, "eth0")["mtu"], 1280);
-    assert_eq!(
-        backups(&real).len(),
-        1,
-        "the backup is under {}",
-        real.display()
-    );
-    call(&env, false, "DEL", "ctr-var-run", &ns, &c)
-        .run()
-        .ok_silent();
+    assert_eq!(backups(&dir("/run")).len(), 1, "the backup is under /run");
+    run("DEL").ok_silent();
     assert_eq!(link_state(&ns, "eth0"), before);
-    assert!(backups(&real).is_empty());
+    assert!(backups(&dir("/run")).is_empty());
 }
