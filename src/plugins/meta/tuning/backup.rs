@@ -198,7 +198,7 @@ mod tests {
     }
 
     #[test]
-    fn file_round_trip_with_explicit_mode_and_no_links() {
+    fn file_round_trip_with_explicit_mode_and_no_untrusted_links() {
         use std::os::unix::fs::PermissionsExt;
         let d = tempfile::tempdir().unwrap();
         let dir = d.path().join("run/cni/tuning");
@@ -218,10 +218,23 @@ mod tests {
         f.remove().unwrap();
         assert_eq!(f.read().unwrap(), None);
 
-        let linked = d.path().join("linked");
+        // A link in a directory others may write (a /tmp) is anyone's: refused.
+        let shared = d.path().join("shared");
+        std::fs::create_dir(&shared).unwrap();
+        std::fs::set_permissions(&shared, std::fs::Permissions::from_mode(0o1777)).unwrap();
+        let linked = shared.join("linked");
         std::os::unix::fs::symlink(&dir, &linked).unwrap();
         let e = BackupFile::new(&linked, "ctr1", "eth0").write(&Backup::default());
         assert!(e.unwrap_err().msg.contains("refusing"));
+        // Root's link in a directory only root may write (Debian's /var/run) is followed.
+        if unsafe { libc::geteuid() } == 0 {
+            let trusted = d.path().join("trusted");
+            std::os::unix::fs::symlink(&dir, &trusted).unwrap();
+            BackupFile::new(&trusted, "ctr1", "eth0")
+                .write(&Backup::default())
+                .unwrap();
+            assert!(dir.join("ctr1_eth0.json").exists());
+        }
         std::os::unix::fs::symlink("/etc/passwd", dir.join("ctr2_eth0.json")).unwrap();
         assert!(BackupFile::new(&dir, "ctr2", "eth0").read().is_err());
         assert_eq!(
