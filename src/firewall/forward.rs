@@ -80,8 +80,8 @@ impl Op {
             Op::Add(spec) => {
                 let owner = spec.att.tag();
                 let keys = own_keys(&spec.addrs, &owner);
-                index::recording(&FORWARD, &owner, &keys, || {
-                    transact(sockets, |nft, tx| add(nft, tx, spec))
+                index::recording(&FORWARD, &owner, &keys, |earlier| {
+                    transact(sockets, |nft, tx| add(nft, tx, spec, earlier))
                 })
             }
             Op::Check(spec) => read(sockets, |nft| check(nft, spec)),
@@ -137,7 +137,8 @@ fn families(addrs: &[IpAddr]) -> Vec<bool> {
     out
 }
 
-fn add(nft: &mut Nft, tx: &mut Tx, spec: &Spec) -> Result<()> {
+/// `earlier`: the keys an earlier ADD of this attachment recorded.
+fn add(nft: &mut Nft, tx: &mut Tx, spec: &Spec, earlier: &Keys) -> Result<()> {
     let owner = spec.att.tag();
     let mut own_table = Vec::new();
     let mut isolate_here = false;
@@ -152,11 +153,13 @@ fn add(nft: &mut Nft, tx: &mut Tx, spec: &Spec) -> Result<()> {
     }
     // What an earlier ADD of ours put in our table and this one does not
     // (it went to iptables' tables, or had other addresses), by its record.
-    index::ensure_indexed(nft, &FORWARD)?;
+    // Elements of a version before the records are left to DEL, which
+    // records them first (`ensure_indexed`).
     let wanted = own_keys(&own_table, &owner);
-    let stale: Keys = index::recorded(&FORWARD, &owner)?
-        .into_iter()
+    let stale: Keys = earlier
+        .iter()
         .filter(|(set, k)| !wanted.iter().any(|(s, w)| s.name == set.name && w == k))
+        .cloned()
         .collect();
     release_keys(nft, tx, INET, &stale, &owner)?;
     if own_table.is_empty() {

@@ -55,25 +55,26 @@ struct RecordKey {
 
 /// Adds `keys` to `owner`'s record of feature `s` (what it had stays: an
 /// ADD again with other keys must not hide the earlier ones from DEL), then
-/// runs `add`, the ADD's batch. When that fails, a record the call created
-/// goes again: a failed ADD leaves nothing behind.
+/// runs `add`, the ADD's batch, with the keys recorded before. When that
+/// fails, a record the call created goes again: a failed ADD leaves nothing
+/// behind.
 pub(crate) fn recording(
     s: &Skeleton,
     owner: &str,
     keys: &Keys,
-    add: impl FnOnce() -> Result<()>,
+    add: impl FnOnce(&Keys) -> Result<()>,
 ) -> Result<()> {
-    let had_record = remember(s, owner, keys)?;
-    let added = add();
-    if added.is_err() && !had_record {
+    let earlier = remember(s, owner, keys)?;
+    let added = add(&earlier);
+    if added.is_err() && earlier.is_empty() {
         // The batch's own error is the one to report.
         let _ = forget(s, owner);
     }
     added
 }
 
-/// Adds `keys` to `owner`'s record; whether there was one before.
-pub(crate) fn remember(s: &Skeleton, owner: &str, keys: &Keys) -> Result<bool> {
+/// Adds `keys` to `owner`'s record; the keys it had before (none: no record).
+pub(crate) fn remember(s: &Skeleton, owner: &str, keys: &Keys) -> Result<Keys> {
     let dir = network_dir(owner, true)?.ok_or_else(|| failed("create", owner, "no directory"))?;
     let name = file_name(s, owner);
     let mut rec = read_record(&dir, &name, owner)?.unwrap_or(Record {
@@ -81,6 +82,7 @@ pub(crate) fn remember(s: &Skeleton, owner: &str, keys: &Keys) -> Result<bool> {
         keys: Vec::new(),
     });
     let before = rec.keys.len();
+    let earlier = keys_of(s, &rec);
     for (set, key) in keys {
         let k = RecordKey {
             set: set.name.to_string(),
@@ -91,11 +93,11 @@ pub(crate) fn remember(s: &Skeleton, owner: &str, keys: &Keys) -> Result<bool> {
         }
     }
     if rec.keys.len() == before && before > 0 {
-        return Ok(true);
+        return Ok(earlier);
     }
     let bytes = serde_json::to_vec(&rec).map_err(|e| failed("encode", owner, &e.to_string()))?;
     write_at(&dir, &name, &bytes).map_err(|e| failed("write", owner, &e.to_string()))?;
-    Ok(before > 0)
+    Ok(earlier)
 }
 
 /// The keys `owner` holds in feature `s`, as recorded (none without a record).

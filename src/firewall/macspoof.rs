@@ -86,7 +86,7 @@ impl Op {
 fn add_here(sockets: &Sockets, att: &Attachment, host_ifname: &str, mac: &str) -> Result<()> {
     let owner = att.tag();
     let [port, allow] = planned(&owner, host_ifname, parse_mac(mac)?);
-    index::recording(&schema::MACSPOOF, &owner, &keys_of(&port, &allow), || {
+    index::recording(&schema::MACSPOOF, &owner, &keys_of(&port, &allow), |_| {
         transact(sockets, |nft, tx| {
             schema::ensure(nft, tx, &schema::MACSPOOF)?;
             if let Some(have) = nft.get(BRIDGE, &SPOOF_PORTS, &port.key)? {

@@ -92,7 +92,7 @@ fn add_here(
         .iter()
         .map(|(d, elem)| (d.set.clone(), elem.key.clone()))
         .collect();
-    index::recording(&schema::MASQ, &owner, &keys, || {
+    index::recording(&schema::MASQ, &owner, &keys, |_| {
         transact(sockets, |nft, tx| {
             schema::ensure(nft, tx, &schema::MASQ)?;
             for (d, elem) in &plan {

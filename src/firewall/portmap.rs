@@ -136,7 +136,7 @@ fn add_here(sockets: &Sockets, spec: &Spec) -> Result<()> {
         .map(|d| (d.set.clone(), d.elem.key.clone()))
         .chain(masqs.iter().map(|(d, e)| (d.set.clone(), e.key.clone())))
         .collect();
-    index::recording(&schema::PORTMAP, &owner, &keys, || {
+    index::recording(&schema::PORTMAP, &owner, &keys, |_| {
         transact(sockets, |nft, tx| {
             schema::ensure(nft, tx, &schema::PORTMAP)?;
             for d in &dnats {

@@ -380,11 +380,10 @@ pub fn parse_error_object(stdout: &str, lenient: bool) -> Result<CniError, Strin
 /// another test thread's fork still holding the write descriptor until that
 /// child's exec closes it.
 fn spawn_when_not_busy(cmd: &mut Command) -> std::io::Result<Child> {
-    const ETXTBSY: i32 = 26;
     let mut tries = 0;
     loop {
         match cmd.spawn() {
-            Err(e) if e.raw_os_error() == Some(ETXTBSY) && tries < 50 => {
+            Err(e) if e.raw_os_error() == Some(libc::ETXTBSY) && tries < 50 => {
                 tries += 1;
                 std::thread::sleep(std::time::Duration::from_millis(20));
             }
