@@ -230,16 +230,26 @@ pub(crate) fn components(path: &Path) -> io::Result<Vec<String>> {
     todo.reverse();
     let mut done: Vec<String> = Vec::new();
     let mut links = 0;
+    // Once a link is kept, nothing after it is looked at: the path through it is
+    // not one to resolve (open_dir refuses it), only to report.
+    let mut kept_link = false;
     while let Some(part) = todo.pop() {
         let here: std::path::PathBuf = std::iter::once("/")
             .chain(done.iter().map(String::as_str))
             .collect();
         let at = here.join(&part);
-        let root_link = std::fs::symlink_metadata(&at)
-            .is_ok_and(|m| m.file_type().is_symlink() && m.uid() == 0)
+        let link = if kept_link {
+            None
+        } else {
+            std::fs::symlink_metadata(&at)
+                .ok()
+                .filter(|m| m.file_type().is_symlink())
+        };
+        let root_link = link.as_ref().is_some_and(|m| m.uid() == 0)
             && std::fs::symlink_metadata(&here)
                 .is_ok_and(|m| m.uid() == 0 && m.mode() & 0o022 == 0);
         if !root_link || links == MAX_LINKS {
+            kept_link |= link.is_some();
             done.push(part);
             continue;
         }
@@ -335,6 +345,14 @@ mod tests {
             Some("x")
         );
         assert!(parts(&format!("{b}/rel/x")).contains(&"rel".to_string()));
+        // Nor is a root link reached through that one resolved.
+        std::fs::set_permissions(&real, std::fs::Permissions::from_mode(0o755)).expect("chmod");
+        std::os::unix::fs::symlink("/run", real.join("run")).expect("link");
+        assert_eq!(
+            parts(&format!("{b}/rel/run")).last().map(String::as_str),
+            Some("run")
+        );
+        assert!(parts(&format!("{b}/rel/run")).contains(&"rel".to_string()));
         std::fs::remove_dir_all(&base).expect("clean up");
         // Debian's /var/run, when the machine has it.
         if std::fs::read_link("/var/run").is_ok_and(|t| t == Path::new("/run")) {
