@@ -203,6 +203,17 @@ pub(crate) fn names_at(dir: &OwnedFd, max: usize) -> io::Result<Vec<String>> {
     Ok(names)
 }
 
+/// Whether an entry of `dir` has a name `wanted` accepts; reads the
+/// directory only up to the first such entry.
+pub(crate) fn any_name_at(dir: &OwnedFd, wanted: impl Fn(&str) -> bool) -> io::Result<bool> {
+    for entry in std::fs::read_dir(format!("/proc/self/fd/{}", dir.as_raw_fd()))? {
+        if wanted(&entry?.file_name().to_string_lossy()) {
+            return Ok(true);
+        }
+    }
+    Ok(false)
+}
+
 /// Remove `name` from `dir`; one already gone is fine.
 pub(crate) fn unlink_at(dir: &OwnedFd, name: &str) -> io::Result<()> {
     let c = entry_name(name)?;

@@ -3,6 +3,7 @@
 //! delete by exact key, so each feature's `Op` holds these as its `Del` and
 //! `Gc` and runs them on its own skeleton.
 
+use super::dispatch;
 use super::index::{self, Keys};
 use super::schema::Skeleton;
 use super::socket::Sockets;
@@ -37,23 +38,33 @@ impl Gc {
     pub(super) fn run(&self, sockets: &Sockets, s: &Skeleton) -> Result<()> {
         let mut gone = Vec::new();
         transact(sockets, |nft, tx| {
-            gone = self.plan(nft, tx, s)?;
+            gone = self.plan_keys(nft, tx, s)?;
             Ok(())
         })?;
-        forget_all(s, &gone)
+        let owners: Vec<String> = gone.iter().map(|(owner, _)| owner.clone()).collect();
+        forget_all(s, &owners)?;
+        let released: Keys = gone.into_iter().flat_map(|(_, keys)| keys).collect();
+        retire_unused(sockets, s, &tag::network_prefix(&self.network), &released);
+        Ok(())
     }
 
     /// Adds to `tx` the removal of every recorded attachment of the network
     /// that is not valid; returns their owners, whose records go once `tx`
     /// is committed (`forget_all`).
     pub(super) fn plan(&self, nft: &mut Nft, tx: &mut Tx, s: &Skeleton) -> Result<Vec<String>> {
+        let gone = self.plan_keys(nft, tx, s)?;
+        Ok(gone.into_iter().map(|(owner, _)| owner).collect())
+    }
+
+    /// [`Gc::plan`], with the keys of each owner it removes.
+    fn plan_keys(&self, nft: &mut Nft, tx: &mut Tx, s: &Skeleton) -> Result<Vec<(String, Keys)>> {
         let doomed = not_valid(&self.network, &self.valid);
         index::ensure_indexed(nft, s)?;
         let mut gone = Vec::new();
         for (owner, keys) in index::owners(s, &tag::network_prefix(&self.network))? {
             if doomed(&owner) {
                 release_keys(nft, tx, s.table, &keys, &owner)?;
-                gone.push(owner);
+                gone.push((owner, keys));
             }
         }
         Ok(gone)
@@ -74,21 +85,55 @@ pub(super) fn release_recorded(
     owner: &str,
     keys: Keys,
 ) -> Result<()> {
-    transact(sockets, |nft, tx| release_owner(nft, tx, s, owner, &keys))?;
-    index::forget(s, owner)
+    let mut released = Vec::new();
+    transact(sockets, |nft, tx| {
+        released = release_owner(nft, tx, s, owner, &keys)?;
+        Ok(())
+    })?;
+    index::forget(s, owner)?;
+    retire_unused(sockets, s, owner, &released);
+    Ok(())
 }
 
 /// Adds to `tx` the removal of `owner`'s entries in feature `s`: `keys` and
-/// those its record names (the record goes once `tx` is committed).
+/// those its record names (the record goes once `tx` is committed). Returns
+/// them all.
 pub(super) fn release_owner(
     nft: &mut Nft,
     tx: &mut Tx,
     s: &Skeleton,
     owner: &str,
     keys: &Keys,
-) -> Result<()> {
+) -> Result<Keys> {
     index::ensure_indexed(nft, s)?;
     let mut all = keys.clone();
     all.extend(index::recorded(s, owner)?);
-    release_keys(nft, tx, s.table, &all, owner)
+    release_keys(nft, tx, s.table, &all, owner)?;
+    Ok(all)
+}
+
+/// After `released` went: when no attachment of the network `owner` is in
+/// (an owner or a network's tag prefix) is left in feature `s`, the
+/// network's sets that are now empty go with their chains and rules (see
+/// `dispatch.rs`). Tidying only: the DEL or GC is done whatever happens
+/// here, so a failure is reported on stderr and not returned.
+fn retire_unused(sockets: &Sockets, s: &Skeleton, owner: &str, released: &Keys) {
+    let mut sets: Vec<_> = released.iter().map(|(set, _)| set).collect();
+    sets.sort_by(|a, b| a.name.cmp(&b.name));
+    sets.dedup_by(|a, b| a.name == b.name);
+    if sets.is_empty() {
+        return;
+    }
+    let tidied = index::network_has_records(s, owner).and_then(|left| {
+        if left {
+            return Ok(());
+        }
+        transact(sockets, |nft, tx| {
+            sets.iter()
+                .try_for_each(|set| dispatch::retire_if_unused(nft, tx, set))
+        })
+    });
+    if let Err(e) = tidied {
+        eprintln!("firewall: leaving the empty sets of {owner} in place: {e}");
+    }
 }

@@ -13,8 +13,9 @@
 //! networks with masquerade, which are few.
 //!
 //! The sets, chains and rules are made by a network's first pod, in the
-//! batch that adds it, and stay when their pods go (the network's next pod
-//! needs them again).
+//! batch that adds it, and go when its last pod goes ([`retire_if_unused`]):
+//! networks come and go (Podman makes one per `podman network create`), and
+//! a rule left for each would stay in every packet's path until reboot.
 
 use super::expr::{
     and_mask, cmp, ct_status, lookup, masq, payload, reg_at, verdict, Expr, Jump, IPS_DST_NAT,
@@ -177,6 +178,50 @@ pub(crate) fn hairpin_chain(subnet: IpNet) -> Chain {
 /// off the loopback device, so [::1]:hostPort cannot reach a container).
 const LOOPBACK4: IpNet = IpNet::new_assert(IpAddr::V4(Ipv4Addr::new(127, 0, 0, 0)), 8);
 
+// ---- a network's last pod
+
+/// Adds to `tx` the removal of `set` with its chain and its base-chain rule
+/// when the set is one network's (not `pm4-masq-all`, which all share) and
+/// holds no pod. Reading the set whole is for when the caller found the
+/// network's last record gone, so it does not happen per pod. A pod added
+/// meanwhile changes the ruleset's generation, and the plan is made again.
+pub(crate) fn retire_if_unused(nft: &mut Nft, tx: &mut Tx, set: &SetDef) -> Result<()> {
+    let Some((base, chain)) = retirable(&set.name) else {
+        return Ok(());
+    };
+    if !nft.set_exists(INET, &set.name)? || !nft.dump(INET, set)?.is_empty() {
+        return Ok(());
+    }
+    if let Some(handle) = nft.rule_looking_up(INET, base, &set.name)? {
+        tx.delete_rule(INET, base, handle);
+    }
+    if nft.chain_exists(INET, &chain)? {
+        tx.flush_chain(INET, &chain);
+        tx.delete_chain(INET, &chain);
+    }
+    tx.delete_set(INET, &set.name);
+    Ok(())
+}
+
+/// The base chain and the chain of a set that belongs to one network (its
+/// subnets'), by the set's name; None for the others.
+fn retirable(set: &str) -> Option<(&'static str, String)> {
+    let (feature, rest) = set.split_once('-')?;
+    let id = |id: &str| is_id(id).then(|| id.to_string());
+    match feature {
+        "masq4" | "masq6" => Some((MASQ_BASE, format!("masq-{}", id(rest)?))),
+        "pm4" | "pm6" => {
+            let id = id(rest.strip_prefix("hairpin-")?)?;
+            Some((PM_MASQ_BASE, format!("pm-hairpin-{id}")))
+        }
+        _ => None,
+    }
+}
+
+fn is_id(id: &str) -> bool {
+    id.len() == 16 && id.bytes().all(|b| b.is_ascii_hexdigit())
+}
+
 // ---- names in records
 
 /// The verdict maps of the layout before (development builds of 0.2.0, never
@@ -195,7 +240,6 @@ pub(crate) fn set_named(name: &str) -> Option<SetDef> {
     if let Some(set) = RETIRED.iter().find(|s| s.name == name) {
         return Some(set.clone());
     }
-    let is_id = |id: &str| id.len() == 16 && id.bytes().all(|b| b.is_ascii_hexdigit());
     let (v4, rest) = match name.split_once('-') {
         Some(("masq4" | "pm4", rest)) => (true, rest),
         Some(("masq6" | "pm6", rest)) => (false, rest),
@@ -270,6 +314,15 @@ mod tests {
     }
 
     #[test]
+    fn a_networks_set_names_its_chain() {
+        let m = ip_masq(false, &["fd00::/64".parse().unwrap()]);
+        assert_eq!(retirable(&m.set.name), Some((MASQ_BASE, m.chain.name)));
+        let h = pm_hairpin("10.0.0.0/8".parse().unwrap());
+        assert_eq!(retirable(&h.set.name), Some((PM_MASQ_BASE, h.chain.name)));
+        assert_eq!(retirable(&pm_masq_all(true).set.name), None);
+    }
+
+    #[test]
     fn records_name_only_sets_made_here() {
         for d in [
             ip_masq(false, &["fd00::/64".parse().unwrap()]),
@@ -281,6 +334,7 @@ mod tests {
             assert!(!set.verdict);
         }
         assert!(set_named("masq4-via").is_some_and(|s| s.verdict));
+        assert!(retirable("masq4-via").is_none());
         for other in [
             "pm4-any",
             "masq4-xyz",
@@ -292,3 +346,7 @@ mod tests {
         }
     }
 }
+
+#[cfg(test)]
+#[path = "dispatch_tests.rs"]
+mod kernel_tests;

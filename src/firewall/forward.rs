@@ -89,7 +89,7 @@ impl Op {
                 let owner = del.att.tag();
                 transact(sockets, |nft, tx| {
                     iptables::release(nft, tx, &|o| o == owner, &del.addrs)?;
-                    release_owner(nft, tx, &FORWARD, &owner, &Vec::new())
+                    release_owner(nft, tx, &FORWARD, &owner, &Vec::new()).map(drop)
                 })?;
                 index::forget(&FORWARD, &owner)
             }

@@ -20,7 +20,7 @@ use super::schema::{SetDef, Skeleton};
 use super::store::{owner_of, Nft};
 use super::{Error, ErrorKind, Result};
 use crate::hex::{hex, unhex};
-use crate::safe_dir::{names_at, open_dir, read_at, unlink_at, write_at};
+use crate::safe_dir::{any_name_at, names_at, open_dir, read_at, unlink_at, write_at};
 use ipamd::attachment::fnv1a;
 use serde::{Deserialize, Serialize};
 use std::collections::BTreeMap;
@@ -116,6 +116,18 @@ pub(crate) fn forget(s: &Skeleton, owner: &str) -> Result<()> {
             .map_err(|e| failed("remove", owner, &e.to_string())),
         None => Ok(()),
     }
+}
+
+/// Whether the network of `owner` (an owner's tag or a network's tag
+/// prefix) has any record of feature `s` left. Stops at the first one, so
+/// it costs next to nothing while the network has pods.
+pub(crate) fn network_has_records(s: &Skeleton, owner: &str) -> Result<bool> {
+    let Some(dir) = network_dir(owner, false)? else {
+        return Ok(false);
+    };
+    let suffix = format!(".{}", s.name);
+    any_name_at(&dir, |name| name.ends_with(&suffix))
+        .map_err(|e| failed("list", owner, &e.to_string()))
 }
 
 /// Every record of feature `s` in network `prefix` (a tag prefix): owner and keys.

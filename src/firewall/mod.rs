@@ -44,8 +44,8 @@
 //! subnet tests live in one small chain per network (`masq-…`,
 //! `pm-hairpin-…`), reached from the network's set of pod addresses
 //! (`dispatch.rs` says why a set per network and not one verdict map); the
-//! sets, chains and rules stay when their pods go, as the next pod of the
-//! network needs them again. `legacy.rs` moves 0.1's layout (interval sets)
+//! sets, chains and rules go with the network's last pod. `legacy.rs` moves
+//! 0.1's layout (interval sets)
 //! into this one. Each element carries its attachment's tag (see `tag.rs`),
 //! and each attachment's keys are recorded (`index.rs`): DEL and GC delete
 //! by exact key, so they need neither the netns nor prevResult.

@@ -328,8 +328,47 @@ fn verdict_chain(nest: &[u8]) -> Option<String> {
     const NFTA_VERDICT_CHAIN: u16 = 2;
     let verdict = nlas(nest).find(|n| n.kind() == NFTA_DATA_VERDICT)?;
     let chain = nlas(verdict.value()).find(|n| n.kind() == NFTA_VERDICT_CHAIN)?;
-    let name = chain.value().split(|b| *b == 0).next()?;
-    Some(String::from_utf8_lossy(name).into_owned())
+    Some(c_string(chain.value()))
+}
+
+/// The handle of the rule in one NEWRULE answer (payload after nlmsghdr) and
+/// the sets its `lookup` expressions name.
+pub(crate) fn rule_lookups(payload: &[u8]) -> Option<(u64, Vec<String>)> {
+    const NFTA_RULE_HANDLE: u16 = 3;
+    const NFTA_RULE_EXPRESSIONS: u16 = 4;
+    const NFTA_EXPR_NAME: u16 = 1;
+    const NFTA_EXPR_DATA: u16 = 2;
+    const NFTA_LOOKUP_SET: u16 = 1;
+    let mut handle = None;
+    let mut sets = Vec::new();
+    for a in nlas(payload.get(NFGENMSG_LEN..)?) {
+        match a.kind() {
+            NFTA_RULE_HANDLE => {
+                handle = Some(u64::from_be_bytes(a.value().get(..8)?.try_into().ok()?));
+            }
+            NFTA_RULE_EXPRESSIONS => {
+                for expr in nlas(a.value()) {
+                    let attrs: Vec<_> = nlas(expr.value()).collect();
+                    let named = |kind| attrs.iter().find(|n| n.kind() == kind);
+                    if named(NFTA_EXPR_NAME).map(|n| c_string(n.value())) != Some("lookup".into()) {
+                        continue;
+                    }
+                    let set = named(NFTA_EXPR_DATA)
+                        .and_then(|d| nlas(d.value()).find(|n| n.kind() == NFTA_LOOKUP_SET))
+                        .map(|n| c_string(n.value()));
+                    sets.extend(set);
+                }
+            }
+            _ => {}
+        }
+    }
+    Some((handle?, sets))
+}
+
+/// A NUL-terminated string attribute's text.
+fn c_string(value: &[u8]) -> String {
+    let text = value.split(|b| *b == 0).next().unwrap_or_default();
+    String::from_utf8_lossy(text).into_owned()
 }
 
 /// NFTA_GEN_ID of a GETGEN answer (payload after nlmsghdr).

@@ -23,15 +23,33 @@ pub(crate) enum At {
 impl Nft<'_> {
     /// The rules of `chain` in `t`, in order; a missing table or chain has none.
     pub(crate) fn rules(&mut self, t: Table, chain: &str) -> Result<Vec<Dumped>> {
+        let rules = self.rule_answers(t, chain)?;
+        Ok(rules.iter().filter_map(|r| xt::parse_rule(r)).collect())
+    }
+
+    /// The handle of the first rule of `chain` that looks up `set`, if any.
+    pub(crate) fn rule_looking_up(
+        &mut self,
+        t: Table,
+        chain: &str,
+        set: &str,
+    ) -> Result<Option<u64>> {
+        let rules = self.rule_answers(t, chain)?;
+        Ok(rules
+            .iter()
+            .filter_map(|r| nft::rule_lookups(r))
+            .find(|(_, sets)| sets.iter().any(|s| s == set))
+            .map(|(handle, _)| handle))
+    }
+
+    /// The NEWRULE answers (payloads) of a dump of `chain`.
+    fn rule_answers(&mut self, t: Table, chain: &str) -> Result<Vec<Vec<u8>>> {
         let msg = rule_message(t, chain, vec![]);
         match self.nl.request(
             nft::message(t.family, NfTablesMessage::GetRule(msg)),
             NLM_F_DUMP,
         ) {
-            Ok(replies) => Ok(replies
-                .iter()
-                .filter_map(|r| xt::parse_rule(&r.payload))
-                .collect()),
+            Ok(replies) => Ok(replies.into_iter().map(|r| r.payload).collect()),
             Err(f) if f.errno() == Some(libc::ENOENT) => Ok(Vec::new()),
             Err(f) => Err(f
                 .context(&format!(
