@@ -112,13 +112,18 @@ pub(super) fn release_owner(
     Ok(all)
 }
 
-/// After `released` went: when no attachment of the network `owner` is in
-/// (an owner or a network's tag prefix) is left in feature `s`, the
-/// network's sets that are now empty go with their chains and rules (see
-/// `dispatch.rs`). Tidying only: the DEL or GC is done whatever happens
-/// here, so a failure is reported on stderr and not returned.
+/// After `released` went: the sets among them that belong to one network
+/// (`dispatch.rs`) go with their chains and rules when they are now empty.
+/// Only read for when the network (of `owner`, a tag or a network's tag
+/// prefix) has no record of feature `s` left, so not once per pod. Tidying
+/// only: the DEL or GC is done whatever happens here, so a failure is
+/// reported on stderr and not returned.
 fn retire_unused(sockets: &Sockets, s: &Skeleton, owner: &str, released: &Keys) {
-    let mut sets: Vec<_> = released.iter().map(|(set, _)| set).collect();
+    let mut sets: Vec<_> = released
+        .iter()
+        .map(|(set, _)| set)
+        .filter(|set| dispatch::is_one_networks(&set.name))
+        .collect();
     sets.sort_by(|a, b| a.name.cmp(&b.name));
     sets.dedup_by(|a, b| a.name == b.name);
     if sets.is_empty() {

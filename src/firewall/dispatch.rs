@@ -203,6 +203,11 @@ pub(crate) fn retire_if_unused(nft: &mut Nft, tx: &mut Tx, set: &SetDef) -> Resu
     Ok(())
 }
 
+/// Whether `set` belongs to one network (its subnets'), by its name.
+pub(crate) fn is_one_networks(set: &str) -> bool {
+    retirable(set).is_some()
+}
+
 /// The base chain and the chain of a set that belongs to one network (its
 /// subnets'), by the set's name; None for the others.
 fn retirable(set: &str) -> Option<(&'static str, String)> {

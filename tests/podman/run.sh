@@ -135,6 +135,8 @@ t "podman network rm" podman_ network rm pnet1
 t "no veth left on the node" bash -c '! ip -o link show type veth | grep -v "eth0@"'
 t "no lease left (host-local files)" bash -c '! find /var/lib/cni/networks -type f -name "10.*" | grep .'
 t "no container entry left in cnikit's nft sets" bash -c '! nft -j list ruleset | grep -q "10\.8[89]\."'
+t "no network's masquerade set or chain left in cnikit's table" \
+  bash -c '! nft list table inet cnikit | grep -E "(masq[46]?|pm[46]?-hairpin)-[0-9a-f]{16}"'
 t "no per-pod iptables rule left" bash -c '! iptables-save | grep -E "10\.8[89]\.[0-9]+\.[0-9]+/32"'
 t "no netns left but the node's" bash -c '[ "$(ip netns list | grep -vc upstream)" = 0 ]'
 
