@@ -32,6 +32,9 @@ pub struct Link {
     pub ipvlan_mode: Option<IpvlanMode>,
     /// IFLA_IFALIAS (`ip link set alias`): cnikit writes a link's owner there.
     pub alias: Option<String>,
+    /// For a bridge: the VLAN it gives each new port (`vlan_default_pvid`,
+    /// 0 for none); None when the kernel does not say (no VLAN filtering).
+    pub bridge_default_pvid: Option<u16>,
 }
 
 #[derive(Debug, Clone, Default)]
@@ -215,6 +218,7 @@ impl Link {
             macvlan_mode: None,
             ipvlan_mode: None,
             alias: None,
+            bridge_default_pvid: None,
         };
         for attr in attrs {
             link.apply(attr);
@@ -253,6 +257,12 @@ impl Link {
             LinkInfo::Data(InfoData::IpVlan(data)) => {
                 self.ipvlan_mode = data.iter().find_map(|d| match d {
                     InfoIpVlan::Mode(mode) => IpvlanMode::from_kernel(*mode),
+                    _ => None,
+                });
+            }
+            LinkInfo::Data(InfoData::Bridge(data)) => {
+                self.bridge_default_pvid = data.iter().find_map(|d| match d {
+                    InfoBridge::VlanDefaultPvid(vid) => Some(*vid),
                     _ => None,
                 });
             }

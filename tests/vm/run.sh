@@ -2,7 +2,7 @@
 # Real-kernel suite: boot Debian's stock kernel (it has ipvlan, dummy, 802.1q and bridge
 # VLAN filtering as modules, which the CI machine's kernel lacks) under qemu with a busybox
 # initramfs, put the release `cnikit` binary into the guest, and run tests/vm/guest.sh there:
-# ipvlan l2/l3/l3s, bridge VLANs, macvlan modes, ipamd in-process fallback, dummy (with ipamd and
+# ipvlan l2/l3/l3s, (bridge_vlans.sh) bridge VLANs, macvlan modes, ipamd in-process fallback, dummy (with ipamd and
 # static), tuning, (links.sh) vlan and vrf, and (netfilter.sh) nftables (ipMasq, portmap,
 # macspoofchk, firewall) and tc (bandwidth), and (hostdev.sh) host-device with a virtio-net PCI
 # NIC, and (multihome.sh) sbr after ptp + macvlan, tap, and vlan + static through cnitool and
@@ -107,6 +107,7 @@ for p in bridge host-local static vlan vrf host-device ptp sbr macvlan ipvlan dh
   [ -x /usr/lib/cni/$p ] && copy_with_libs /usr/lib/cni/$p /ref/$p
 done
 install -m755 "$ROOT/tests/vm/guest.sh" "$I/guest.sh"
+install -m755 "$ROOT/tests/vm/bridge_vlans.sh" "$I/bridge_vlans.sh"
 install -m755 "$ROOT/tests/vm/netfilter.sh" "$I/netfilter.sh"
 install -m755 "$ROOT/tests/vm/links.sh" "$I/links.sh"
 install -m755 "$ROOT/tests/vm/hostdev.sh" "$I/hostdev.sh"

@@ -113,6 +113,7 @@ mod tests {
             macvlan_mode: None,
             ipvlan_mode: None,
             alias: None,
+            bridge_default_pvid: None,
         }
     }
 

@@ -104,6 +104,7 @@ fn link(kind: &str, mtu: u32) -> Link {
         macvlan_mode: None,
         ipvlan_mode: None,
         alias: None,
+        bridge_default_pvid: None,
     }
 }
 

@@ -1,6 +1,7 @@
 //! The bridge as gateway: gateway addresses (on the bridge, or on a
 //! `<bridge>.<vid>` veth for a VLAN), default routes, forwarding.
 
+use super::port::{port_vlans, PortVlans};
 use super::Conf;
 use crate::cni::{CniResult, Code, Error, Route};
 use crate::netlink::{sysctl, Link, NetNs, Netlink, VethSpec};
@@ -136,7 +137,7 @@ fn gateway_link(host: &mut Netlink, conf: &Conf, bridge: &Link) -> Result<Link, 
     let peer = peer.ok_or_else(|| gone(&name))?;
     // Idempotent, so also re-applied to an existing link: a half-made one
     // (an ADD that died midway) is repaired instead of used as it is.
-    let wired = wire_vlan_gateway(host, conf, bridge.index, vid, index, peer);
+    let wired = wire_vlan_gateway(host, conf, bridge, vid, index, peer);
     if let (Err(_), true) = (&wired, created) {
         let _ = host.delete_link(index);
     }
@@ -155,13 +156,18 @@ fn gone(name: &str) -> Error {
 fn wire_vlan_gateway(
     host: &mut Netlink,
     conf: &Conf,
-    bridge: u32,
+    bridge: &Link,
     vid: u16,
     index: u32,
     peer: u32,
 ) -> Result<(), Error> {
-    host.set_master(peer, bridge)?;
-    super::port::port_vlans(host, peer, Some(vid), &[], conf.preserve_default_vlan)?;
+    host.set_master(peer, bridge.index)?;
+    let vlans = PortVlans {
+        vlan: Some(vid),
+        trunk: &[],
+        preserve_default: conf.preserve_default_vlan,
+    };
+    port_vlans(host, bridge, peer, &vlans)?;
     host.set_up(peer)?;
     host.set_up(index)?;
     Ok(())

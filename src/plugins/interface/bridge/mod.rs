@@ -227,7 +227,7 @@ impl Plugin for Bridge {
         )?;
         // From here on a failure must remove the veth (deleting one end removes both).
         let att = req.attachment();
-        let attached = attach_port(&mut host, &conf, &trunk, &att, pair.host_index)
+        let attached = attach_port(&mut host, &conf, &trunk, &att, (&bridge, pair.host_index))
             .and_then(|()| {
                 let pod = Pod {
                     ns: &ns,

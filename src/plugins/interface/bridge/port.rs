@@ -3,7 +3,7 @@
 
 use super::Conf;
 use crate::cni::{Attachment, Error, Request};
-use crate::netlink::{BridgePort, Netlink};
+use crate::netlink::{BridgePort, Link, Netlink};
 use crate::plugins::link_owner;
 
 /// The plugin's name in the aliases of the veths it owns (see link_owner).
@@ -20,7 +20,7 @@ pub(super) fn gc_links(req: &Request) -> Result<(), Error> {
     link_owner::remove_stale(req, "veth", PLUGIN)
 }
 
-/// Bring up the host end `index` (created enslaved to the bridge) with its
+/// Bring up the host end `index` (created enslaved to `bridge`) with its
 /// port flags, naming `att` its owner and keeping IPv6 off it (a port needs
 /// no address of its own, and its link-local address's multicast would reach
 /// its pod): all in one request; then its VLANs. Its pod end is still down,
@@ -30,44 +30,62 @@ pub(super) fn attach_port(
     conf: &Conf,
     trunk: &[u16],
     att: &Attachment,
-    index: u32,
+    (bridge, index): (&Link, u32),
 ) -> Result<(), Error> {
     let flags = BridgePort {
         hairpin: conf.hairpin_mode,
         isolated: conf.port_isolation,
     };
     host.bridge_port_up(index, &port_owner(att), flags)?;
-    port_vlans(host, index, conf.vlan, trunk, conf.preserve_default_vlan)
+    let vlans = PortVlans {
+        vlan: conf.vlan,
+        trunk,
+        preserve_default: conf.preserve_default_vlan,
+    };
+    port_vlans(host, bridge, index, &vlans)
 }
 
-/// A port's VLANs as the reference (v1.8.0 on) sets them: VLAN 1 goes unless
-/// `preserve` (first, so a `vlan` of 1 stays); `vlan` is the untagged PVID,
-/// the trunk's VLANs are tagged, and a trunk with no `vlan` keeps VLAN 1 as
-/// its untagged native VLAN. A port without VLANs keeps the bridge's default.
+/// The VLANs a port is to have.
+pub(super) struct PortVlans<'a> {
+    pub vlan: Option<u16>,
+    pub trunk: &'a [u16],
+    /// `preserveDefaultVlan`: keep the VLAN the bridge gave the new port.
+    pub preserve_default: bool,
+}
+
+/// A port's VLANs as the reference (v1.8.0 on) sets them: the VLAN the
+/// bridge gave the new port (its `vlan_default_pvid`, 1 unless an operator
+/// changed it) goes unless preserved (first, so a `vlan` equal to it stays);
+/// `vlan` is the untagged PVID, the trunk's VLANs are tagged, and a trunk with
+/// no `vlan` gets VLAN 1 as its untagged native VLAN. A port without VLANs
+/// keeps the bridge's default.
 pub(super) fn port_vlans(
     host: &mut Netlink,
+    bridge: &Link,
     index: u32,
-    vlan: Option<u16>,
-    trunk: &[u16],
-    preserve: bool,
+    want: &PortVlans,
 ) -> Result<(), Error> {
-    if vlan.is_none() && trunk.is_empty() {
+    if want.vlan.is_none() && want.trunk.is_empty() {
         return Ok(());
     }
-    if !preserve {
-        host.bridge_vlan_del(index, DEFAULT_VLAN)?;
+    if !want.preserve_default {
+        // The reference removes every VLAN the new port has: that is the one.
+        match bridge.bridge_default_pvid.unwrap_or(DEFAULT_VLAN) {
+            0 => {}
+            vid => host.bridge_vlan_del(index, vid)?,
+        }
     }
-    if let Some(vid) = vlan {
+    if let Some(vid) = want.vlan {
         host.bridge_vlan_add(index, vid, true, true, false)?;
     }
-    for &vid in trunk {
+    for &vid in want.trunk {
         host.bridge_vlan_add(index, vid, false, false, false)?;
     }
-    if vlan.is_none() {
+    if want.vlan.is_none() {
         host.bridge_vlan_add(index, DEFAULT_VLAN, true, true, false)?;
     }
     Ok(())
 }
 
-/// The VLAN a bridge gives new ports (its `default_pvid`, 1 unless changed).
+/// The kernel's `vlan_default_pvid`, and a trunk's native VLAN.
 const DEFAULT_VLAN: u16 = 1;
