@@ -80,13 +80,13 @@ ip link del brg 2> /dev/null
 # new port has), not VLAN 1; with it, it stays beside the pod's VLAN.
 V="bridge vlan, default PVID 5"
 ip link add brp type bridge vlan_filtering 1 vlan_default_pvid 5 && ip link set brp up
-for p in 1 2; do
-  cat > /tmp/pv$p.json << EOF
-{"cniVersion":"1.0.0","name":"pv$p","type":"bridge","bridge":"brp","vlan":100,"preserveDefaultVlan":PRESERVE,"ipam":{"type":"ipamd","dataDir":"$IPAM_DIR","ranges":[[{"subnet":"10.66.$p.0/24"}]]}}
+pvconf() { # N PRESERVE
+  cat << EOF
+{"cniVersion":"1.0.0","name":"pv$1","type":"bridge","bridge":"brp","vlan":100,"preserveDefaultVlan":$2,"ipam":{"type":"ipamd","dataDir":"$IPAM_DIR","ranges":[[{"subnet":"10.66.$1.0/24"}]]}}
 EOF
-done
-sed -i 's/PRESERVE/false/' /tmp/pv1.json
-sed -i 's/PRESERVE/true/' /tmp/pv2.json
+}
+pvconf 1 false > /tmp/pv1.json
+pvconf 2 true > /tmp/pv2.json
 nsreset pa pb
 t "$V: ADD (preserveDefaultVlan false)" cni ADD pa /run/netns/pa eth0 /tmp/pv1.json
 t "$V: ADD (preserveDefaultVlan true)" cni ADD pb /run/netns/pb eth0 /tmp/pv2.json
