@@ -5,6 +5,7 @@
 
 use super::dispatch;
 use super::index::{self, Keys};
+use super::nft::Table;
 use super::schema::Skeleton;
 use super::socket::Sockets;
 use super::store::{not_valid, release_keys, transact, Nft, Tx};
@@ -110,6 +111,24 @@ pub(super) fn release_owner(
     all.extend(index::recorded(s, owner)?);
     release_keys(nft, tx, s.table, &all, owner)?;
     Ok(all)
+}
+
+/// Adds to `tx` the removal of what an earlier ADD of `owner` made
+/// (`earlier`, from its record) and this one does not (`wanted`): a repeated
+/// ADD with other ports, addresses or masquerade leaves nothing of the first.
+pub(super) fn release_stale(
+    nft: &mut Nft,
+    tx: &mut Tx,
+    t: Table,
+    (earlier, wanted): (&Keys, &Keys),
+    owner: &str,
+) -> Result<()> {
+    let stale: Keys = earlier
+        .iter()
+        .filter(|(set, k)| !wanted.iter().any(|(s, w)| s.name == set.name && w == k))
+        .cloned()
+        .collect();
+    release_keys(nft, tx, t, &stale, owner)
 }
 
 /// After `released` went: the sets among them that belong to one network

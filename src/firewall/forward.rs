@@ -10,16 +10,14 @@
 //! each attachment's keys recorded, `index.rs`). DEL and GC look in both
 //! places, since the host may have changed since ADD.
 
-use super::cleanup::{forget_all, release_owner, Gc};
+use super::cleanup::{forget_all, release_owner, release_stale, Gc};
 use super::index::{self, Keys};
 use super::iptables::{self, Isolation};
 use super::schema::{
     self, key, Value, FORWARD, FW4_PODS, FW6_PODS, FW_ISO, FW_ISO_PAIR, FW_ISO_SELF, INET,
 };
 use super::sets::SetDef;
-use super::store::{
-    claim_anchor, not_valid, owned, owner_of, read, release_keys, transact, Nft, Tx,
-};
+use super::store::{claim_anchor, not_valid, owned, owner_of, read, transact, Nft, Tx};
 use super::tag::{self, Attachment};
 use super::{Error, ErrorKind, Result, Sockets};
 use serde::{Deserialize, Serialize};
@@ -156,12 +154,7 @@ fn add(nft: &mut Nft, tx: &mut Tx, spec: &Spec, earlier: &Keys) -> Result<()> {
     // Elements of a version before the records are left to DEL, which
     // records them first (`ensure_indexed`).
     let wanted = own_keys(&own_table, &owner);
-    let stale: Keys = earlier
-        .iter()
-        .filter(|(set, k)| !wanted.iter().any(|(s, w)| s.name == set.name && w == k))
-        .cloned()
-        .collect();
-    release_keys(nft, tx, INET, &stale, &owner)?;
+    release_stale(nft, tx, INET, (earlier, &wanted), &owner)?;
     if own_table.is_empty() {
         return Ok(());
     }

@@ -119,6 +119,37 @@ fn elements_without_a_record_are_recorded_at_the_first_del() {
     });
 }
 
+/// An ADD repeated with another host port and masquerade leaves nothing of
+/// the first: its DNAT element and its hairpin element go in the same batch.
+#[test]
+fn a_repeated_add_drops_what_the_first_made() {
+    in_new_netns("idx-readd", || {
+        run(portmap::Op::Add(spec("c1", "10.9.0.2", 18080)));
+        let mut again = spec("c1", "10.9.0.2", 18081);
+        again.masq = Masquerade {
+            snat: true,
+            masq_all: true,
+        };
+        run(portmap::Op::Add(again));
+        let (dnat, hairpin, masq_all) = read(&Sockets::default(), |nft| {
+            let hairpin = dispatch::pm_hairpin("10.9.0.0/24".parse().expect("net"));
+            Ok((
+                nft.dump(INET, &PM4_ANY)?,
+                nft.dump(INET, &hairpin.set)?,
+                nft.dump(INET, &dispatch::pm_masq_all(true).set)?,
+            ))
+        })
+        .expect("dump");
+        let port = |e: &crate::firewall::nft::Element| e.key.clone();
+        assert_eq!(
+            dnat.iter().map(port).collect::<Vec<_>>(),
+            vec![key(&[Value::Proto(6), Value::Port(18081)])]
+        );
+        assert!(hairpin.is_empty(), "{hairpin:?}");
+        assert_eq!(masq_all.len(), 1);
+    });
+}
+
 /// An ADD refused (a host port another attachment holds) leaves no record.
 #[test]
 fn a_failed_add_leaves_no_record() {

@@ -1,7 +1,7 @@
 //! bridge `ipMasq`: masquerade what a container sends outside its network's
 //! subnets (multicast excluded), keyed by the container address.
 
-use super::cleanup::{release_recorded, Del, Gc};
+use super::cleanup::{release_recorded, release_stale, Del, Gc};
 use super::dispatch::{self, Dispatch};
 use super::index;
 use super::legacy::upgrade_masq;
@@ -92,9 +92,10 @@ fn add_here(
         .iter()
         .map(|(d, elem)| (d.set.clone(), elem.key.clone()))
         .collect();
-    index::recording(&schema::MASQ, &owner, &keys, |_| {
+    index::recording(&schema::MASQ, &owner, &keys, |earlier| {
         transact(sockets, |nft, tx| {
             schema::ensure(nft, tx, &schema::MASQ)?;
+            release_stale(nft, tx, INET, (earlier, &keys), &owner)?;
             for (d, elem) in &plan {
                 dispatch::ensure(nft, tx, d)?;
                 claim_anchor(nft, tx, INET, (&d.set, elem.clone()))?;

@@ -2,7 +2,7 @@
 //! elements hairpin and localhost connections need so replies come back
 //! through the host.
 
-use super::cleanup::{release_recorded, Del, Gc};
+use super::cleanup::{release_recorded, release_stale, Del, Gc};
 use super::dispatch::{self, Dispatch};
 use super::index;
 use super::legacy::upgrade_portmap;
@@ -136,9 +136,10 @@ fn add_here(sockets: &Sockets, spec: &Spec) -> Result<()> {
         .map(|d| (d.set.clone(), d.elem.key.clone()))
         .chain(masqs.iter().map(|(d, e)| (d.set.clone(), e.key.clone())))
         .collect();
-    index::recording(&schema::PORTMAP, &owner, &keys, |_| {
+    index::recording(&schema::PORTMAP, &owner, &keys, |earlier| {
         transact(sockets, |nft, tx| {
             schema::ensure(nft, tx, &schema::PORTMAP)?;
+            release_stale(nft, tx, INET, (earlier, &keys), &owner)?;
             for d in &dnats {
                 claim_exclusive(nft, tx, INET, d.set, d.elem.clone(), &d.what)?;
             }
