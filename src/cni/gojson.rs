@@ -141,9 +141,12 @@ pub const KEYS: &[&str] = &[
 ];
 
 /// Rewrite, at every depth, each object key that is not one of [`KEYS`] but
-/// equals one case-insensitively, to that key. Go's rule decides between
-/// several spellings of one key: an exact match wins, otherwise the last one in
-/// the object. Keys matching nothing are kept as they are.
+/// equals one case-insensitively, to that key. Between several spellings of
+/// one key the exact one is kept, otherwise the last one in the object. Go
+/// instead decodes every spelling into the field in turn (the last wins, two
+/// objects for a struct field merge), which needs the field's type to follow;
+/// an object that spells one key twice is malformed either way. Keys
+/// matching nothing are kept as they are.
 pub fn canonicalize(value: &mut Value) {
     match value {
         Value::Object(map) => {
@@ -183,8 +186,8 @@ pub fn known_key(key: &str) -> Option<&'static str> {
     KEYS.iter().copied().find(|k| equal_fold(k, key))
 }
 
-/// The value of known key `key` in `object` as Go would bind it: the exact
-/// spelling if present, otherwise the last spelling that matches it.
+/// The value of known key `key` in `object`: the exact spelling if present,
+/// otherwise the last spelling that matches it (as [`canonicalize`] keeps).
 /// For the few keys read before (or without) canonicalizing the whole input.
 pub fn field<'a>(object: &'a Map<String, Value>, key: &str) -> Option<&'a Value> {
     debug_assert_eq!(known_key(key), Some(key), "{key} is not in KEYS");
