@@ -3,6 +3,7 @@
 
 mod docs;
 mod doctor;
+mod firewall;
 mod pool;
 
 use crate::cni::Version;
@@ -51,6 +52,11 @@ enum Cmd {
     Dhcp {
         #[command(subcommand)]
         command: DhcpCmd,
+    },
+    /// The firewall state of the pods: put it back after someone removed it.
+    Firewall {
+        #[command(subcommand)]
+        command: firewall::FirewallCmd,
     },
     /// Check this node: plugin links, network lists, the daemon, nftables,
     /// leases of earlier boots. One line per check with the fix; exits 1 if
@@ -183,6 +189,7 @@ pub fn main(args: Vec<OsString>) -> i32 {
             // The daemon printed why.
             code => std::process::exit(code),
         },
+        Some(Cmd::Firewall { command }) => firewall::run(command),
         Some(Cmd::Doctor(args)) => doctor::run(args),
         Some(Cmd::Man { dir }) => docs::man(command(), &dir),
         Some(Cmd::Completions { shell }) => docs::completions(command(), shell),
@@ -205,19 +212,25 @@ fn ipamd(command: IpamdCmd) -> Result<(), String> {
             log_level,
             allowed_gid,
             cluster,
-        } => ipamd::daemon::run(ipamd::daemon::DaemonOptions {
-            socket,
-            data_dir,
-            reclaim_previous_boot,
-            log_level,
-            allowed_gid,
-            // The daemon also applies the plugins' firewall changes: its
-            // netfilter socket never closes (see firewall/service.rs).
-            services: ipamd::service::Services::new()
-                .with(crate::firewall::service::Firewall::default()),
-            cluster: cluster.options()?,
-        })
-        .map_err(|e| e.to_string()),
+        } => {
+            // Puts back what others remove of the pods' firewall state, for
+            // as long as the daemon runs (`firewall/watch.rs`).
+            crate::firewall::watch::start()
+                .map_err(|e| format!("cannot start the firewall watch: {e}"))?;
+            ipamd::daemon::run(ipamd::daemon::DaemonOptions {
+                socket,
+                data_dir,
+                reclaim_previous_boot,
+                log_level,
+                allowed_gid,
+                // The daemon also applies the plugins' firewall changes: its
+                // netfilter socket never closes (see firewall/service.rs).
+                services: ipamd::service::Services::new()
+                    .with(crate::firewall::service::Firewall::default()),
+                cluster: cluster.options()?,
+            })
+            .map_err(|e| e.to_string())
+        }
         IpamdCmd::Pool { command } => pool::run(command),
         IpamdCmd::Leases {
             network,

@@ -10,6 +10,7 @@ use super::schema::Skeleton;
 use super::socket::Sockets;
 use super::store::{not_valid, release_keys, transact, Nft, Tx};
 use super::tag::{self, Attachment};
+use super::turn;
 use super::Result;
 use serde::{Deserialize, Serialize};
 
@@ -38,12 +39,15 @@ impl Del {
 impl Gc {
     pub(super) fn run(&self, sockets: &Sockets, s: &Skeleton) -> Result<()> {
         let mut gone = Vec::new();
+        // The records go in the batch's turn: see `index.rs`.
+        let turn = turn::lock();
         transact(sockets, |nft, tx| {
             gone = self.plan_keys(nft, tx, s)?;
             Ok(())
         })?;
         let owners: Vec<String> = gone.iter().map(|(owner, _)| owner.clone()).collect();
         forget_all(s, &owners)?;
+        drop(turn);
         let released: Keys = gone.into_iter().flat_map(|(_, keys)| keys).collect();
         retire_unused(sockets, s, &tag::network_prefix(&self.network), &released);
         Ok(())
@@ -87,11 +91,14 @@ pub(super) fn release_recorded(
     keys: Keys,
 ) -> Result<()> {
     let mut released = Vec::new();
+    // The record goes in the batch's turn: see `index.rs`.
+    let turn = turn::lock();
     transact(sockets, |nft, tx| {
         released = release_owner(nft, tx, s, owner, &keys)?;
         Ok(())
     })?;
     index::forget(s, owner)?;
+    drop(turn);
     retire_unused(sockets, s, owner, &released);
     Ok(())
 }

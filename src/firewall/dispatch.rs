@@ -60,6 +60,41 @@ pub(crate) fn ensure(nft: &mut Nft, tx: &mut Tx, d: &Dispatch) -> Result<()> {
     Ok(())
 }
 
+/// A repair's [`ensure`]: the set, the chain with all its rules, and the
+/// base-chain rule are each looked for and made when missing (someone may
+/// have removed one and not the others). Called once per network.
+pub(crate) fn ensure_whole(nft: &mut Nft, tx: &mut Tx, d: &Dispatch) -> Result<()> {
+    if tx.creates_set(&d.set.name) {
+        return Ok(());
+    }
+    let set_there = nft.set_exists(INET, &d.set.name)?;
+    if !set_there {
+        tx.new_set(INET, &d.set);
+    }
+    let chain = &d.chain;
+    if !tx.creates_chain(INET, &chain.name) {
+        if !nft.chain_exists(INET, &chain.name)? {
+            tx.new_chain(INET, &chain.name, None);
+        } else if nft.rule_count(INET, &chain.name)? != chain.rules.len() {
+            tx.flush_chain(INET, &chain.name);
+        } else {
+            return ensure_rule(nft, tx, d, set_there);
+        }
+        for rule in &chain.rules {
+            tx.new_rule(INET, &chain.name, rule.clone());
+        }
+    }
+    ensure_rule(nft, tx, d, set_there)
+}
+
+/// The base-chain rule sending the set's members to the chain.
+fn ensure_rule(nft: &mut Nft, tx: &mut Tx, d: &Dispatch, set_there: bool) -> Result<()> {
+    if !set_there || nft.rule_looking_up(INET, d.base, &d.set.name)?.is_none() {
+        tx.new_rule(INET, d.base, d.rule.clone());
+    }
+    Ok(())
+}
+
 // ---- bridge ipMasq: masquerade container sources leaving their subnets
 
 /// Masquerade for pods of a network with these `subnets`, of one family:

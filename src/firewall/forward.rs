@@ -19,6 +19,7 @@ use super::schema::{
 use super::sets::SetDef;
 use super::store::{claim_anchor, not_valid, owned, owner_of, read, transact, Nft, Tx};
 use super::tag::{self, Attachment};
+use super::turn;
 use super::{Error, ErrorKind, Result, Sockets};
 use serde::{Deserialize, Serialize};
 use std::net::IpAddr;
@@ -78,13 +79,15 @@ impl Op {
             Op::Add(spec) => {
                 let owner = spec.att.tag();
                 let keys = own_keys(&spec.addrs, &owner);
-                index::recording(&FORWARD, &owner, &keys, |earlier| {
+                index::recording(&FORWARD, &owner, (&keys, self), |earlier| {
                     transact(sockets, |nft, tx| add(nft, tx, spec, earlier))
                 })
             }
             Op::Check(spec) => read(sockets, |nft| check(nft, spec)),
             Op::Del(del) => {
                 let owner = del.att.tag();
+                // The record goes in the batch's turn: see `index.rs`.
+                let _turn = turn::lock();
                 transact(sockets, |nft, tx| {
                     iptables::release(nft, tx, &|o| o == owner, &del.addrs)?;
                     release_owner(nft, tx, &FORWARD, &owner, &Vec::new()).map(drop)
@@ -94,6 +97,7 @@ impl Op {
             Op::Gc(gc) => {
                 let doomed = not_valid(&gc.network, &gc.valid);
                 let mut gone = Vec::new();
+                let _turn = turn::lock();
                 transact(sockets, |nft, tx| {
                     iptables::release(nft, tx, &doomed, &[])?;
                     gone = gc.plan(nft, tx, &FORWARD)?;
@@ -135,8 +139,9 @@ fn families(addrs: &[IpAddr]) -> Vec<bool> {
     out
 }
 
-/// `earlier`: the keys an earlier ADD of this attachment recorded.
-fn add(nft: &mut Nft, tx: &mut Tx, spec: &Spec, earlier: &Keys) -> Result<()> {
+/// `earlier`: the keys an earlier ADD of this attachment recorded (none
+/// when a repair replays it).
+pub(super) fn add(nft: &mut Nft, tx: &mut Tx, spec: &Spec, earlier: &Keys) -> Result<()> {
     let owner = spec.att.tag();
     let mut own_table = Vec::new();
     let mut isolate_here = false;

@@ -14,10 +14,23 @@
 //! with the directory wiped) are found once: the first DEL or GC of a
 //! feature without its `.indexed` marker reads the feature's sets and
 //! records every tagged element.
+//!
+//! Versions. A version 2 record also holds the operation that made it (the
+//! ADD's request, `made_by`): what a repair replays to put the attachment's
+//! state back after someone else removed it (`repair.rs`). Version 1 records
+//! (cnikit 0.2 and the keys found by `ensure_indexed`) hold keys only: DEL
+//! and GC go by them as before, a repair cannot rebuild from them. Older
+//! builds read version 2 records too (they ignore the fields they do not
+//! know), so a downgrade still deletes by record.
+//!
+//! Turns. A record is written and removed in the same turn (`turn.rs`) as the
+//! batch that goes with it: a repair, which reads records in its own turn,
+//! sees either the record and its elements' fate decided, or neither.
 
 use super::dispatch;
 use super::schema::{SetDef, Skeleton};
 use super::store::{owner_of, Nft};
+use super::turn;
 use super::{Error, ErrorKind, Result};
 use crate::hex::{hex, unhex};
 use crate::safe_dir::{any_name_at, names_at, open_dir, read_at, unlink_at, write_at};
@@ -40,10 +53,27 @@ const MAX_RECORDS: usize = 1 << 20;
 /// The keys of one attachment in one feature's sets.
 pub(crate) type Keys = Vec<(SetDef, Vec<u8>)>;
 
+/// The version this build writes (see the module docs).
+const VERSION: u32 = 2;
+
 #[derive(Serialize, Deserialize)]
 struct Record {
+    /// Absent in version 1 records.
+    #[serde(default = "version_1")]
+    v: u32,
     owner: String,
     keys: Vec<RecordKey>,
+    /// The feature's ADD operation that made the keys, as its request.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    made_by: Option<serde_json::Value>,
+    /// When it was last written (ms since the epoch): of two records holding
+    /// one key, the later ADD is the one the key belongs to.
+    #[serde(default)]
+    written_ms: u64,
+}
+
+fn version_1() -> u32 {
+    1
 }
 
 #[derive(Serialize, Deserialize, PartialEq, Eq)]
@@ -54,17 +84,20 @@ struct RecordKey {
 }
 
 /// Adds `keys` to `owner`'s record of feature `s` (what it had stays: an
-/// ADD again with other keys must not hide the earlier ones from DEL), then
-/// runs `add`, the ADD's batch, with the keys recorded before. When that
-/// fails, a record the call created goes again: a failed ADD leaves nothing
-/// behind.
+/// ADD again with other keys must not hide the earlier ones from DEL), with
+/// `made_by`, the ADD's operation; then runs `add`, the ADD's batch, with
+/// the keys recorded before. When that fails, a record the call created goes
+/// again: a failed ADD leaves nothing behind. All in one turn.
 pub(crate) fn recording(
     s: &Skeleton,
     owner: &str,
-    keys: &Keys,
+    (keys, made_by): (&Keys, &impl Serialize),
     add: impl FnOnce(&Keys) -> Result<()>,
 ) -> Result<()> {
-    let earlier = remember(s, owner, keys)?;
+    let _turn = turn::lock();
+    let made_by =
+        serde_json::to_value(made_by).map_err(|e| failed("encode", owner, &e.to_string()))?;
+    let earlier = record(s, owner, keys, Some(made_by))?;
     let added = add(&earlier);
     if added.is_err() && earlier.is_empty() {
         // The batch's own error is the one to report.
@@ -73,13 +106,28 @@ pub(crate) fn recording(
     added
 }
 
-/// Adds `keys` to `owner`'s record; the keys it had before (none: no record).
+/// Adds `keys` to `owner`'s record (keeping what made it); the keys it had
+/// before (none: no record).
 pub(crate) fn remember(s: &Skeleton, owner: &str, keys: &Keys) -> Result<Keys> {
+    record(s, owner, keys, None)
+}
+
+/// Adds `keys` to `owner`'s record, and replaces what made it when
+/// `made_by` is given; the keys it had before.
+fn record(
+    s: &Skeleton,
+    owner: &str,
+    keys: &Keys,
+    made_by: Option<serde_json::Value>,
+) -> Result<Keys> {
     let dir = network_dir(owner, true)?.ok_or_else(|| failed("create", owner, "no directory"))?;
     let name = file_name(s, owner);
     let mut rec = read_record(&dir, &name, owner)?.unwrap_or(Record {
+        v: VERSION,
         owner: owner.to_string(),
         keys: Vec::new(),
+        made_by: None,
+        written_ms: 0,
     });
     let before = rec.keys.len();
     let earlier = keys_of(s, &rec);
@@ -92,12 +140,24 @@ pub(crate) fn remember(s: &Skeleton, owner: &str, keys: &Keys) -> Result<Keys> {
             rec.keys.push(k);
         }
     }
-    if rec.keys.len() == before && before > 0 {
+    let same_maker = made_by.is_none() || made_by == rec.made_by;
+    if rec.keys.len() == before && before > 0 && same_maker {
         return Ok(earlier);
     }
+    if made_by.is_some() {
+        rec.made_by = made_by;
+        rec.v = VERSION;
+    }
+    rec.written_ms = now_ms();
     let bytes = serde_json::to_vec(&rec).map_err(|e| failed("encode", owner, &e.to_string()))?;
     write_at(&dir, &name, &bytes).map_err(|e| failed("write", owner, &e.to_string()))?;
     Ok(earlier)
+}
+
+fn now_ms() -> u64 {
+    std::time::SystemTime::now()
+        .duration_since(std::time::UNIX_EPOCH)
+        .map_or(0, |d| u64::try_from(d.as_millis()).unwrap_or(u64::MAX))
 }
 
 /// The keys `owner` holds in feature `s`, as recorded (none without a record).
@@ -148,6 +208,68 @@ pub(crate) fn owners(s: &Skeleton, prefix: &str) -> Result<Vec<(String, Keys)>> 
         }
     }
     Ok(out)
+}
+
+/// One record as a repair reads it: of any feature, in any network.
+pub(crate) struct Stored {
+    /// The feature's skeleton name (the record file's suffix).
+    pub feature: String,
+    pub owner: String,
+    /// (set name, key in hex), as written.
+    pub keys: Vec<(String, String)>,
+    pub made_by: Option<serde_json::Value>,
+    pub written_ms: u64,
+}
+
+/// Every record of this network namespace (none: no directory yet).
+pub(crate) fn every_record() -> Result<Vec<Stored>> {
+    let netns = netns_id()?;
+    let sub = [DIR[0], DIR[1], netns.as_str()];
+    let Some(base) = open_dir(Path::new(BASE), &sub, false)
+        .map_err(|e| failed("open", "/run/cnikit/firewall", &e.to_string()))?
+    else {
+        return Ok(Vec::new());
+    };
+    let list = |dir: &OwnedFd, whose: &str| {
+        names_at(dir, MAX_RECORDS).map_err(|e| failed("list", whose, &e.to_string()))
+    };
+    let mut out = Vec::new();
+    // Network directories are named by a hash; anything else here (the
+    // `.indexed` markers) is not one.
+    for network in list(&base, "/run/cnikit/firewall")?
+        .iter()
+        .filter(|n| !n.contains('.'))
+    {
+        let Some(dir) = open(network, false)? else {
+            continue;
+        };
+        for name in list(&dir, network)? {
+            if let Some(stored) = stored_at(&dir, &name)? {
+                out.push(stored);
+            }
+        }
+    }
+    Ok(out)
+}
+
+/// The record in file `name` of a network's directory; None for a file that
+/// is not one of ours (a temporary file, a hash collision, unreadable).
+fn stored_at(dir: &OwnedFd, name: &str) -> Result<Option<Stored>> {
+    let Some((hash, feature)) = name.split_once('.') else {
+        return Ok(None);
+    };
+    let bytes = read_at(dir, name, MAX_RECORD).map_err(|e| failed("read", name, &e.to_string()))?;
+    let rec = bytes.and_then(|b| serde_json::from_slice::<Record>(&b).ok());
+    let Some(rec) = rec.filter(|r| format!("{:016x}", fnv1a(r.owner.as_bytes())) == hash) else {
+        return Ok(None);
+    };
+    Ok(Some(Stored {
+        feature: feature.to_string(),
+        owner: rec.owner,
+        keys: rec.keys.into_iter().map(|k| (k.set, k.key)).collect(),
+        made_by: rec.made_by,
+        written_ms: rec.written_ms,
+    }))
 }
 
 /// Records every tagged element of feature `s` once (see the module docs),

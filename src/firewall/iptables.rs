@@ -107,21 +107,21 @@ pub(crate) fn add(
     ensure_chains(nft, tx, t, &[PRIV_CHAIN, admin])?;
     let forward = nft.rules(t, FORWARD)?;
     let to_stage1 = jump(STAGE1, ISO_COMMENT);
-    if find(&forward, &jump(PRIV_CHAIN, JUMP_COMMENT)).is_none() {
+    if missing(tx, (t, FORWARD, &forward), &jump(PRIV_CHAIN, JUMP_COMMENT)) {
         // Behind the isolation jump, whose drops must come first.
         let at = find(&forward, &to_stage1).map_or(At::Top, |d| At::After(d.handle));
         tx.add_xt_rule(t, FORWARD, &jump(PRIV_CHAIN, JUMP_COMMENT), at);
     }
     if let Some(iso) = iso {
         ensure_chains(nft, tx, t, &[STAGE1, STAGE2])?;
-        if find(&forward, &to_stage1).is_none() {
+        if missing(tx, (t, FORWARD, &forward), &to_stage1) {
             tx.add_xt_rule(t, FORWARD, &to_stage1, At::Top);
         }
         isolate(nft, tx, t, iso)?;
     }
     let private = nft.rules(t, PRIV_CHAIN)?;
     let admin_jump = jump(admin, ADMIN_COMMENT);
-    if find(&private, &admin_jump).is_none() {
+    if missing(tx, (t, PRIV_CHAIN, &private), &admin_jump) {
         tx.add_xt_rule(t, PRIV_CHAIN, &admin_jump, At::Top);
     }
     let want: Vec<XtRule> = addrs
@@ -142,7 +142,7 @@ pub(crate) fn add(
 
 fn ensure_chains(nft: &mut Nft, tx: &mut Tx, t: Table, chains: &[&str]) -> Result<()> {
     for chain in chains {
-        if !nft.chain_exists(t, chain)? {
+        if !tx.creates_chain(t, chain) && !nft.chain_exists(t, chain)? {
             tx.new_chain(t, chain, None);
         }
     }
@@ -179,11 +179,15 @@ fn isolate(nft: &mut Nft, tx: &mut Tx, t: Table, iso: &Isolation) -> Result<()> 
     if iso.isolated {
         top.push(stay);
     }
-    for rule in top.iter().filter(|r| find(&stage1, r).is_none()) {
+    for rule in top
+        .iter()
+        .filter(|r| missing(tx, (t, STAGE1, &stage1), r))
+        .collect::<Vec<_>>()
+    {
         tx.add_xt_rule(t, STAGE1, rule, At::Top);
     }
     let back = XtRule::to(Target::Return).comment(ISO_COMMENT);
-    if find(&stage1, &back).is_none() {
+    if missing(tx, (t, STAGE1, &stage1), &back) {
         tx.add_xt_rule(t, STAGE1, &back, At::End);
     }
     let stage2 = nft.rules(t, STAGE2)?;
@@ -191,13 +195,19 @@ fn isolate(nft: &mut Nft, tx: &mut Tx, t: Table, iso: &Isolation) -> Result<()> 
         oif: iface(false),
         ..XtRule::to(Target::Drop).comment(ISO_COMMENT)
     };
-    if find(&stage2, &drop).is_none() {
+    if missing(tx, (t, STAGE2, &stage2), &drop) {
         tx.add_xt_rule(t, STAGE2, &drop, At::Top);
     }
-    if find(&stage2, &back).is_none() {
+    if missing(tx, (t, STAGE2, &stage2), &back) {
         tx.add_xt_rule(t, STAGE2, &back, At::End);
     }
     Ok(())
+}
+
+/// Neither in the chain (its rules as read) nor added by `tx` already (a
+/// repair plans many attachments' rules into one batch).
+fn missing(tx: &Tx, (t, chain, rules): (Table, &str, &[Dumped]), rule: &XtRule) -> bool {
+    find(rules, rule).is_none() && !tx.adds_xt_rule(t, chain, rule)
 }
 
 fn owned_by(d: &Dumped, owner: &str) -> bool {

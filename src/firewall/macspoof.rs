@@ -66,7 +66,7 @@ impl Op {
                 att,
                 host_ifname,
                 mac,
-            } => add_here(sockets, att, host_ifname, mac),
+            } => add_here(sockets, (att, host_ifname, mac), self),
             Op::Del(del) => del.run(sockets, &schema::MACSPOOF),
             Op::DelKeys {
                 att,
@@ -83,22 +83,54 @@ impl Op {
     }
 }
 
-fn add_here(sockets: &Sockets, att: &Attachment, host_ifname: &str, mac: &str) -> Result<()> {
+fn add_here(
+    sockets: &Sockets,
+    (att, host_ifname, mac): (&Attachment, &str, &str),
+    op: &Op,
+) -> Result<()> {
     let owner = att.tag();
     let [port, allow] = planned(&owner, host_ifname, parse_mac(mac)?);
-    index::recording(&schema::MACSPOOF, &owner, &keys_of(&port, &allow), |_| {
+    let keys = keys_of(&port, &allow);
+    index::recording(&schema::MACSPOOF, &owner, (&keys, op), |_| {
         transact(sockets, |nft, tx| {
-            schema::ensure(nft, tx, &schema::MACSPOOF)?;
-            if let Some(have) = nft.get(BRIDGE, &SPOOF_PORTS, &port.key)? {
-                if let Some(stale) = owner_of(&have).filter(|o| *o != owner) {
-                    drop_stale_macs(nft, tx, &stale, &port.key)?;
-                }
-            }
-            claim_anchor(nft, tx, BRIDGE, (&SPOOF_PORTS, port.clone()))?;
-            tx.add(BRIDGE, &SPOOF_ALLOW, vec![allow.clone()]);
-            Ok(())
+            apply(nft, tx, &owner, [&port, &allow], false)
         })
     })
+}
+
+/// ADD's changes into `tx`, as a repair replays them.
+pub(super) fn replay(
+    nft: &mut Nft,
+    tx: &mut Tx,
+    (att, host_ifname, mac): (&Attachment, &str, &str),
+) -> Result<()> {
+    let owner = att.tag();
+    let [port, allow] = planned(&owner, host_ifname, parse_mac(mac)?);
+    apply(nft, tx, &owner, [&port, &allow], true)
+}
+
+/// `replaying`: only what is missing goes into `tx` (a repair that finds
+/// everything in place sends nothing).
+fn apply(
+    nft: &mut Nft,
+    tx: &mut Tx,
+    owner: &str,
+    [port, allow]: [&Element; 2],
+    replaying: bool,
+) -> Result<()> {
+    schema::ensure(nft, tx, &schema::MACSPOOF)?;
+    if let Some(have) = nft.get(BRIDGE, &SPOOF_PORTS, &port.key)? {
+        if let Some(stale) = owner_of(&have).filter(|o| o != owner) {
+            drop_stale_macs(nft, tx, &stale, &port.key)?;
+        }
+    }
+    claim_anchor(nft, tx, BRIDGE, (&SPOOF_PORTS, port.clone()))?;
+    // An ADD adds it again when present (not an error for an unchanged
+    // element): a lookup would cost every ADD a round trip.
+    if !replaying || nft.get(BRIDGE, &SPOOF_ALLOW, &allow.key)?.is_none() {
+        tx.add(BRIDGE, &SPOOF_ALLOW, vec![allow.clone()]);
+    }
+    Ok(())
 }
 
 /// A host port name another attachment held (its veth went without DEL and

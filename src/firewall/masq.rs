@@ -7,7 +7,7 @@ use super::index;
 use super::legacy::upgrade_masq;
 use super::nft::Element;
 use super::schema::{self, INET};
-use super::store::{claim_anchor, transact};
+use super::store::{claim_anchor, transact, Nft, Tx};
 use super::tag::{self, Attachment};
 use super::{Result, Sockets};
 use ipnet::IpNet;
@@ -61,7 +61,7 @@ impl Op {
                 att,
                 addrs,
                 subnets,
-            } => add_here(sockets, att, addrs, subnets),
+            } => add_here(sockets, (att, addrs, subnets), self),
             Op::Del(del) => del.run(sockets, &schema::MASQ),
             Op::DelKeys {
                 att,
@@ -82,9 +82,8 @@ impl Op {
 
 fn add_here(
     sockets: &Sockets,
-    att: &Attachment,
-    addrs: &[IpAddr],
-    subnets: &[IpNet],
+    (att, addrs, subnets): (&Attachment, &[IpAddr], &[IpNet]),
+    op: &Op,
 ) -> Result<()> {
     let owner = att.tag();
     let plan = planned(addrs, subnets, &owner);
@@ -92,17 +91,49 @@ fn add_here(
         .iter()
         .map(|(d, elem)| (d.set.clone(), elem.key.clone()))
         .collect();
-    index::recording(&schema::MASQ, &owner, &keys, |earlier| {
+    index::recording(&schema::MASQ, &owner, (&keys, op), |earlier| {
         transact(sockets, |nft, tx| {
-            schema::ensure(nft, tx, &schema::MASQ)?;
-            release_stale(nft, tx, INET, (earlier, &keys), &owner)?;
-            for (d, elem) in &plan {
-                dispatch::ensure(nft, tx, d)?;
-                claim_anchor(nft, tx, INET, (&d.set, elem.clone()))?;
-            }
-            Ok(())
+            apply(nft, tx, &plan, (earlier, &keys), &owner)
         })
     })
+}
+
+/// ADD's changes into `tx`, as a repair replays them: nothing earlier to
+/// release.
+pub(super) fn replay(
+    nft: &mut Nft,
+    tx: &mut Tx,
+    (att, addrs, subnets): (&Attachment, &[IpAddr], &[IpNet]),
+) -> Result<()> {
+    let owner = att.tag();
+    let plan = planned(addrs, subnets, &owner);
+    apply(nft, tx, &plan, (&Vec::new(), &Vec::new()), &owner)
+}
+
+/// `plan` into `tx`; `earlier`: the keys an earlier ADD of `owner` recorded,
+/// of which those not in `wanted` go.
+fn apply(
+    nft: &mut Nft,
+    tx: &mut Tx,
+    plan: &[(Dispatch, Element)],
+    (earlier, wanted): (&index::Keys, &index::Keys),
+    owner: &str,
+) -> Result<()> {
+    schema::ensure(nft, tx, &schema::MASQ)?;
+    release_stale(nft, tx, INET, (earlier, wanted), owner)?;
+    for (d, elem) in plan {
+        dispatch::ensure(nft, tx, d)?;
+        claim_anchor(nft, tx, INET, (&d.set, elem.clone()))?;
+    }
+    Ok(())
+}
+
+/// The network structures an ADD with these `addrs` and `subnets` uses.
+pub(super) fn dispatches(addrs: &[IpAddr], subnets: &[IpNet]) -> Vec<Dispatch> {
+    planned(addrs, subnets, "")
+        .into_iter()
+        .map(|(d, _)| d)
+        .collect()
 }
 
 /// What ADD puts in: per container address one element, the address, in

@@ -66,6 +66,7 @@ mod iptables;
 mod legacy;
 mod matches;
 mod nft;
+pub mod repair;
 mod rules;
 mod schema;
 mod sets;
@@ -75,6 +76,7 @@ mod tag;
 #[cfg(test)]
 mod test_netns;
 mod turn;
+pub mod watch;
 mod xt;
 
 pub mod backend;

@@ -365,8 +365,16 @@ pub(crate) fn rule_lookups(payload: &[u8]) -> Option<(u64, Vec<String>)> {
     Some((handle?, sets))
 }
 
+/// The attributes of a message (its payload after the nfgenmsg header):
+/// kind and value.
+pub(crate) fn attributes(payload: &[u8]) -> Vec<(u16, Vec<u8>)> {
+    nlas(payload.get(NFGENMSG_LEN..).unwrap_or_default())
+        .map(|n| (n.kind(), n.value().to_vec()))
+        .collect()
+}
+
 /// A NUL-terminated string attribute's text.
-fn c_string(value: &[u8]) -> String {
+pub(crate) fn c_string(value: &[u8]) -> String {
     let text = value.split(|b| *b == 0).next().unwrap_or_default();
     String::from_utf8_lossy(text).into_owned()
 }

@@ -7,7 +7,7 @@ use super::dispatch::{self, Dispatch};
 use super::index;
 use super::legacy::upgrade_portmap;
 use super::schema::{self, key, Value, INET, PM4_ANY, PM4_IP, PM6_ANY, PM6_IP, PM_CHAINS};
-use super::store::{claim_anchor, claim_exclusive, owned, owner_of, read, transact};
+use super::store::{claim_anchor, claim_exclusive, owned, owner_of, read, transact, Nft, Tx};
 use super::tag::{self, Attachment};
 use super::{Error, ErrorKind, Result, Sockets};
 use ipnet::IpNet;
@@ -113,7 +113,7 @@ impl Op {
     pub fn run(&self, sockets: &Sockets) -> Result<()> {
         upgrade_portmap(sockets)?;
         match self {
-            Op::Add(spec) => add_here(sockets, spec),
+            Op::Add(spec) => add_here(sockets, spec, self),
             Op::Check(spec) => check_here(sockets, spec),
             Op::Del(del) => del.run(sockets, &schema::PORTMAP),
             Op::DelKeys(spec) => del_keys_here(sockets, spec),
@@ -122,34 +122,68 @@ impl Op {
     }
 }
 
-fn add_here(sockets: &Sockets, spec: &Spec) -> Result<()> {
+fn add_here(sockets: &Sockets, spec: &Spec, op: &Op) -> Result<()> {
     let owner = spec.att.tag();
-    let dnats = dnat_elements(&spec.container, &spec.mappings, &owner);
-    let masqs: Vec<_> = spec
-        .container
+    let plan = Planned::of(spec, &owner);
+    index::recording(&schema::PORTMAP, &owner, (&plan.keys, op), |earlier| {
+        transact(sockets, |nft, tx| plan.apply(nft, tx, earlier, &owner))
+    })
+}
+
+/// ADD's changes for `spec` into `tx`, as a repair replays them: nothing
+/// earlier to release.
+pub(super) fn replay(nft: &mut Nft, tx: &mut Tx, spec: &Spec) -> Result<()> {
+    let owner = spec.att.tag();
+    Planned::of(spec, &owner).apply(nft, tx, &Vec::new(), &owner)
+}
+
+/// What an ADD makes: its DNAT elements and masquerade elements, and their
+/// keys, exactly (its DEL looks up nothing else).
+struct Planned {
+    dnats: Vec<Dnat>,
+    masqs: Vec<(Dispatch, super::nft::Element)>,
+    keys: index::Keys,
+}
+
+impl Planned {
+    fn of(spec: &Spec, owner: &str) -> Planned {
+        let dnats = dnat_elements(&spec.container, &spec.mappings, owner);
+        let masqs: Vec<_> = spec
+            .container
+            .iter()
+            .filter_map(|addr| masq_element(*addr, spec.masq, owner))
+            .collect();
+        let keys = dnats
+            .iter()
+            .map(|d| (d.set.clone(), d.elem.key.clone()))
+            .chain(masqs.iter().map(|(d, e)| (d.set.clone(), e.key.clone())))
+            .collect();
+        Planned { dnats, masqs, keys }
+    }
+
+    /// Into `tx`; `earlier`: the keys an earlier ADD of `owner` recorded.
+    fn apply(&self, nft: &mut Nft, tx: &mut Tx, earlier: &index::Keys, owner: &str) -> Result<()> {
+        schema::ensure(nft, tx, &schema::PORTMAP)?;
+        release_stale(nft, tx, INET, (earlier, &self.keys), owner)?;
+        for d in &self.dnats {
+            claim_exclusive(nft, tx, INET, d.set, d.elem.clone(), &d.what)?;
+        }
+        for (d, elem) in &self.masqs {
+            dispatch::ensure(nft, tx, d)?;
+            claim_anchor(nft, tx, INET, (&d.set, elem.clone()))?;
+        }
+        Ok(())
+    }
+}
+
+/// The network structures an ADD of `spec` uses.
+pub(super) fn dispatches(spec: &Spec) -> Vec<Dispatch> {
+    let owner = spec.att.tag();
+    spec.container
         .iter()
         .filter_map(|addr| masq_element(*addr, spec.masq, &owner))
-        .collect();
-    // What this ADD makes, exactly: its DEL looks up nothing else.
-    let keys: index::Keys = dnats
-        .iter()
-        .map(|d| (d.set.clone(), d.elem.key.clone()))
-        .chain(masqs.iter().map(|(d, e)| (d.set.clone(), e.key.clone())))
-        .collect();
-    index::recording(&schema::PORTMAP, &owner, &keys, |earlier| {
-        transact(sockets, |nft, tx| {
-            schema::ensure(nft, tx, &schema::PORTMAP)?;
-            release_stale(nft, tx, INET, (earlier, &keys), &owner)?;
-            for d in &dnats {
-                claim_exclusive(nft, tx, INET, d.set, d.elem.clone(), &d.what)?;
-            }
-            for (d, elem) in &masqs {
-                dispatch::ensure(nft, tx, d)?;
-                claim_anchor(nft, tx, INET, (&d.set, elem.clone()))?;
-            }
-            Ok(())
-        })
-    })
+        .map(|(d, _)| d)
+        .collect()
 }
 
 fn del_keys_here(sockets: &Sockets, spec: &Spec) -> Result<()> {

@@ -27,6 +27,11 @@ impl Nft<'_> {
         Ok(rules.iter().filter_map(|r| xt::parse_rule(r)).collect())
     }
 
+    /// How many rules `chain` has (none when it is missing).
+    pub(crate) fn rule_count(&mut self, t: Table, chain: &str) -> Result<usize> {
+        Ok(self.rule_answers(t, chain)?.len())
+    }
+
     /// The handle of the first rule of `chain` that looks up `set`, if any.
     pub(crate) fn rule_looking_up(
         &mut self,
@@ -42,8 +47,31 @@ impl Nft<'_> {
             .map(|(handle, _)| handle))
     }
 
+    /// From now on until the next call, each chain's rules are read once: a
+    /// plan that reads a chain per attachment (a repair of hundreds) reads
+    /// it whole only once. What the plan adds is in its Tx
+    /// ([`Tx::adds_xt_rule`]).
+    pub(crate) fn read_rules_once(&mut self) {
+        self.rules_read = Some(Default::default());
+    }
+
     /// The NEWRULE answers (payloads) of a dump of `chain`.
     fn rule_answers(&mut self, t: Table, chain: &str) -> Result<Vec<Vec<u8>>> {
+        let Some(seen) = &self.rules_read else {
+            return self.dump_rules(t, chain);
+        };
+        let at = chain_key(t, chain);
+        if let Some(rules) = seen.get(&at) {
+            return Ok(rules.clone());
+        }
+        let rules = self.dump_rules(t, chain)?;
+        if let Some(seen) = &mut self.rules_read {
+            seen.insert(at, rules.clone());
+        }
+        Ok(rules)
+    }
+
+    fn dump_rules(&mut self, t: Table, chain: &str) -> Result<Vec<Vec<u8>>> {
         let msg = rule_message(t, chain, vec![]);
         match self.nl.request(
             nft::message(t.family, NfTablesMessage::GetRule(msg)),
@@ -61,8 +89,20 @@ impl Nft<'_> {
     }
 }
 
+/// Names a chain of a table of a family.
+fn chain_key(t: Table, chain: &str) -> String {
+    format!("{:?} {} {chain}", t.family, t.name)
+}
+
 impl Tx {
+    /// Whether this batch adds `rule` to `chain` already.
+    pub(crate) fn adds_xt_rule(&self, t: Table, chain: &str, rule: &XtRule) -> bool {
+        let at = chain_key(t, chain);
+        self.xt_rules.iter().any(|(c, r)| *c == at && r == rule)
+    }
+
     pub(crate) fn add_xt_rule(&mut self, t: Table, chain: &str, rule: &XtRule, at: At) {
+        self.xt_rules.push((chain_key(t, chain), rule.clone()));
         let mut attrs = Vec::new();
         let mut flags = NLM_F_CREATE;
         match at {

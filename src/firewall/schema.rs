@@ -60,7 +60,7 @@ pub(crate) struct Chain {
 pub(crate) fn ensure(nft: &mut Nft, tx: &mut Tx, s: &Skeleton) -> Result<bool> {
     let chains = (s.chains)();
     if let Some(last) = chains.last() {
-        if nft.chain_exists(s.table, &last.name)? {
+        if tx.creates_chain(s.table, &last.name) || nft.chain_exists(s.table, &last.name)? {
             return Ok(false);
         }
     }
@@ -82,12 +82,44 @@ pub(crate) fn ensure(nft: &mut Nft, tx: &mut Tx, s: &Skeleton) -> Result<bool> {
     Ok(true)
 }
 
+/// A repair's [`ensure`]: every set and chain of the skeleton is looked
+/// for, not only its last chain, and a chain whose fixed rules someone
+/// flushed or changed in number is filled again (a chain whose rules come
+/// with networks, `dispatch.rs`, is only made when missing). It reads one
+/// dump per chain, so it is for repairs, not for every ADD.
+pub(crate) fn ensure_whole(nft: &mut Nft, tx: &mut Tx, s: &Skeleton) -> Result<()> {
+    if ensure(nft, tx, s)? {
+        return Ok(());
+    }
+    for set in s.sets {
+        if !tx.creates_set(&set.name) && !nft.set_exists(s.table, &set.name)? {
+            tx.new_set(s.table, set);
+        }
+    }
+    for c in (s.chains)() {
+        if tx.creates_chain(s.table, &c.name) {
+            continue;
+        }
+        if !nft.chain_exists(s.table, &c.name)? {
+            tx.new_chain(s.table, &c.name, c.hook);
+        } else if c.rules.is_empty() || nft.rule_count(s.table, &c.name)? == c.rules.len() {
+            continue;
+        } else {
+            tx.flush_chain(s.table, &c.name);
+        }
+        for rule in c.rules {
+            tx.new_rule(s.table, &c.name, rule);
+        }
+    }
+    Ok(())
+}
+
 /// Adds a regular chain with its rules to `tx` unless it exists (the chains a
 /// verdict map's elements go to, one per subnet or set of subnets). They stay
 /// when their last element goes: they are few, and a later pod of the same
 /// network needs them again.
 pub(crate) fn ensure_chain(nft: &mut Nft, tx: &mut Tx, t: Table, c: &Chain) -> Result<()> {
-    if tx.creates_chain(&c.name) || nft.chain_exists(t, &c.name)? {
+    if tx.creates_chain(t, &c.name) || nft.chain_exists(t, &c.name)? {
         return Ok(());
     }
     tx.new_chain(t, &c.name, None);

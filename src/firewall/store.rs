@@ -33,13 +33,44 @@ pub(crate) struct Tx {
     /// Which of `msgs` remove elements (see `Nft::commit`).
     removals: Vec<usize>,
     /// The chains and sets this batch creates.
-    chains: Vec<String>,
+    chains: Vec<(Table, String)>,
     sets: Vec<String>,
+    /// The iptables rules it adds, by chain (`rules.rs`).
+    pub(super) xt_rules: Vec<(String, super::xt::XtRule)>,
 }
 
 impl Tx {
     pub(crate) fn is_empty(&self) -> bool {
         self.msgs.is_empty()
+    }
+
+    /// How many changes it holds.
+    pub(crate) fn len(&self) -> usize {
+        self.msgs.len()
+    }
+
+    /// An empty plan that knows what this one creates, to be planned into and
+    /// then [`Tx::merge`]d or dropped: a repair keeps an attachment's plan
+    /// only when all of it could be made.
+    pub(crate) fn fork(&self) -> Tx {
+        Tx {
+            msgs: Vec::new(),
+            removals: Vec::new(),
+            chains: self.chains.clone(),
+            sets: self.sets.clone(),
+            xt_rules: self.xt_rules.clone(),
+        }
+    }
+
+    /// Appends `fork`'s changes (made with [`Tx::fork`] of this one).
+    pub(crate) fn merge(&mut self, fork: Tx) {
+        let offset = self.msgs.len();
+        self.removals
+            .extend(fork.removals.into_iter().map(|i| i + offset));
+        self.msgs.extend(fork.msgs);
+        self.chains = fork.chains;
+        self.sets = fork.sets;
+        self.xt_rules = fork.xt_rules;
     }
 
     pub(super) fn push(&mut self, msg: NetfilterMessage, flags: u16, what: String) {
@@ -80,12 +111,12 @@ impl Tx {
     pub(crate) fn new_chain(&mut self, t: Table, name: &str, hook: Option<BaseHook>) {
         let msg = nft::new_chain(t, name, hook);
         self.push(msg, NLM_F_CREATE, format!("create chain {name}"));
-        self.chains.push(name.to_string());
+        self.chains.push((t, name.to_string()));
     }
 
-    /// Whether this batch already creates chain `name`.
-    pub(crate) fn creates_chain(&self, name: &str) -> bool {
-        self.chains.iter().any(|c| c == name)
+    /// Whether this batch already creates chain `name` of `t`.
+    pub(crate) fn creates_chain(&self, t: Table, name: &str) -> bool {
+        self.chains.iter().any(|(ct, c)| *ct == t && c == name)
     }
 
     pub(crate) fn delete_chain(&mut self, t: Table, name: &str) {
@@ -135,6 +166,8 @@ impl Tx {
 /// `socket.rs` for why it is kept open).
 pub(crate) struct Nft<'a> {
     pub(super) nl: &'a mut Nfnl,
+    /// Chains' rules as read, when the plan reads them once only (`rules.rs`).
+    pub(super) rules_read: Option<std::collections::HashMap<String, Vec<Vec<u8>>>>,
 }
 
 impl Nft<'_> {
@@ -239,7 +272,10 @@ pub(crate) fn transact(
 ) -> Result<()> {
     sockets.with(|nl| {
         let _turn = lock();
-        let mut nft = Nft { nl };
+        let mut nft = Nft {
+            nl,
+            rules_read: None,
+        };
         for _ in 0..MAX_TRIES {
             let genid = nft.generation()?;
             let mut tx = Tx::default();
@@ -257,7 +293,12 @@ pub(crate) fn transact(
 
 /// Runs `f` on the current ruleset, changing nothing (CHECK).
 pub(crate) fn read<T>(sockets: &Sockets, f: impl FnOnce(&mut Nft) -> Result<T>) -> Result<T> {
-    sockets.with(|nl| f(&mut Nft { nl }))
+    sockets.with(|nl| {
+        f(&mut Nft {
+            nl,
+            rules_read: None,
+        })
+    })
 }
 
 // ------------------------------------------------------------------ ownership

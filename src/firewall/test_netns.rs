@@ -14,7 +14,12 @@ pub(crate) fn in_new_netns(tag: &str, f: impl FnOnce()) {
     let ip = |args: &[&str]| Command::new("ip").args(args).status().expect("run ip");
     assert!(ip(&["netns", "add", &name]).success());
     let ns = NetNs::open(format!("/run/netns/{name}")).expect("open netns");
+    // The firewall's records are kept by netns inode, and a deleted
+    // namespace's inode comes back: another test's records must not be seen.
+    let records = format!("/run/cnikit/firewall/netns-{}", ns.id().expect("netns id"));
+    let _ = std::fs::remove_dir_all(&records);
     let out = ns.run(f);
+    let _ = std::fs::remove_dir_all(&records);
     ip(&["netns", "del", &name]);
     out.expect("enter netns");
 }

@@ -1,6 +1,10 @@
 //! cnikit's firewall transactions take turns on a lock file, so that they do
-//! not keep restarting each other (see `store.rs`).
+//! not keep restarting each other (see `store.rs`). A turn also spans a
+//! transaction and the record changes that go with it (`index.rs`), so that
+//! a repair (`repair.rs`), which reads the records and the kernel in its own
+//! turn, never sees a record whose elements a DEL already removed.
 
+use std::cell::Cell;
 use std::fs::{File, TryLockError};
 use std::time::{Duration, Instant};
 
@@ -17,7 +21,36 @@ const LOCK_WAIT: Duration = Duration::from_secs(5);
 /// (no directory, a file that is not ours, a holder that does not let go
 /// within [`LOCK_WAIT`]) means going ahead without it, never waiting forever.
 /// The file is root's and 0600, so other users cannot open it to hold it.
-pub(super) fn lock() -> Option<File> {
+///
+/// A thread that already has the turn gets it again at once (the outer
+/// holder keeps the lock): a DEL holds its turn across its transaction and
+/// the removal of its record, and the transaction takes a turn too.
+pub(super) fn lock() -> Turn {
+    let depth = HELD.with(Cell::get);
+    HELD.with(|held| held.set(depth + 1));
+    if depth > 0 {
+        return Turn { _file: None };
+    }
+    Turn { _file: acquire() }
+}
+
+thread_local! {
+    /// How many turns this thread holds (nested).
+    static HELD: Cell<u32> = const { Cell::new(0) };
+}
+
+/// A turn: the lock is released when the outermost one is dropped.
+pub(super) struct Turn {
+    _file: Option<File>,
+}
+
+impl Drop for Turn {
+    fn drop(&mut self) {
+        HELD.with(|held| held.set(held.get().saturating_sub(1)));
+    }
+}
+
+fn acquire() -> Option<File> {
     let file = match open_lock_file() {
         Ok(f) => f,
         Err(e) => {

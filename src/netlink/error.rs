@@ -121,6 +121,15 @@ impl Failure {
         }
     }
 
+    /// The OS error of a failed send or receive (ENOBUFS: a multicast
+    /// reader's events were dropped; EAGAIN: a receive timed out).
+    pub(crate) fn io_errno(&self) -> Option<i32> {
+        match self {
+            Failure::Io { err, .. } => err.raw_os_error(),
+            _ => None,
+        }
+    }
+
     pub(crate) fn extack(&self) -> Option<&str> {
         match self {
             Failure::Kernel { extack, .. } => extack.as_deref(),

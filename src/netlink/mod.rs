@@ -68,7 +68,7 @@ mod vlan;
 
 pub(crate) use error::Failure;
 pub use error::{Error, ErrorKind};
-pub(crate) use frame::nla;
+pub(crate) use frame::{nla, Reply};
 pub use ipv6::link_local;
 pub(crate) use link::random_bytes;
 pub use link::{
@@ -76,6 +76,7 @@ pub use link::{
     VethSpec,
 };
 pub use link_setup::LinkSetup;
+pub(crate) use netfilter::Events;
 pub use netfilter::Netfilter;
 pub use netns::NetNs;
 pub use route::Route;

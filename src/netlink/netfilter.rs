@@ -37,6 +37,56 @@ impl Family for Netfilter {
     type Message = NetfilterMessage;
 }
 
+/// NFNLGRP_NFTABLES: the multicast group of every committed nftables change.
+const NFNLGRP_NFTABLES: u32 = 7;
+/// The events socket's receive buffer: a flush of a ruleset with thousands
+/// of elements is reported in one burst, and an overrun loses events.
+const EVENTS_RCVBUF: usize = 8 << 20;
+
+/// What a read of the events socket gave.
+pub(crate) enum Events {
+    /// The data messages of one datagram (`nft monitor`'s events, each
+    /// batch's ending with NFT_MSG_NEWGEN).
+    Got(Vec<frame::Reply>),
+    /// None came within the socket's receive timeout.
+    Quiet,
+    /// The kernel dropped events (the buffer overran): anything may have
+    /// changed.
+    Lost,
+}
+
+impl Socket<Netfilter> {
+    /// A socket that is told of every committed nftables change of its
+    /// network namespace (as `nft monitor` is).
+    pub(crate) fn nftables_events() -> Result<Self, Failure> {
+        let mut s = Self::open().map_err(|e| Failure::Io {
+            socket: Netfilter::NAME,
+            err: std::io::Error::other(e.to_string()),
+        })?;
+        s.join_group(NFNLGRP_NFTABLES)?;
+        s.raise_rcvbuf(EVENTS_RCVBUF);
+        Ok(s)
+    }
+
+    /// The next datagram's events.
+    pub(crate) fn events(&mut self) -> Result<Events, Failure> {
+        match self.next_datagram() {
+            Ok(messages) => Ok(Events::Got(
+                messages
+                    .into_iter()
+                    .filter_map(|m| match m.answer {
+                        Answer::Data(reply) => Some(reply),
+                        _ => None,
+                    })
+                    .collect(),
+            )),
+            Err(f) if f.io_errno() == Some(libc::ENOBUFS) => Ok(Events::Lost),
+            Err(f) if matches!(f.io_errno(), Some(libc::EAGAIN)) => Ok(Events::Quiet),
+            Err(f) => Err(f),
+        }
+    }
+}
+
 /// Why a batch was not applied: the failure, and the index of the message
 /// the kernel blamed (None: the batch as a whole, e.g. a changed generation,
 /// a failed commit, or the socket).

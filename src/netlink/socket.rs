@@ -172,6 +172,32 @@ impl<F: Family> Socket<F> {
         }
     }
 
+    /// Joins multicast group `group` (events of the family).
+    pub(crate) fn join_group(&mut self, group: u32) -> Result<(), Failure> {
+        self.socket.add_membership(group).map_err(|e| self.io(e))
+    }
+
+    /// Waits for one datagram (up to the receive timeout) and parses it.
+    pub(crate) fn next_datagram(&mut self) -> Result<Vec<Message>, Failure> {
+        self.recv_datagram(0)?;
+        frame::parse(&self.buf)
+    }
+
+    /// We are root: SO_RCVBUFFORCE may exceed the system's maximum.
+    pub(crate) fn raise_rcvbuf(&self, size: usize) {
+        let size = libc::c_int::try_from(size).unwrap_or(libc::c_int::MAX);
+        // SAFETY: plain setsockopt on our own socket with an int option value.
+        unsafe {
+            libc::setsockopt(
+                self.socket.as_raw_fd(),
+                libc::SOL_SOCKET,
+                libc::SO_RCVBUFFORCE,
+                (&size as *const libc::c_int).cast(),
+                std::mem::size_of::<libc::c_int>() as libc::socklen_t,
+            );
+        }
+    }
+
     /// Marks the exchange unfinished: answers may still be queued.
     pub(crate) fn abandon(&mut self) {
         self.unread = true;

@@ -116,7 +116,8 @@ pub fn nftables(
             check,
             format!("table {INET_TABLE} does not exist yet; the first ADD on {names} makes it"),
             "nothing, unless pods already run there: then their port mappings and masquerade \
-             were removed (`nft flush ruleset`, a firewall reload); re-create those pods",
+             were removed (`nft flush ruleset`, a firewall reload); run `cnikit firewall restore` \
+             (the ipamd daemon does it by itself while it runs)",
         );
     }
     Check::fail(
@@ -125,7 +126,7 @@ pub fn nftables(
             "table {INET_TABLE} is missing while pods run on {}: their port mappings and masquerade are gone",
             with_pods.join(", ")
         ),
-        "find what removed it (`nft flush ruleset`, a firewall reload), then re-create those \
-         pods (or DEL and ADD them again)",
+        "run `cnikit firewall restore` (the ipamd daemon does it by itself while it runs); \
+         it was removed by `nft flush ruleset` or a firewall reload",
     )
 }
