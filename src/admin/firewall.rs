@@ -37,14 +37,14 @@ pub fn run(command: FirewallCmd) -> Result<(), String> {
 fn render(done: &Repaired) -> String {
     let mut out = if done.changes == 0 {
         format!(
-            "firewall: nothing to put back ({} attachments recorded, all in place)\n",
-            done.attachments
+            "firewall: nothing to put back ({} recorded, all in place)\n",
+            attachments(done.attachments)
         )
     } else {
         format!(
-            "firewall: put back what {} of {} attachments lacked ({} changes in one batch): {}\n",
+            "firewall: put back what {} of {} lacked ({} changes in one batch): {}\n",
             done.restored.len(),
-            done.attachments,
+            attachments(done.attachments),
             done.changes,
             done.restored.join(", ")
         )
@@ -59,4 +59,11 @@ fn render(done: &Repaired) -> String {
         ));
     }
     out
+}
+
+fn attachments(n: usize) -> String {
+    match n {
+        1 => "1 attachment".to_string(),
+        n => format!("{n} attachments"),
+    }
 }

@@ -33,7 +33,7 @@ use std::collections::{BTreeMap, BTreeSet};
 /// What a repair found and did.
 #[derive(Debug, Default, Clone, Serialize)]
 pub struct Repaired {
-    /// Attachments whose records could be replayed.
+    /// Attachments with records that could be replayed.
     pub attachments: usize,
     /// Those that lacked something and got it back (their tags).
     pub restored: Vec<String>,
@@ -123,8 +123,9 @@ impl Plan {
         for d in networks.values() {
             super::dispatch::ensure_whole(nft, tx, d)?;
         }
+        let owners: BTreeSet<&str> = self.replays.iter().map(|(_, o, _)| o.as_str()).collect();
         let mut done = Repaired {
-            attachments: self.replays.len(),
+            attachments: owners.len(),
             keys_only: self.keys_only.clone(),
             skipped: self.skipped.clone(),
             ..Repaired::default()

@@ -105,7 +105,14 @@ fn repair_now(sockets: &Sockets, cause: &str) {
 }
 
 fn report(done: &Repaired, cause: &str, took: Duration) {
-    if done.changes > 0 {
+    if done.changes == 0 {
+        ipamd::log_at!(
+            Level::Debug,
+            "firewall: after {cause}, all {} attachments' state in place ({} ms)",
+            done.attachments,
+            took.as_millis()
+        );
+    } else {
         ipamd::log_at!(
             Level::Info,
             "firewall: after {cause}, put back what {} of {} attachments lacked ({} changes in one batch, {} ms)",

@@ -172,8 +172,10 @@ impl<F: Family> Socket<F> {
         }
     }
 
-    /// Joins multicast group `group` (events of the family).
+    /// Joins multicast group `group` (events of the family). The socket is
+    /// bound first: the kernel delivers multicast only to bound sockets.
     pub(crate) fn join_group(&mut self, group: u32) -> Result<(), Failure> {
+        self.socket.bind_auto().map_err(|e| self.io(e))?;
         self.socket.add_membership(group).map_err(|e| self.io(e))
     }
 

@@ -36,6 +36,7 @@ mod firewall;
 mod firewall_churn;
 mod firewall_lock;
 mod firewall_plugin;
+mod firewall_repair;
 mod harness;
 mod host_device;
 mod host_local;

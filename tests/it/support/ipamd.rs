@@ -35,14 +35,44 @@ impl Daemon {
         env: &[(&str, &Path)],
         log: PathBuf,
     ) -> Daemon {
+        Daemon::spawn_with(Command::new(cnikit_exe()), (sock, data), extra, env, log)
+    }
+
+    /// Start it inside netns `ns` (a node of the test's own) and wait until it
+    /// answers; it logs next to the socket.
+    pub fn start_in(ns: &str, sock: &Path, data: &Path) -> Daemon {
+        let log = sock.with_file_name(format!("daemon-{}.log", next_id()));
+        let mut cmd = Command::new("ip");
+        cmd.args(["netns", "exec", ns]).arg(cnikit_exe());
+        let mut d = Daemon::spawn_with(cmd, (sock, data), &["--log-level", "info"], &[], log);
+        d.wait_ready();
+        d
+    }
+
+    /// Its log so far.
+    pub fn log(&self) -> String {
+        self.log_text()
+    }
+
+    fn spawn_with(
+        mut cmd: Command,
+        (sock, data): (&Path, &Path),
+        extra: &[&str],
+        env: &[(&str, &Path)],
+        log: PathBuf,
+    ) -> Daemon {
         let out = std::fs::File::create(&log).expect("create daemon log");
         let err = out.try_clone().expect("dup daemon log");
-        let mut cmd = Command::new(cnikit_exe());
+        let level: &[&str] = if extra.contains(&"--log-level") {
+            &[]
+        } else {
+            &["--log-level", "warn"]
+        };
         cmd.args(["ipamd", "daemon", "--socket"])
             .arg(sock)
             .arg("--data-dir")
             .arg(data)
-            .args(["--log-level", "warn"])
+            .args(level)
             .args(extra)
             .env_clear()
             .env(

@@ -17,7 +17,7 @@ use std::time::{Duration, Instant};
 const TIMEOUT: Duration = Duration::from_secs(2);
 
 /// Run `f` in the network namespace at `ns` (None: the test's own).
-fn in_netns<T: Send + 'static>(ns: Option<&str>, f: impl FnOnce() -> T + Send + 'static) -> T {
+pub fn in_netns<T: Send + 'static>(ns: Option<&str>, f: impl FnOnce() -> T + Send + 'static) -> T {
     match ns {
         None => f(),
         Some(path) => spawn_in(path, f).join().expect("netns thread panicked"),
