@@ -245,6 +245,57 @@ fn ip_masq_gc(daemon: bool) {
     assert_fw_ops(socket.as_ref(), &[("masq-gc", 1), ("macspoof-gc", 1)]);
 }
 
+without_and_with_daemon!(ip_masq_check: ip_masq_check_fails_while_the_masquerade_is_gone, ip_masq_check_fails_while_the_masquerade_is_gone_via_daemon);
+
+/// CHECK with ipMasq verifies the masquerade: it fails (code 100) naming the
+/// address once the pod's entry is gone or another attachment's, and passes
+/// again once the entry is back as ADD made it.
+fn ip_masq_check(daemon: bool) {
+    let env = TestEnv::new("fw-ipmasq-check");
+    let (conf, _, socket) = network(&env, daemon, false, json!({"ipMasq": true}));
+    let a = env.pod("bridge", &conf);
+    a.check(&a.result);
+    let v4 = first_addr(&a.result, false);
+    let (set, tag) = masq_entry(&v4);
+    let element = |verb: &str, comment: &str| {
+        let elem = format!("{{ {v4} comment \"{comment}\" }}");
+        let (ok, out) = nft(&[verb, "element", "inet", "cnikit", &set, &elem]);
+        assert!(ok, "{out}");
+    };
+    let check = || a.call("CHECK").conf(&with_prev(&a.conf, &a.result)).run();
+    element("delete", &tag);
+    let missing = format!("set {set} has no entry for {v4}");
+    check().expect_err(100, &[&format!("masquerade of {v4}"), &missing]);
+    element("add", "someone/else/eth0");
+    check().expect_err(100, &["belongs to container else"]);
+    element("delete", "someone/else/eth0");
+    element("add", &tag);
+    a.check(&a.result);
+    a.del();
+    assert_pod_gone("after DEL", &a);
+    assert_fw_ops(socket.as_ref(), &[("masq-check", 2)]);
+}
+
+/// The `masq4-…` set of table inet cnikit that holds `addr`, and the
+/// element's comment (its owner's tag).
+fn masq_entry(addr: &str) -> (String, String) {
+    let rules: Value = serde_json::from_str(&ruleset_json()).expect("nft json");
+    let sets = rules["nftables"].as_array().into_iter().flatten();
+    for set in sets.map(|item| &item["set"]) {
+        let name = set["name"].as_str().unwrap_or_default();
+        if set["table"] != "cnikit" || !name.starts_with("masq4-") {
+            continue;
+        }
+        for e in set["elem"].as_array().into_iter().flatten() {
+            if e["elem"]["val"] == addr {
+                let tag = e["elem"]["comment"].as_str().expect("a tag");
+                return (name.to_string(), tag.to_string());
+            }
+        }
+    }
+    panic!("no masq4- set holds {addr}");
+}
+
 // ------------------------------------------------------------------ macspoofchk
 
 without_and_with_daemon!(macspoofchk: macspoofchk_drops_frames_with_another_source_mac, macspoofchk_drops_frames_with_another_source_mac_via_daemon);
