@@ -75,6 +75,7 @@ mod tag;
 #[cfg(test)]
 mod test_netns;
 mod turn;
+mod unmapped;
 mod xt;
 
 pub mod backend;
