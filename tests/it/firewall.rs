@@ -277,8 +277,8 @@ fn ip_masq_check(daemon: bool) {
 }
 
 /// The `masq4-…` set of table inet cnikit that holds `addr`, and the
-/// element's comment (its owner's tag).
-fn masq_entry(addr: &str) -> (String, String) {
+/// element's comment (its owner's tag); ptp's ipMasq test reads it too.
+pub(crate) fn masq_entry(addr: &str) -> (String, String) {
     let rules: Value = serde_json::from_str(&ruleset_json()).expect("nft json");
     let sets = rules["nftables"].as_array().into_iter().flatten();
     for set in sets.map(|item| &item["set"]) {

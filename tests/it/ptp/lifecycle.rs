@@ -141,7 +141,8 @@ fn status_is_ipams() {
 
 /// Proves: with ipMasq a pod reaches the outside, which sees the host's
 /// address; another pod of the network sees the pod's own address; CHECK
-/// passes; DEL (also after the netns is gone) leaves no masquerade entry.
+/// passes, and fails once the pod's masquerade entry is gone; DEL (also
+/// after the netns is gone) leaves no masquerade entry.
 #[test]
 fn ip_masq_outside_sees_the_host_address() {
     let env = TestEnv::new("ptp_ipmasq");
@@ -165,6 +166,14 @@ fn ip_masq_outside_sees_the_host_address() {
         assert_eq!(seen, Some(format!("B {}", first_addr(&a.result, v6))));
     }
     a.check(&a.result);
+    // CHECK verifies the masquerade: without the pod's entry it fails, naming it.
+    let v4 = first_addr(&a.result, false);
+    let (set, tag) = crate::firewall::masq_entry(&v4);
+    let elem = format!("{{ {v4} comment \"{tag}\" }}");
+    let (ok, out) = nft(&["delete", "element", "inet", "cnikit", &set, &elem]);
+    assert!(ok, "{out}");
+    let check = a.call("CHECK").conf(&with_prev(&a.conf, &a.result)).run();
+    check.expect_err(100, &[&format!("set {set} has no entry for {v4}")]);
     a.del();
     assert_no_trace("after DEL", &traces(&a.id, &a.result));
     env.del_netns(&b.ns);
