@@ -95,6 +95,47 @@ fn ensure_rule(nft: &mut Nft, tx: &mut Tx, d: &Dispatch, set_there: bool) -> Res
     Ok(())
 }
 
+/// CHECK: what of `d` is not in the ruleset as [`ensure`] makes it (its
+/// set, its chain with its rules, the base-chain rule that sends the set's
+/// members to the chain), None when all is there. Someone's `nft flush
+/// ruleset` or a deleted table takes them all; a flushed chain keeps its
+/// name but no longer masquerades, hence the count of its rules.
+pub(crate) fn missing(nft: &mut Nft, d: &Dispatch) -> Result<Option<String>> {
+    let (set, chain) = (&d.set.name, &d.chain.name);
+    if !nft.set_exists(INET, set)? {
+        return Ok(Some(format!("set {set} of table inet cnikit is missing")));
+    }
+    if !nft.chain_exists(INET, chain)? {
+        return Ok(Some(format!(
+            "chain {chain} of table inet cnikit is missing"
+        )));
+    }
+    let rules = nft.rule_refs(INET, chain)?.len();
+    if rules != d.chain.rules.len() {
+        let want = d.chain.rules.len();
+        return Ok(Some(format!(
+            "chain {chain} has {rules} rules, not the {want} it is made with"
+        )));
+    }
+    if !nft.chain_exists(INET, d.base)? {
+        return Ok(Some(format!(
+            "chain {} of table inet cnikit is missing",
+            d.base
+        )));
+    }
+    let sends = nft
+        .rule_refs(INET, d.base)?
+        .into_iter()
+        .any(|r| r.sets.iter().any(|s| s == set) && r.chains.iter().any(|c| c == chain));
+    if !sends {
+        return Ok(Some(format!(
+            "the rule in {} that sends set {set} to chain {chain} is missing",
+            d.base
+        )));
+    }
+    Ok(None)
+}
+
 // ---- bridge ipMasq: masquerade container sources leaving their subnets
 
 /// Masquerade for pods of a network with these `subnets`, of one family:

@@ -7,9 +7,9 @@ use super::index;
 use super::legacy::upgrade_masq;
 use super::nft::Element;
 use super::schema::{self, INET};
-use super::store::{claim_anchor, transact, Nft, Tx};
+use super::store::{claim_anchor, owner_of, read, transact, Nft, Tx};
 use super::tag::{self, Attachment};
-use super::{Result, Sockets};
+use super::{Error, ErrorKind, Result, Sockets};
 use ipnet::IpNet;
 use serde::{Deserialize, Serialize};
 use std::net::IpAddr;
@@ -41,6 +41,15 @@ pub enum Op {
     },
     #[serde(rename = "masq-gc")]
     Gc(Gc),
+    /// CHECK: what an ADD with these `addrs` and `subnets` made is there and
+    /// this attachment's (only reads).
+    #[serde(rename = "masq-check")]
+    Check {
+        #[serde(with = "tag::snake")]
+        att: Attachment,
+        addrs: Vec<IpAddr>,
+        subnets: Vec<IpNet>,
+    },
 }
 
 impl Op {
@@ -50,6 +59,7 @@ impl Op {
             Op::Del(_) => "masq-del",
             Op::DelKeys { .. } => "masq-del-keys",
             Op::Gc(_) => "masq-gc",
+            Op::Check { .. } => "masq-check",
         }
     }
 
@@ -76,6 +86,11 @@ impl Op {
                 release_recorded(sockets, &schema::MASQ, &owner, keys)
             }
             Op::Gc(gc) => gc.run(sockets, &schema::MASQ),
+            Op::Check {
+                att,
+                addrs,
+                subnets,
+            } => check_here(sockets, att, addrs, subnets),
         }
     }
 }
@@ -148,3 +163,49 @@ fn planned(addrs: &[IpAddr], subnets: &[IpNet], owner: &str) -> Vec<(Dispatch, E
         })
         .collect()
 }
+
+/// CHECK: per address, its network's set, chain and base-chain rule
+/// (`dispatch::missing`), and the address's element in the set, tagged with
+/// this attachment. The first thing missing is the error, naming it.
+fn check_here(
+    sockets: &Sockets,
+    att: &Attachment,
+    addrs: &[IpAddr],
+    subnets: &[IpNet],
+) -> Result<()> {
+    let owner = att.tag();
+    read(sockets, |nft| {
+        for (addr, (d, want)) in addrs.iter().zip(planned(addrs, subnets, &owner)) {
+            let problem = match dispatch::missing(nft, &d)? {
+                Some(p) => Some(p),
+                None => {
+                    let have = nft.get(INET, &d.set, &want.key)?;
+                    entry_problem(have.as_ref(), &d.set.name, *addr, &owner)
+                }
+            };
+            if let Some(p) = problem {
+                let msg = format!("CHECK: masquerade of {addr}: {p}");
+                return Err(Error::new(ErrorKind::Mismatch, msg));
+            }
+        }
+        Ok(())
+    })
+}
+
+/// What is wrong with the element `have` of `addr` in `set`: missing, or
+/// another attachment's (it took the address over, and its DEL will take the
+/// masquerade with it).
+fn entry_problem(have: Option<&Element>, set: &str, addr: IpAddr, owner: &str) -> Option<String> {
+    match have.map(owner_of) {
+        None => Some(format!("set {set} has no entry for {addr}")),
+        Some(Some(o)) if o == owner => None,
+        Some(o) => Some(format!(
+            "the entry for {addr} in set {set} belongs to {}",
+            o.map_or("an entry cnikit did not tag".into(), |o| tag::describe(&o))
+        )),
+    }
+}
+
+#[cfg(test)]
+#[path = "masq_tests.rs"]
+mod kernel_tests;

@@ -76,6 +76,7 @@ mod tag;
 #[cfg(test)]
 mod test_netns;
 mod turn;
+mod unmapped;
 pub mod watch;
 mod xt;
 

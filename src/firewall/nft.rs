@@ -373,6 +373,30 @@ pub(crate) fn attributes(payload: &[u8]) -> Vec<(u16, Vec<u8>)> {
         .collect()
 }
 
+/// The chains the verdicts (`jump`, `goto`) of the rule in one NEWRULE
+/// answer name: where a rule sends what it matches (CHECK reads it).
+pub(crate) fn rule_verdict_chains(payload: &[u8]) -> Vec<String> {
+    const NFTA_RULE_EXPRESSIONS: u16 = 4;
+    const NFTA_EXPR_NAME: u16 = 1;
+    const NFTA_EXPR_DATA: u16 = 2;
+    const NFTA_IMMEDIATE_DATA: u16 = 2;
+    let mut chains = Vec::new();
+    let rule = nlas(payload.get(NFGENMSG_LEN..).unwrap_or_default());
+    for list in rule.filter(|a| a.kind() == NFTA_RULE_EXPRESSIONS) {
+        for expr in nlas(list.value()) {
+            let attrs: Vec<_> = nlas(expr.value()).collect();
+            let named = |kind| attrs.iter().find(|n| n.kind() == kind);
+            if named(NFTA_EXPR_NAME).map(|n| c_string(n.value())) != Some("immediate".into()) {
+                continue;
+            }
+            let data = named(NFTA_EXPR_DATA)
+                .and_then(|d| nlas(d.value()).find(|n| n.kind() == NFTA_IMMEDIATE_DATA));
+            chains.extend(data.and_then(|d| verdict_chain(d.value())));
+        }
+    }
+    chains
+}
+
 /// A NUL-terminated string attribute's text.
 pub(crate) fn c_string(value: &[u8]) -> String {
     let text = value.split(|b| *b == 0).next().unwrap_or_default();

@@ -9,6 +9,7 @@ use super::legacy::upgrade_portmap;
 use super::schema::{self, key, Value, INET, PM4_ANY, PM4_IP, PM6_ANY, PM6_IP, PM_CHAINS};
 use super::store::{claim_anchor, claim_exclusive, owned, owner_of, read, transact, Nft, Tx};
 use super::tag::{self, Attachment};
+use super::unmapped;
 use super::{Error, ErrorKind, Result, Sockets};
 use ipnet::IpNet;
 use serde::{Deserialize, Serialize};
@@ -115,9 +116,17 @@ impl Op {
         match self {
             Op::Add(spec) => add_here(sockets, spec, self),
             Op::Check(spec) => check_here(sockets, spec),
-            Op::Del(del) => del.run(sockets, &schema::PORTMAP),
-            Op::DelKeys(spec) => del_keys_here(sockets, spec),
-            Op::Gc(gc) => gc.run(sockets, &schema::PORTMAP),
+            Op::Del(del) => unmapped::releasing(sockets, &[(del.att.tag(), Vec::new())], || {
+                del.run(sockets, &schema::PORTMAP)
+            }),
+            Op::DelKeys(spec) => {
+                let owner = spec.att.tag();
+                let known = keys_of(spec, &owner);
+                unmapped::releasing(sockets, &[(owner, known)], || del_keys_here(sockets, spec))
+            }
+            Op::Gc(gc) => unmapped::releasing(sockets, &unmapped::gc_owners(gc), || {
+                gc.run(sockets, &schema::PORTMAP)
+            }),
         }
     }
 }

@@ -124,7 +124,7 @@ fn a_flushed_ruleset_comes_back_whole_and_others_tables_stay_as_loaded() {
         let done = repaired();
         assert!(done.changes > 0, "{done:?}");
         assert_eq!(done.restored, vec![att("c1").tag()], "{done:?}");
-        assert_eq!(done.attachments, 4, "one record per feature: {done:?}");
+        assert_eq!(done.attachments, 1, "one pod, four features: {done:?}");
         assert_eq!(ours(), before);
         assert_eq!(nft("list table ip operator"), theirs);
         let again = repaired();

@@ -20,6 +20,13 @@ pub(crate) enum At {
     End,
 }
 
+/// What one rule refers to by name (CHECK compares it with what it should be).
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub(crate) struct RuleRefs {
+    pub sets: Vec<String>,
+    pub chains: Vec<String>,
+}
+
 impl Nft<'_> {
     /// The rules of `chain` in `t`, in order; a missing table or chain has none.
     pub(crate) fn rules(&mut self, t: Table, chain: &str) -> Result<Vec<Dumped>> {
@@ -53,6 +60,19 @@ impl Nft<'_> {
     /// ([`Tx::adds_xt_rule`]).
     pub(crate) fn read_rules_once(&mut self) {
         self.rules_read = Some(Default::default());
+    }
+
+    /// Per rule of `chain`, in order: the sets it looks up and the chains
+    /// its verdicts send to. A missing table or chain has no rules.
+    pub(crate) fn rule_refs(&mut self, t: Table, chain: &str) -> Result<Vec<RuleRefs>> {
+        let rules = self.rule_answers(t, chain)?;
+        Ok(rules
+            .iter()
+            .map(|r| RuleRefs {
+                sets: nft::rule_lookups(r).map(|(_, s)| s).unwrap_or_default(),
+                chains: nft::rule_verdict_chains(r),
+            })
+            .collect())
     }
 
     /// The NEWRULE answers (payloads) of a dump of `chain`.

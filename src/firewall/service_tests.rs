@@ -71,6 +71,12 @@ fn every_kind_of_request() -> Vec<Request> {
         .into(),
         masq::Op::Del(del.clone()).into(),
         masq::Op::Gc(gc.clone()).into(),
+        masq::Op::Check {
+            att: att(),
+            addrs: vec!["10.1.0.2".parse().unwrap()],
+            subnets: vec!["10.1.0.0/24".parse().unwrap()],
+        }
+        .into(),
         macspoof::Op::add(&att(), "veth1", "0a:58:0a:01:00:02")
             .unwrap()
             .into(),

@@ -131,6 +131,26 @@ pub(crate) fn key(values: &[Value]) -> Vec<u8> {
     out
 }
 
+/// The values of a concatenation of `fields` in `bytes`, as [`key`] lays
+/// them out; None when a field is not an address, protocol or port (the
+/// only ones read back) or the length does not fit.
+pub(crate) fn decode(fields: &[Field], bytes: &[u8]) -> Option<Vec<Value<'static>>> {
+    let mut out = Vec::with_capacity(fields.len());
+    let mut at = 0;
+    for f in fields {
+        let b = bytes.get(at..at + f.len() as usize)?;
+        out.push(match f {
+            Field::V4 => Value::Ip(IpAddr::from(<[u8; 4]>::try_from(b).ok()?)),
+            Field::V6 => Value::Ip(IpAddr::from(<[u8; 16]>::try_from(b).ok()?)),
+            Field::Proto => Value::Proto(b[0]),
+            Field::Port => Value::Port(u16::from_be_bytes(b.try_into().ok()?)),
+            Field::Ifname | Field::Ether => return None,
+        });
+        at += f.reg_len() as usize;
+    }
+    (at == bytes.len()).then_some(out)
+}
+
 pub(crate) const fn map(
     name: &'static str,
     key: &'static [Field],

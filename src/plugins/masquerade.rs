@@ -40,6 +40,23 @@ fn keys(result: &CniResult) -> (Vec<IpAddr>, Vec<IpNet>) {
     (addrs, subnets)
 }
 
+/// [`keys`] of the addresses of the pod's interface `ifname` only: the
+/// result a chain hands CHECK may list other plugins' interfaces too, whose
+/// addresses this plugin's ADD never saw. An address counts unless its
+/// `interface` names another entry (portmap's rule for the same question).
+fn pod_keys(prev: &CniResult, ifname: &str) -> (Vec<IpAddr>, Vec<IpNet>) {
+    let elsewhere = |i: usize| {
+        prev.interfaces
+            .get(i)
+            .is_some_and(|f| f.name != ifname || f.sandbox.is_empty())
+    };
+    prev.ips
+        .iter()
+        .filter(|ip| !ip.interface.is_some_and(elsewhere))
+        .map(|ip| (ip.address.addr(), ip.address.trunc()))
+        .unzip()
+}
+
 /// ADD: masquerade what `result`'s addresses send anywhere but to their
 /// subnets (one atomic batch; nothing to do without addresses).
 pub fn add(fw: &dyn Firewall, req: &Request, result: &CniResult) -> Result<(), Error> {
@@ -50,6 +67,26 @@ pub fn add(fw: &dyn Firewall, req: &Request, result: &CniResult) -> Result<(), E
     let att = req.attachment();
     fw.apply(
         masq::Op::Add {
+            att,
+            addrs,
+            subnets,
+        }
+        .into(),
+    )?;
+    Ok(())
+}
+
+/// CHECK: what `add` made from `prev` (the ADD's result) is still there and
+/// this attachment's; a mismatch names what is missing (CNI code 100, as
+/// portmap's CHECK). Nothing to check without addresses: ADD made nothing.
+pub fn check(fw: &dyn Firewall, req: &Request, prev: &CniResult) -> Result<(), Error> {
+    let (addrs, subnets) = pod_keys(prev, req.ifname());
+    if addrs.is_empty() {
+        return Ok(());
+    }
+    let att = req.attachment();
+    fw.apply(
+        masq::Op::Check {
             att,
             addrs,
             subnets,

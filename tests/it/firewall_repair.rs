@@ -102,6 +102,17 @@ impl Node {
 
     /// `cnikit net VERB web POD` on the node, with the host port mapped.
     fn net(&self, verb: &str, pod: &Netns) -> String {
+        stdout_ok(&format!("cnikit net {verb}"), &self.net_output(verb, pod))
+    }
+
+    /// The same, when it must fail: what it printed (the plugin's error).
+    fn net_fails(&self, verb: &str, pod: &Netns) -> String {
+        let out = self.net_output(verb, pod);
+        assert!(!out.status.success(), "cnikit net {verb} succeeded");
+        String::from_utf8_lossy(&out.stdout).into_owned()
+    }
+
+    fn net_output(&self, verb: &str, pod: &Netns) -> std::process::Output {
         let map = json!({"portMappings": [{"hostPort": self.host_port, "containerPort": WEB}]});
         let exe = cnikit_exe();
         let (conf, bin, cache) = (
@@ -109,7 +120,7 @@ impl Node {
             self.env.bin_dir().to_string_lossy().into_owned(),
             self.cache.to_string_lossy(),
         );
-        let out = self.run(&[
+        self.run(&[
             &exe.to_string_lossy(),
             "net",
             "--conf-dir",
@@ -123,8 +134,7 @@ impl Node {
             &pod.path,
             "--cap-args",
             &map.to_string(),
-        ]);
-        stdout_ok(&format!("cnikit net {verb}"), &out)
+        ])
     }
 
     fn nft(&self, args: &str) -> String {
@@ -343,6 +353,11 @@ fn without_a_daemon_cnikit_firewall_restore_repairs_once() {
         "firewall: nothing to put back (1 attachment recorded, all in place)"
     );
     node.nft("flush ruleset");
+    // CHECK tells the truth: the first plugin, bridge, misses its masquerade.
+    let error: Value = serde_json::from_str(&node.net_fails("check", &p.ns)).expect("error");
+    assert_eq!(error["code"], 100, "{error}");
+    let msg = error["msg"].as_str().unwrap_or_default();
+    assert!(msg.contains(&format!("masquerade of {}", p.v4)), "{error}");
     let said = node.restore();
     assert!(
         said.contains("put back what 1 of 1 attachment lacked"),

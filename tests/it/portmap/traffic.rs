@@ -178,6 +178,55 @@ fn add_flushes_stale_udp_conntrack() {
     pm_call(&env, "DEL", "other", &other).ok_silent();
 }
 
+/// Pod replacement. A UDP flow to a host port DNATed to pod A keeps its
+/// conntrack entry, and with it A's address, for as long as the client
+/// sends. DEL deletes it: once A is gone the same socket's next datagrams
+/// reach the host's own listener on the port, and pod B once B maps it.
+#[test]
+fn del_flushes_the_udp_flows_it_dnated() {
+    let env = TestEnv::new("portmap-udp-del");
+    let (net, bridge, nets) = network(&env, false);
+    let udp = host_port();
+    let mappings = json!([{"hostPort": udp, "containerPort": CTR_UDP, "protocol": "udp"}]);
+    let a = attach(&env, &net, &bridge, Some(&mappings));
+    let a_servers = Servers::start(&a.ns.path, "A", CTR_TCP, CTR_UDP);
+    let client = std::net::UdpSocket::bind("0.0.0.0:0").unwrap();
+    client.connect(sock(&nets.v4_addr(1), udp)).unwrap();
+    let wait = Some(std::time::Duration::from_millis(300));
+    client.set_read_timeout(wait).unwrap();
+    let answer = udp_exchange(&client, &client);
+    assert!(answer.starts_with("A "), "the flow reaches A: {answer}");
+
+    // The host's own service on the port; A's mapping shadowed it.
+    let host = std::net::UdpSocket::bind(("0.0.0.0", udp)).unwrap();
+    host.set_read_timeout(wait).unwrap();
+    portmap(&a, &net, &mappings, true).del();
+    drop(a_servers);
+    a.del();
+    let got = udp_exchange(&client, &host);
+    assert_eq!(got, "ping", "the flow still goes to A's old address");
+
+    let b = attach(&env, &net, &bridge, Some(&mappings));
+    let _b_servers = Servers::start(&b.ns.path, "B", CTR_TCP, CTR_UDP);
+    let answer = udp_exchange(&client, &client);
+    assert!(answer.starts_with("B "), "the flow reaches B: {answer}");
+    portmap(&b, &net, &mappings, true).del();
+    b.del();
+}
+
+/// Sends "ping" on `client` until `receiver` gets a datagram (at most ten
+/// tries); what it got.
+fn udp_exchange(client: &std::net::UdpSocket, receiver: &std::net::UdpSocket) -> String {
+    let mut buf = [0u8; 256];
+    for _ in 0..10 {
+        let _ = client.send(b"ping");
+        if let Ok(n) = receiver.recv(&mut buf) {
+            return String::from_utf8_lossy(&buf[..n]).into_owned();
+        }
+    }
+    panic!("no datagram came through");
+}
+
 /// Docker / kube-proxy style iptables-nft rules (unrelated addresses only)
 /// do not disturb the mappings, and the mappings do not disturb them.
 #[test]

@@ -194,3 +194,46 @@ fn del_with_a_prev_result_goes_by_key() {
         ]
     );
 }
+
+#[test]
+fn check_asks_for_the_masquerade_of_the_pods_addresses() {
+    use crate::plugins::masquerade;
+    let fw = Arc::new(Recording::default());
+    // A chain's result may list another plugin's interface and address too.
+    let prev = CniResult::from_value(&json!({"cniVersion": "1.1.0",
+        "interfaces": [{"name": "cni0"}, {"name": "veth1"},
+                       {"name": "eth0", "mac": MAC, "sandbox": "/run/netns/x"},
+                       {"name": "net1", "sandbox": "/run/netns/x"}],
+        "ips": [{"address": "10.1.0.2/24", "interface": 2},
+                {"address": "192.168.5.2/24", "interface": 3},
+                {"address": "fd00::2/64"}]}))
+    .expect("result");
+    let (req, _) = request(Command::Check, json!({"ipMasq": true}));
+    masquerade::check(&*fw, &req, &prev).expect("check");
+    assert_eq!(
+        fw.taken(),
+        vec![firewall::Request::from(masq::Op::Check {
+            att: att(),
+            addrs: vec!["10.1.0.2".parse().unwrap(), "fd00::2".parse().unwrap()],
+            subnets: vec!["10.1.0.0/24".parse().unwrap(), "fd00::/64".parse().unwrap()],
+        })]
+    );
+    masquerade::check(&*fw, &req, &result(&[])).expect("nothing to check");
+    assert_eq!(fw.taken(), vec![]);
+}
+
+#[test]
+fn a_missing_masquerade_fails_check_with_code_100() {
+    let fw = Arc::new(Recording {
+        fail_with: Some(firewall::Error::new(
+            firewall::ErrorKind::Mismatch,
+            "CHECK: masquerade of 10.1.0.2: set masq4-x of table inet cnikit is missing",
+        )),
+        ..Recording::default()
+    });
+    let (req, _) = request(Command::Check, json!({"ipMasq": true}));
+    let err = crate::plugins::masquerade::check(&*fw, &req, &result(&["10.1.0.2/24"]))
+        .expect_err("a mismatch");
+    assert_eq!(err.code, 100);
+    assert!(err.msg.contains("masq4-x"), "{}", err.msg);
+}

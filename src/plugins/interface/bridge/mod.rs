@@ -8,6 +8,7 @@ use crate::plugins::conf_keys::{
 };
 use crate::plugins::firewall_backend::{FirewallBackend, FirewallConf};
 use crate::plugins::ipam_delegation::{ipam_add, ipam_if_configured, ipam_rollback_on_error};
+use crate::plugins::masquerade;
 use crate::plugins::pod_interface::{
     configure_iface_with, create_pod_veth, find_container_link, Ipv6Setup, LinkLocalOff,
 };
@@ -269,7 +270,12 @@ impl Plugin for Bridge {
         expect_kind(&found.link, "veth")?;
         expect_mac(&found.link, &prev.interfaces[found.pos].mac)?;
         check_peer_on_bridge(&mut host, &found.link, &bridge)?;
-        found.check_iface_state(&prev)
+        found.check_iface_state(&prev)?;
+        if conf.ip_masq {
+            let fw = self.firewall.for_call(req, &conf);
+            masquerade::check(&*fw, req, &prev)?;
+        }
+        Ok(())
     }
 
     // ---------------------------------------------------------------- DEL

@@ -121,7 +121,7 @@ impl Plugin for Ptp {
 
     // ---------------------------------------------------------------- CHECK
     fn check(&self, req: &Request) -> Result<(), Error> {
-        Conf::load(req)?;
+        let conf = Conf::load(req)?;
         let Some(prev) = req.conf.prev_result.clone() else {
             return Err(Error::invalid_config("ptp: CHECK needs prevResult"));
         };
@@ -130,7 +130,12 @@ impl Plugin for Ptp {
         expect_kind(&found.link, "veth")?;
         expect_mac(&found.link, &prev.interfaces[found.pos].mac)?;
         found.check_iface_state(&prev)?;
-        routing::check_pod_routes(&mut found.nl, &prev, found.pos)
+        routing::check_pod_routes(&mut found.nl, &prev, found.pos)?;
+        if conf.ip_masq {
+            let fw = self.firewall.for_call(req, &conf);
+            masquerade::check(&*fw, req, &prev)?;
+        }
+        Ok(())
     }
 
     // ---------------------------------------------------------------- DEL
