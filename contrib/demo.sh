@@ -91,7 +91,15 @@ net() { target/release/cnikit net --conf-dir "$NETD" --cni-path "$BIN" "$@"; }
 MAP='{"portMappings": [{"hostPort": 18080, "containerPort": 8080, "protocol": "tcp"}]}'
 net add web /run/netns/pod-c --cap-args "$MAP"
 mkdir -p /tmp/demo-www && echo "hello from pod-c" > /tmp/demo-www/index.html
-ip netns exec pod-c python3 -m http.server 8080 --directory /tmp/demo-www >/dev/null 2>&1 &
+# Not `python3 -m http.server`: its server looks up the host name before it listens,
+# which can stall past the wait below where that name is not in /etc/hosts (the
+# lookup goes to DNS, from inside the pod). A plain TCPServer binds and serves
+# without a lookup.
+ip netns exec pod-c python3 -c '
+import functools, http.server, socketserver
+handler = functools.partial(http.server.SimpleHTTPRequestHandler, directory="/tmp/demo-www")
+socketserver.TCPServer(("0.0.0.0", 8080), handler).serve_forever()
+' >/dev/null 2>&1 &
 WEB=$!
 for _ in $(seq 50); do curl -s -o /dev/null http://127.0.0.1:18080/ && break; sleep 0.1; done
 GOT=$(curl -s -m 5 http://127.0.0.1:18080/ || true)

@@ -10,6 +10,7 @@ use crate::cni::Version;
 use crate::plugins;
 use clap::{CommandFactory, Parser, Subcommand};
 use std::ffi::OsString;
+use std::os::unix::fs::MetadataExt;
 use std::path::{Path, PathBuf};
 
 #[derive(Parser)]
@@ -31,10 +32,11 @@ enum Cmd {
         /// The CNI bin directory, e.g. /opt/cni/bin.
         #[arg(long)]
         dir: PathBuf,
-        /// Replace files that are not our symlinks.
+        /// Replace files that are not ours (our symlinks; with --copy, our copy).
         #[arg(long)]
         force: bool,
-        /// Copy the binary instead of symlinking (for bin dirs on another filesystem).
+        /// Copy the binary into DIR once, as DIR/cnikit, and hard-link every plugin
+        /// name to that copy instead of symlinking (for bin dirs on another filesystem).
         #[arg(long)]
         copy: bool,
     },
@@ -316,58 +318,126 @@ fn print_leases(leases: &[ipamd::api::LeaseInfo], json: bool) -> Result<(), Stri
     Ok(())
 }
 
-/// Make DIR/<plugin> → this binary for every plugin. Idempotent: a link that
-/// already points at us is left alone; anything else needs --force.
+/// Make DIR/<plugin> → this binary for every plugin. Idempotent: what an
+/// earlier install made is left alone or redone; anything else needs --force.
+///
+/// With `copy`, the binary is copied once, as DIR/cnikit, and every plugin
+/// name is a hard link to that copy: one copy of the binary on the host, not
+/// one per plugin, and all the names in one directory share its filesystem.
 fn install(dir: &Path, force: bool, copy: bool) -> Result<(), String> {
     let me = std::env::current_exe()
         .and_then(|p| p.canonicalize())
         .map_err(|e| format!("cannot find the running binary: {e}"))?;
     std::fs::create_dir_all(dir).map_err(|e| format!("cannot create {}: {e}", dir.display()))?;
+    if copy {
+        let main = dir.join("cnikit");
+        install_copy(&me, &main, force)?;
+        println!("{} = copy of {}", main.display(), me.display());
+        for name in plugins::NAMES {
+            let target = dir.join(name);
+            install_hard_link(&me, &main, &target, force)?;
+            println!("{} = hard link of {}", target.display(), main.display());
+        }
+        return Ok(());
+    }
     for name in plugins::NAMES {
         let target = dir.join(name);
-        install_one(&me, &target, force, copy)?;
+        install_one(&me, &target, force)?;
         println!("{} -> {}", target.display(), me.display());
     }
     Ok(())
 }
 
-fn install_one(me: &Path, target: &Path, force: bool, copy: bool) -> Result<(), String> {
+fn install_one(me: &Path, target: &Path, force: bool) -> Result<(), String> {
     if let Ok(meta) = std::fs::symlink_metadata(target) {
-        let ours = if meta.file_type().is_symlink() {
-            target.canonicalize().ok().as_deref() == Some(me)
-        } else {
-            copy && same_contents(me, target)
-        };
-        if ours {
+        if meta.file_type().is_symlink() && links_to(target, me) {
             return Ok(());
         }
-        if !force {
-            return Err(format!(
-                "{} already exists and is not a cnikit link; move it away or pass --force to replace it",
-                target.display()
-            ));
-        }
+        refuse_unless(force, target)?;
         std::fs::remove_file(target)
             .map_err(|e| format!("cannot remove {}: {e}", target.display()))?;
     }
-    let made = if copy {
-        copy_atomically(me, target)
-    } else {
-        std::os::unix::fs::symlink(me, target)
-    };
-    made.map_err(|e| format!("cannot create {}: {e}", target.display()))
+    std::os::unix::fs::symlink(me, target)
+        .map_err(|e| format!("cannot create {}: {e}", target.display()))
+}
+
+/// DIR/cnikit: a regular file with our contents (it may be the running binary
+/// itself). A symlink to us is ours too, and becomes a copy.
+fn install_copy(me: &Path, main: &Path, force: bool) -> Result<(), String> {
+    if let Ok(meta) = std::fs::symlink_metadata(main) {
+        if meta.is_file() && same_contents(me, main) {
+            return Ok(());
+        }
+        if !(meta.file_type().is_symlink() && links_to(main, me)) {
+            refuse_unless(force, main)?;
+        }
+    }
+    let tmp = temp_name(main);
+    let _ = std::fs::remove_file(&tmp);
+    std::fs::copy(me, &tmp)
+        .and_then(|_| std::fs::rename(&tmp, main))
+        .map_err(|e| {
+            let _ = std::fs::remove_file(&tmp);
+            format!("cannot create {}: {e}", main.display())
+        })
+}
+
+/// DIR/<plugin>: a hard link of DIR/cnikit. What is ours in another form (a
+/// symlink to us, or a separate copy of us) is replaced without --force.
+fn install_hard_link(me: &Path, main: &Path, target: &Path, force: bool) -> Result<(), String> {
+    if let Ok(meta) = std::fs::symlink_metadata(target) {
+        let main_meta =
+            std::fs::metadata(main).map_err(|e| format!("cannot read {}: {e}", main.display()))?;
+        if meta.is_file() && (meta.dev(), meta.ino()) == (main_meta.dev(), main_meta.ino()) {
+            return Ok(());
+        }
+        let ours = if meta.file_type().is_symlink() {
+            links_to(target, me)
+        } else {
+            meta.is_file() && same_contents(me, target)
+        };
+        if !ours {
+            refuse_unless(force, target)?;
+        }
+    }
+    // Linked beside it and renamed over it, so the name never goes missing
+    // while a runtime may exec it.
+    let tmp = temp_name(target);
+    let _ = std::fs::remove_file(&tmp);
+    std::fs::hard_link(main, &tmp)
+        .and_then(|_| std::fs::rename(&tmp, target))
+        .map_err(|e| {
+            let _ = std::fs::remove_file(&tmp);
+            format!(
+                "cannot link {} to {}: {e}",
+                target.display(),
+                main.display()
+            )
+        })
+}
+
+fn refuse_unless(force: bool, target: &Path) -> Result<(), String> {
+    if force {
+        return Ok(());
+    }
+    Err(format!(
+        "{} already exists and is not a cnikit link; move it away or pass --force to replace it",
+        target.display()
+    ))
+}
+
+fn links_to(link: &Path, me: &Path) -> bool {
+    link.canonicalize().ok().as_deref() == Some(me)
 }
 
 fn same_contents(a: &Path, b: &Path) -> bool {
-    match (std::fs::read(a), std::fs::read(b)) {
-        (Ok(x), Ok(y)) => x == y,
-        _ => false,
-    }
+    let len = |p: &Path| std::fs::metadata(p).map(|m| m.len());
+    matches!((len(a), len(b)), (Ok(x), Ok(y)) if x == y)
+        && matches!((std::fs::read(a), std::fs::read(b)), (Ok(x), Ok(y)) if x == y)
 }
 
-/// Copy to a temp name and rename, so a runtime never execs a half-written file.
-fn copy_atomically(from: &Path, to: &Path) -> std::io::Result<()> {
-    let tmp = to.with_extension("cnikit-tmp");
-    std::fs::copy(from, &tmp)?;
-    std::fs::rename(&tmp, to)
+/// Where a file is written before it is renamed into place, so a runtime
+/// never execs a half-written one.
+fn temp_name(target: &Path) -> PathBuf {
+    target.with_extension("cnikit-tmp")
 }

@@ -85,8 +85,7 @@ LOG=$CACHE/demo.log
 trap 'rm -rf "$ROOT"' EXIT
 tar -C "$ROOT" -xf "$ROOTFS_TAR"
 # The names every installed machine has (no package ships /etc/hosts; an installer writes
-# it). Without its own name there, a lookup of it goes to DNS, which a pod cannot reach:
-# python3 -m http.server (the demo's web server) looks it up before it listens.
+# it). Without its own name there, a lookup of it goes to DNS, which a pod cannot reach.
 echo cnikit-bare > "$ROOT/etc/hostname"
 printf '127.0.0.1\tlocalhost\n127.0.1.1\tcnikit-bare\n::1\t\tlocalhost ip6-localhost ip6-loopback\n' \
   > "$ROOT/etc/hosts"

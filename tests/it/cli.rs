@@ -3,7 +3,7 @@
 
 use crate::support::*;
 use serde_json::{json, Value};
-use std::os::unix::fs::PermissionsExt;
+use std::os::unix::fs::{MetadataExt, PermissionsExt};
 use std::path::Path;
 use std::process::Command;
 
@@ -148,41 +148,118 @@ fn install_refuses_foreign_files_without_force() {
     assert_links(&dir);
 }
 
-/// Proves: --copy installs five regular executable copies of the binary,
-/// idempotently, and the copies work as plugins (VERSION).
-#[test]
-fn install_copy_copies() {
-    let env = TestEnv::new("install_copy_copies");
-    let dir = env.dir("cni-bin-copy");
-    for _ in 0..2 {
-        install_ok(&dir, &["--copy"]);
-    }
-    let me = std::fs::read(canonical_exe()).unwrap();
+/// `install --dir DIR --copy` fails on `path`, a foreign file holding
+/// `contents`: the message names it and --force, and the file is left as it was.
+fn assert_copy_refused(dir: &Path, path: &Path, contents: &str) {
+    let out = install(dir, &["--copy"]);
+    assert!(
+        !out.status.success(),
+        "install --copy replaced {}",
+        path.display()
+    );
+    let stderr = String::from_utf8_lossy(&out.stderr);
+    assert!(
+        stderr.contains(&path.display().to_string()) && stderr.contains("--force"),
+        "the message must name the file and mention --force: {stderr}"
+    );
+    assert!(!stderr.contains("panicked"), "{stderr}");
+    assert_eq!(
+        std::fs::read_to_string(path).unwrap(),
+        contents,
+        "{} must be left untouched",
+        path.display()
+    );
+}
+
+/// `main` is a regular executable file identical to the binary, every plugin
+/// name in `dir` is a hard link of it and answers VERSION, and nothing else is there.
+fn assert_hard_links(dir: &Path, main: &Path) {
+    let meta = std::fs::symlink_metadata(main).unwrap();
+    assert!(
+        meta.file_type().is_file(),
+        "{} should be a regular file",
+        main.display()
+    );
+    assert!(
+        meta.permissions().mode() & 0o111 != 0,
+        "{} is not executable",
+        main.display()
+    );
+    assert!(
+        std::fs::read(main).unwrap() == std::fs::read(canonical_exe()).unwrap(),
+        "{} differs from the binary",
+        main.display()
+    );
     for name in PLUGINS {
         let p = dir.join(name);
-        let meta = std::fs::symlink_metadata(&p).unwrap();
+        let m = std::fs::symlink_metadata(&p).unwrap();
         assert!(
-            meta.file_type().is_file(),
-            "{} should be a regular file",
-            p.display()
-        );
-        assert!(
-            meta.permissions().mode() & 0o111 != 0,
-            "{} is not executable",
-            p.display()
-        );
-        assert!(
-            std::fs::read(&p).unwrap() == me,
-            "{} differs from the binary",
-            p.display()
+            m.file_type().is_file() && (m.dev(), m.ino()) == (meta.dev(), meta.ino()),
+            "{} should be a hard link of {}",
+            p.display(),
+            main.display()
         );
         version_answer(&Call::new(p).command("VERSION").run());
     }
-    let leftovers = leftovers(&dir);
+    let leftovers: Vec<_> = leftovers(dir)
+        .into_iter()
+        .filter(|n| n != "cnikit")
+        .collect();
     assert!(
         leftovers.is_empty(),
         "temporary files left behind: {leftovers:?}"
     );
+}
+
+/// Proves, with at most two copies of the binary on disk at a time: --copy puts
+/// one regular executable copy of the binary in DIR, as `cnikit`, and makes
+/// every plugin name a hard link of it, which works as the plugin (VERSION);
+/// what an earlier install left (a symlink to the binary, a per-name copy) is
+/// replaced without --force; a foreign `cnikit` or plugin name is not, and the
+/// message says which file and how, until --force; a further run rewrites
+/// nothing; no temporary files are left.
+#[test]
+fn install_copy_copies_once_and_hard_links_the_names() {
+    let env = TestEnv::new("install_copy_copies_once_and_hard_links_the_names");
+    let dir = env.dir("cni-bin-copy");
+    let main = dir.join("cnikit");
+    let foreign = "#!/bin/sh\necho foreign\n";
+
+    std::fs::write(&main, foreign).unwrap();
+    assert_copy_refused(&dir, &main, foreign);
+    std::fs::remove_file(&main).unwrap();
+
+    std::os::unix::fs::symlink(canonical_exe(), dir.join("macvlan")).unwrap();
+    std::fs::copy(canonical_exe(), dir.join("ipvlan")).unwrap();
+    install_ok(&dir, &["--copy"]);
+    assert_hard_links(&dir, &main);
+
+    let bridge = dir.join("bridge");
+    std::fs::remove_file(&bridge).unwrap();
+    std::fs::write(&bridge, foreign).unwrap();
+    assert_copy_refused(&dir, &bridge, foreign);
+    install_ok(&dir, &["--copy", "--force"]);
+
+    // A rewrite changes the copy's inode or mtime; a new hard link or one
+    // renamed over a name changes its ctime.
+    let stamp = || {
+        let m = std::fs::symlink_metadata(&main).unwrap();
+        (
+            m.ino(),
+            m.mtime(),
+            m.mtime_nsec(),
+            m.ctime(),
+            m.ctime_nsec(),
+        )
+    };
+    let before = stamp();
+    install_ok(&dir, &["--copy"]);
+    assert_eq!(
+        before,
+        stamp(),
+        "a further install must leave the copy and its links alone"
+    );
+    assert_hard_links(&dir, &main);
 }
 
 /// Proves: every link answers VERSION with the seven versions, with or
