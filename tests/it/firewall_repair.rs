@@ -30,6 +30,11 @@ struct Node {
 
 impl Node {
     fn new(test: &str) -> Node {
+        Node::with(test, &[])
+    }
+
+    /// A node whose network list ends with `more` plugins.
+    fn with(test: &str, more: &[Value]) -> Node {
         let env = TestEnv::new(test);
         let (ns, outside, uplink) = (env.netns(), env.netns(), env.subnets());
         let (node_end, far_end) = env.veth_pair();
@@ -71,16 +76,16 @@ impl Node {
             outside,
             uplink,
         };
-        node.write_network();
+        node.write_network(more);
         node
     }
 
     /// bridge (gateway, ipMasq, hairpin) + ipamd + portmap, through the
     /// node's daemon socket (in-process when none answers).
-    fn write_network(&self) {
+    fn write_network(&self, more: &[Value]) {
         let pods = self.env.subnets();
         let daemon = json!(self.sock);
-        let list = json!({
+        let mut list = json!({
             "cniVersion": "1.0.0", "name": "web", "plugins": [
                 {"type": "bridge", "bridge": self.env.link_name("rpbr"), "isGateway": true, "isDefaultGateway": true,
                  "ipMasq": true, "hairpinMode": true, "daemonSocket": daemon,
@@ -89,6 +94,14 @@ impl Node {
                 {"type": "portmap", "capabilities": {"portMappings": true}, "daemonSocket": daemon},
             ]
         });
+        for plugin in more {
+            let mut plugin = plugin.clone();
+            plugin["daemonSocket"] = daemon.clone();
+            list["plugins"]
+                .as_array_mut()
+                .expect("plugins")
+                .push(plugin);
+        }
         std::fs::write(self.conf_dir.join("10-web.conflist"), list.to_string()).expect("write");
     }
 
@@ -369,4 +382,39 @@ fn without_a_daemon_cnikit_firewall_restore_repairs_once() {
     node.net("del", &p.ns);
     let table = node.nft("list table inet cnikit");
     assert!(!table.contains(&p.v4), "DEL left {}:\n{table}", p.v4);
+}
+
+/// The firewall plugin's rules in iptables' filter table, under a FORWARD
+/// policy of drop: an `iptables -F FORWARD` takes the jump to CNI-FORWARD,
+/// and the pod's egress stops until the daemon puts it back.
+#[test]
+fn the_daemon_puts_back_the_firewall_plugins_jump_after_iptables_flushes_forward() {
+    let node = Node::with("fw-repair-iptables", &[json!({"type": "firewall"})]);
+    let iptables = |args: &str| {
+        let mut full = vec!["iptables"];
+        full.extend(args.split(' '));
+        stdout_ok(&format!("iptables {args}"), &node.run(&full))
+    };
+    iptables("-P FORWARD DROP");
+    let _daemon = node.daemon();
+    let p = pod(&node);
+    let _outside = Servers::start(&node.outside.path, "O", WEB, WEB + 1);
+    let in_pod = Some(p.ns.path.as_str());
+    let far = sock(&node.uplink.v4_addr(2), WEB);
+    assert!(
+        eventually_answers(|| tcp_ask(in_pod, &far)).is_some(),
+        "egress"
+    );
+    iptables("-F FORWARD");
+    std::thread::sleep(Duration::from_millis(300));
+    assert!(
+        iptables("-S FORWARD").contains("-j CNI-FORWARD"),
+        "{}",
+        iptables("-S")
+    );
+    assert!(tcp_ask(in_pod, &far).is_some(), "egress after the repair");
+    node.net("check", &p.ns);
+    node.net("del", &p.ns);
+    let rules = iptables("-S CNI-FORWARD");
+    assert!(!rules.contains(&p.v4), "DEL left:\n{rules}");
 }
