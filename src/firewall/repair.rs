@@ -131,18 +131,16 @@ impl Plan {
             ..Repaired::default()
         };
         for (feature, owner, req) in &self.replays {
-            let mut own = tx.fork();
-            match req.replay(nft, &mut own) {
-                Some(Ok(())) => {
-                    if !own.is_empty() {
-                        done.restored.push(owner.clone());
-                    }
-                    tx.merge(own);
+            let before = tx.mark();
+            let planned = tx.len();
+            match req.replay(nft, tx) {
+                Some(Ok(())) if tx.len() > planned => done.restored.push(owner.clone()),
+                Some(Err(e)) => {
+                    tx.rewind(before);
+                    done.skipped
+                        .push((format!("{owner} ({feature})"), e.message));
                 }
-                Some(Err(e)) => done
-                    .skipped
-                    .push((format!("{owner} ({feature})"), e.message)),
-                None => {}
+                _ => {}
             }
         }
         done.restored.sort();

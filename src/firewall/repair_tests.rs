@@ -215,3 +215,22 @@ fn a_reused_address_goes_to_the_later_attachment_and_old_records_are_reported() 
         run(portmap::Op::Del(Del { att: att("v1") }));
     });
 }
+
+#[test]
+fn an_attachment_whose_key_someone_else_took_is_reported_and_the_others_come_back() {
+    in_new_netns("repair-conflict", || {
+        run(portmap::Op::Add(portmap_spec("c1", "10.9.0.2/24")));
+        add_pod_on("c2", "10.9.0.3");
+        nft("delete element inet cnikit pm4-any { tcp . 18080 }");
+        nft("delete element inet cnikit pm4-any { tcp . 18081 }");
+        // An untagged entry for c1's host port: not cnikit's to take.
+        nft("add element inet cnikit pm4-any { tcp . 18080 : 10.9.0.99 . 80 }");
+        let done = repaired();
+        assert_eq!(done.restored, vec![att("c2").tag()], "{done:?}");
+        assert_eq!(done.skipped.len(), 1, "{done:?}");
+        assert!(done.skipped[0].1.contains("already mapped"), "{done:?}");
+        let map = nft("list map inet cnikit pm4-any");
+        assert!(map.contains("tcp . 18081"), "{map}");
+        assert!(map.contains("10.9.0.99"), "{map}");
+    });
+}

@@ -49,28 +49,26 @@ impl Tx {
         self.msgs.len()
     }
 
-    /// An empty plan that knows what this one creates, to be planned into and
-    /// then [`Tx::merge`]d or dropped: a repair keeps an attachment's plan
-    /// only when all of it could be made.
-    pub(crate) fn fork(&self) -> Tx {
-        Tx {
-            msgs: Vec::new(),
-            removals: Vec::new(),
-            chains: self.chains.clone(),
-            sets: self.sets.clone(),
-            xt_rules: self.xt_rules.clone(),
-        }
+    /// Where the plan is now, to go back to with [`Tx::rewind`]: a repair
+    /// keeps an attachment's part of the plan only when all of it could be
+    /// made.
+    pub(crate) fn mark(&self) -> Mark {
+        Mark([
+            self.msgs.len(),
+            self.removals.len(),
+            self.chains.len(),
+            self.sets.len(),
+            self.xt_rules.len(),
+        ])
     }
 
-    /// Appends `fork`'s changes (made with [`Tx::fork`] of this one).
-    pub(crate) fn merge(&mut self, fork: Tx) {
-        let offset = self.msgs.len();
-        self.removals
-            .extend(fork.removals.into_iter().map(|i| i + offset));
-        self.msgs.extend(fork.msgs);
-        self.chains = fork.chains;
-        self.sets = fork.sets;
-        self.xt_rules = fork.xt_rules;
+    /// Drops everything planned since `mark`.
+    pub(crate) fn rewind(&mut self, Mark([msgs, removals, chains, sets, xt]): Mark) {
+        self.msgs.truncate(msgs);
+        self.removals.truncate(removals);
+        self.chains.truncate(chains);
+        self.sets.truncate(sets);
+        self.xt_rules.truncate(xt);
     }
 
     pub(super) fn push(&mut self, msg: NetfilterMessage, flags: u16, what: String) {
@@ -161,6 +159,10 @@ impl Tx {
         }
     }
 }
+
+/// A point in a plan ([`Tx::mark`]).
+#[derive(Clone, Copy)]
+pub(crate) struct Mark([usize; 5]);
 
 /// Reads and commits on a netfilter socket of this process (see
 /// `socket.rs` for why it is kept open).
