@@ -98,6 +98,25 @@ teq "$V: the outside reaches fa through 198.51.100.1:8080" port80 "$(fetch out 1
 teq "$V: the outside reaches fa through 198.51.100.1:8081 (hostIP)" port81 "$(fetch out 198.51.100.1 8081)"
 teq "$V: 8081 is not mapped on another host address" "" "$(fetch - 192.0.2.10 8081)"
 teq "$V: hairpin: fb reaches fa through the host port" port80 "$(fetch fb 192.0.2.10 8080)"
+# Repairs on this kernel: what `nft flush ruleset` took (fa's host ports, hairpin and
+# masquerade) comes back by `cnikit firewall restore`, and by the daemon's watch of nftables
+# events (its events socket and NEWGEN's committer pid are what an older kernel could lack).
+nft flush ruleset
+teq "$V: after nft flush ruleset 8080 no longer answers" "" "$(fetch out 198.51.100.1 8080)"
+t "$V: cnikit firewall restore puts it back" /cni/cnikit firewall restore
+teq "$V: ... the outside reaches fa through 198.51.100.1:8080 again" port80 "$(fetch out 198.51.100.1 8080)"
+teq "$V: ... hairpin again" port80 "$(fetch fb 192.0.2.10 8080)"
+t "$V: ... fa's packets leave masqueraded again" ping_ok fa 198.51.100.2
+teq "$V: ... a second restore finds nothing to put back" 1 "$(/cni/cnikit firewall restore | grep -c 'nothing to put back')"
+mkdir -p /tmp/fw-ipamd
+/cni/cnikit ipamd daemon --socket /tmp/fw-ipamd/s.sock --data-dir /tmp/fw-ipamd > /tmp/fw-ipamd.log 2>&1 &
+FW_DAEMON=$!
+for _ in $(seq 50); do [ -S /tmp/fw-ipamd/s.sock ] && break; sleep 0.1; done
+nft flush ruleset
+# answers_soon: fa's page through 198.51.100.1:8080 within 1 s
+answers_soon() { for _ in $(seq 20); do answers out 198.51.100.1 8080 port80 && return 0; sleep 0.05; done; return 1; }
+t "$V: with the daemon up, a flushed ruleset's host port answers again within 1 s" answers_soon
+kill $FW_DAEMON; wait $FW_DAEMON 2> /dev/null
 tn "$V: a second container cannot take host port 8080" chain ADD fb /run/netns/fb /tmp/pm.json /tmp/res-fb-eth0.json
 t "$V: ... and fa's mapping still answers" answers - 192.0.2.10 8080 port80
 t "$V: ... and the refused ADD left nothing of fb in the maps" none_holds "\"${FB%/*}\"" inet pm4-any pm4-ip $(sets_like pm4-)
