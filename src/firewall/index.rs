@@ -56,7 +56,7 @@ pub(crate) type Keys = Vec<(SetDef, Vec<u8>)>;
 /// The version this build writes (see the module docs).
 const VERSION: u32 = 2;
 
-#[derive(Serialize, Deserialize)]
+#[derive(Clone, Serialize, Deserialize)]
 struct Record {
     /// Absent in version 1 records.
     #[serde(default = "version_1")]
@@ -76,7 +76,7 @@ fn version_1() -> u32 {
     1
 }
 
-#[derive(Serialize, Deserialize, PartialEq, Eq)]
+#[derive(Clone, Serialize, Deserialize, PartialEq, Eq)]
 struct RecordKey {
     set: String,
     /// The key's bytes, hex.
@@ -97,11 +97,24 @@ pub(crate) fn recording(
     let _turn = turn::lock();
     let made_by =
         serde_json::to_value(made_by).map_err(|e| failed("encode", owner, &e.to_string()))?;
-    let earlier = record(s, owner, keys, Some(made_by))?;
+    let (earlier, before) = record(s, owner, keys, Some(made_by))?;
     let added = add(&earlier);
-    if added.is_err() && earlier.is_empty() {
-        // The batch's own error is the one to report.
-        let _ = forget(s, owner);
+    let wanted: Vec<RecordKey> = keys.iter().map(record_key).collect();
+    let stale = earlier.iter().any(|k| !wanted.contains(&record_key(k)));
+    if added.is_ok() && stale {
+        // The batch released what the earlier ADD had and this one has not:
+        // the record names this ADD's keys only, or a repair would take them
+        // to be this attachment's still (the record stays valid if this
+        // fails: it names too much, never too little).
+        let _ = keep_only(s, owner, &wanted);
+    } else if added.is_err() {
+        // The record goes back to what it was (none: it goes): a failed ADD
+        // leaves nothing behind, and a repair replays the ADD that was
+        // applied. The batch's own error is the one to report.
+        let _ = match before {
+            Some(rec) => put_back(s, owner, &rec),
+            None => forget(s, owner),
+        };
     }
     added
 }
@@ -109,20 +122,21 @@ pub(crate) fn recording(
 /// Adds `keys` to `owner`'s record (keeping what made it); the keys it had
 /// before (none: no record).
 pub(crate) fn remember(s: &Skeleton, owner: &str, keys: &Keys) -> Result<Keys> {
-    record(s, owner, keys, None)
+    Ok(record(s, owner, keys, None)?.0)
 }
 
 /// Adds `keys` to `owner`'s record, and replaces what made it when
-/// `made_by` is given; the keys it had before.
+/// `made_by` is given; the keys it had before, and the record as it was.
 fn record(
     s: &Skeleton,
     owner: &str,
     keys: &Keys,
     made_by: Option<serde_json::Value>,
-) -> Result<Keys> {
+) -> Result<(Keys, Option<Record>)> {
     let dir = network_dir(owner, true)?.ok_or_else(|| failed("create", owner, "no directory"))?;
     let name = file_name(s, owner);
-    let mut rec = read_record(&dir, &name, owner)?.unwrap_or(Record {
+    let found = read_record(&dir, &name, owner)?;
+    let mut rec = found.clone().unwrap_or(Record {
         v: VERSION,
         owner: owner.to_string(),
         keys: Vec::new(),
@@ -131,27 +145,52 @@ fn record(
     });
     let before = rec.keys.len();
     let earlier = keys_of(s, &rec);
-    for (set, key) in keys {
-        let k = RecordKey {
-            set: set.name.to_string(),
-            key: hex(key),
-        };
+    for k in keys.iter().map(record_key) {
         if !rec.keys.contains(&k) {
             rec.keys.push(k);
         }
     }
     let same_maker = made_by.is_none() || made_by == rec.made_by;
     if rec.keys.len() == before && before > 0 && same_maker {
-        return Ok(earlier);
+        return Ok((earlier, found));
     }
     if made_by.is_some() {
         rec.made_by = made_by;
         rec.v = VERSION;
     }
     rec.written_ms = now_ms();
-    let bytes = serde_json::to_vec(&rec).map_err(|e| failed("encode", owner, &e.to_string()))?;
-    write_at(&dir, &name, &bytes).map_err(|e| failed("write", owner, &e.to_string()))?;
-    Ok(earlier)
+    write(&dir, &name, &rec)?;
+    Ok((earlier, found))
+}
+
+/// Drops from `owner`'s record of feature `s` the keys not in `keys`.
+fn keep_only(s: &Skeleton, owner: &str, wanted: &[RecordKey]) -> Result<()> {
+    let dir = network_dir(owner, true)?.ok_or_else(|| failed("create", owner, "no directory"))?;
+    let name = file_name(s, owner);
+    let Some(mut rec) = read_record(&dir, &name, owner)? else {
+        return Ok(());
+    };
+    rec.keys.retain(|k| wanted.contains(k));
+    write(&dir, &name, &rec)
+}
+
+/// Writes `rec` back as `owner`'s record of feature `s`.
+fn put_back(s: &Skeleton, owner: &str, rec: &Record) -> Result<()> {
+    let dir = network_dir(owner, true)?.ok_or_else(|| failed("create", owner, "no directory"))?;
+    write(&dir, &file_name(s, owner), rec)
+}
+
+fn write(dir: &OwnedFd, name: &str, rec: &Record) -> Result<()> {
+    let owner = &rec.owner;
+    let bytes = serde_json::to_vec(rec).map_err(|e| failed("encode", owner, &e.to_string()))?;
+    write_at(dir, name, &bytes).map_err(|e| failed("write", owner, &e.to_string()))
+}
+
+fn record_key((set, key): &(SetDef, Vec<u8>)) -> RecordKey {
+    RecordKey {
+        set: set.name.to_string(),
+        key: hex(key),
+    }
 }
 
 fn now_ms() -> u64 {

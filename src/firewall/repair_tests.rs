@@ -234,3 +234,44 @@ fn an_attachment_whose_key_someone_else_took_is_reported_and_the_others_come_bac
         assert!(map.contains("10.9.0.99"), "{map}");
     });
 }
+
+#[test]
+fn a_repeated_add_that_failed_leaves_the_applied_one_to_replay() {
+    in_new_netns("repair-readd", || {
+        run(portmap::Op::Add(portmap_spec("c1", "10.9.0.2/24")));
+        add_pod_on("c2", "10.9.0.3");
+        // c1 again, now asking for c2's host port: refused, nothing changed.
+        let mut taken = portmap_spec("c1", "10.9.0.2/24");
+        taken.mappings[0].host_port = 18081;
+        let refused = Request::from(portmap::Op::Add(taken)).run(&Sockets::default());
+        assert!(refused.is_err(), "{refused:?}");
+        nft("flush ruleset");
+        let done = repaired();
+        assert!(done.skipped.is_empty(), "{done:?}");
+        let map = nft("list map inet cnikit pm4-any");
+        assert!(map.contains("tcp . 18080 comment \"net/c1/eth0\""), "{map}");
+        assert!(map.contains("tcp . 18081 comment \"net/c2/eth0\""), "{map}");
+    });
+}
+
+#[test]
+fn a_port_a_repeated_add_gave_up_is_not_held_against_its_next_owner() {
+    in_new_netns("repair-moved", || {
+        let mut moved = portmap_spec("c1", "10.9.0.2/24");
+        run(portmap::Op::Add(moved.clone()));
+        moved.mappings[0].host_port = 18070;
+        run(portmap::Op::Add(moved.clone()));
+        // c2 takes 18080, which c1 gave up; then c1's ADD comes again.
+        let mut next = portmap_spec("c2", "10.9.0.3/24");
+        next.container.truncate(1);
+        next.mappings.truncate(1);
+        run(portmap::Op::Add(next));
+        run(portmap::Op::Add(moved));
+        nft("flush ruleset");
+        let done = repaired();
+        assert!(done.skipped.is_empty(), "{done:?}");
+        let map = nft("list map inet cnikit pm4-any");
+        assert!(map.contains("tcp . 18080 comment \"net/c2/eth0\""), "{map}");
+        assert!(map.contains("tcp . 18070 comment \"net/c1/eth0\""), "{map}");
+    });
+}
