@@ -29,8 +29,12 @@ const NFT_MSG_DELSETELEM: u16 = 14;
 const NFT_MSG_NEWGEN: u16 = 15;
 /// NFT_MSG_DESTROYTABLE … NFT_MSG_DESTROYSETELEM (Linux 6.3+).
 const NFT_MSG_DESTROY: std::ops::RangeInclusive<u16> = 26..=30;
-/// How long the watch pauses after its socket failed, before reading again.
+/// How long the watch pauses after its socket or a repair failed, before
+/// reading or trying again.
 const PAUSE_AFTER_FAILURE: Duration = Duration::from_secs(1);
+/// Tries of one repair: a batch refused while someone kept changing the
+/// ruleset (an `nft -f` of a large file) may go through a moment later.
+const ATTEMPTS: u32 = 3;
 
 /// Starts the watch on its own thread, in the calling thread's network
 /// namespace; it runs as long as the process.
@@ -94,13 +98,23 @@ fn describe(pid: Option<u32>, name: &str) -> String {
 }
 
 fn repair_now(sockets: &Sockets, cause: &str) {
-    let started = Instant::now();
-    match repair::restore(sockets) {
-        Ok(done) => report(&done, cause, started.elapsed()),
-        Err(e) => ipamd::log_at!(
-            Level::Error,
-            "firewall: cannot put back what the pods had after {cause}: {e}"
-        ),
+    for attempt in 1..=ATTEMPTS {
+        let started = Instant::now();
+        match repair::restore(sockets) {
+            Ok(done) => return report(&done, cause, started.elapsed()),
+            Err(e) if attempt < ATTEMPTS => {
+                ipamd::log_at!(
+                    Level::Warn,
+                    "firewall: cannot put back what the pods had after {cause} (trying again): {e}"
+                );
+                std::thread::sleep(PAUSE_AFTER_FAILURE);
+            }
+            Err(e) => ipamd::log_at!(
+                Level::Error,
+                "firewall: cannot put back what the pods had after {cause}: {e}; \
+                 `cnikit firewall restore` tries again"
+            ),
+        }
     }
 }
 
