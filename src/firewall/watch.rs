@@ -8,7 +8,9 @@
 //! cnikit` or `bridge cnikit` (a flush of the ruleset reports the deletion of
 //! every table), and in iptables' `filter` tables the deletion of the table
 //! or of a rule or chain in `FORWARD` or a `CNI-…` chain (the firewall
-//! plugin's). The kernel ends every batch's events with the committing
+//! plugin's), and a `FORWARD` chain made (after a flush, iptables' tables come
+//! back when the host's firewall loads them again, and the plugin's rules
+//! belong there then). The kernel ends every batch's events with the committing
 //! process's id: the daemon's own batches (every plugin call it serves, and
 //! its repairs) are not looked at, so a repair never wakes itself up, and a
 //! repair with nothing to put back sends nothing.
@@ -22,6 +24,7 @@ use std::time::{Duration, Instant};
 
 const NFNL_SUBSYS_NFTABLES: u16 = 10;
 const NFT_MSG_DELTABLE: u16 = 2;
+const NFT_MSG_NEWCHAIN: u16 = 3;
 const NFT_MSG_DELCHAIN: u16 = 5;
 const NFT_MSG_DELRULE: u16 = 8;
 const NFT_MSG_DELSET: u16 = 11;
@@ -152,7 +155,8 @@ fn report(done: &Repaired, cause: &str, took: Duration) {
 /// What one event says.
 #[derive(Debug, PartialEq, Eq)]
 enum Seen {
-    /// Something of ours (or of the firewall plugin's) went.
+    /// Something of ours (or of the firewall plugin's) went, or iptables'
+    /// FORWARD chain came (see `is_ours`).
     Removal,
     /// A batch ended: who committed it.
     Commit {
@@ -189,7 +193,7 @@ fn seen(r: &Reply) -> Seen {
         msg,
         NFT_MSG_DELTABLE | NFT_MSG_DELCHAIN | NFT_MSG_DELRULE | NFT_MSG_DELSET | NFT_MSG_DELSETELEM
     ) || NFT_MSG_DESTROY.contains(&msg);
-    if !removal {
+    if !removal && msg != NFT_MSG_NEWCHAIN {
         return Seen::Other;
     }
     // Every object's first attribute is its table's name; a chain's name is
@@ -197,7 +201,7 @@ fn seen(r: &Reply) -> Seen {
     let family = r.payload.first().copied().unwrap_or(0);
     let table = text(1).unwrap_or_default();
     let chain = match msg {
-        NFT_MSG_DELCHAIN | 27 => text(3),
+        NFT_MSG_NEWCHAIN | NFT_MSG_DELCHAIN | 27 => text(3),
         NFT_MSG_DELRULE | 28 => text(2),
         _ => None,
     };
@@ -214,7 +218,15 @@ const IPV4: u8 = 2;
 const BRIDGE: u8 = 7;
 const IPV6: u8 = 10;
 
+/// Whether event `msg` (a removal, or a new chain) concerns what cnikit
+/// keeps: anything of ours removed; in iptables' filter tables the firewall
+/// plugin's chains or the jump into them removed, or a FORWARD chain made
+/// (iptables' tables back after a flush: the plugin's rules go there now,
+/// as its ADD would have put them, not into our own table).
 fn is_ours(family: u8, table: &str, chain: Option<&str>, msg: u16) -> bool {
+    if msg == NFT_MSG_NEWCHAIN {
+        return matches!(family, IPV4 | IPV6) && table == "filter" && chain == Some("FORWARD");
+    }
     match family {
         INET | BRIDGE => table == "cnikit",
         IPV4 | IPV6 if table == "filter" => {

@@ -413,6 +413,21 @@ fn the_daemon_puts_back_the_firewall_plugins_jump_after_iptables_flushes_forward
         iptables("-S")
     );
     assert!(tcp_ask(in_pod, &far).is_some(), "egress after the repair");
+    // A flush takes iptables' tables too (and their drop); when the host's
+    // firewall makes FORWARD again with its drop policy, the plugin's jump
+    // and rules go there.
+    node.nft("flush ruleset");
+    iptables("-P FORWARD DROP");
+    std::thread::sleep(Duration::from_millis(300));
+    assert!(
+        iptables("-S FORWARD").contains("-j CNI-FORWARD"),
+        "{}",
+        iptables("-S")
+    );
+    assert!(
+        tcp_ask(in_pod, &far).is_some(),
+        "egress through the new drop policy"
+    );
     node.net("check", &p.ns);
     node.net("del", &p.ns);
     let rules = iptables("-S CNI-FORWARD");
