@@ -1,6 +1,6 @@
 # shellcheck shell=bash
 # What the node's test scripts share (sourced by guest.sh and upgrade.sh): the ok/FAIL
-# report and the reads of the units, the daemon's metrics and the leases.
+# report, the reads of the units, the daemon's metrics and the leases, and TCP traffic.
 export PATH=/usr/sbin:/usr/bin:/sbin:/bin
 ok=0
 fail=0
@@ -23,6 +23,25 @@ leases() { cnikit ipamd leases --network pods --json; }
 # ipamd_ext_requests_total{op="firewall.<op>",outcome="ok"} N for each firewall op served.
 firewall_ok() { metric 'ipamd_ext_requests_total\{op="firewall\.[a-z-]+",outcome="ok"\}' | awk '{s+=$2} END {print s+0}'; }
 firewall_not_ok() { metric 'ipamd_ext_requests_total\{op="firewall\.' | grep -v 'outcome="ok"' | awk '{s+=$2} END {print s+0}'; }
+# A TCP server in netns $1 on $2 that answers each connection with $3.
+serve_at() { ip netns exec "$1" systemd-socket-activate -l "$2" --inetd -a /bin/echo "$3" >/dev/null 2>&1 & }
+# ask NETNS ADDR PORT: the first line a TCP connection from NETNS (- : the node's own
+# namespace) to ADDR:PORT gets.
+ask() {
+  local in=(ip netns exec "$1")
+  [ "$1" = - ] && in=()
+  "${in[@]}" timeout 1 bash -c "exec 3<>/dev/tcp/$2/$3 && head -1 <&3" 2>/dev/null
+}
+answers() { # WANT NETNS ADDR PORT: a few tries (a server just started may not listen yet)
+  local got _
+  for _ in 1 2 3 4 5; do
+    got=$(ask "$2" "$3" "$4")
+    [ "$got" = "$1" ] && return 0
+    sleep 0.2
+  done
+  echo "got '$got' from $3:$4 in netns $2, want '$1'"
+  return 1
+}
 # The end of a script: the counts, and its exit status.
 report() {
   echo "SYSTEMD-RESULT $ok passed, $fail failed"

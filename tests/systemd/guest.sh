@@ -65,6 +65,77 @@ t "the acknowledged lease survived ($addr1)" grep -q "$addr1" <(leases)
 addr2=$(leases | grep -o '10\.88\.0\.[0-9]*' | sort -u | grep -v "^$addr1\$" | head -1)
 t "the new pod got another address ($addr2)" test -n "$addr2"
 
+# ------------------------------------------------------------------ firewall (re)loads
+# Debian's nftables.service loads /etc/nftables.conf, which begins with `flush ruleset`, on
+# every start, restart and reload: cnikit-firewall-restore.service puts the pods' state back
+# after it when the daemon does not run; while it runs, the daemon does, and the unit's run
+# after it finds nothing (or the unit is first and the daemon finds nothing: either order).
+unit=cnikit-firewall-restore.service
+hostport() { # POD: its TCP host port answers via 127.0.0.1 within 3 s
+  local port=$((8080 + ${1#pod})) got= _
+  for _ in $(seq 15); do
+    got=$(ask - 127.0.0.1 $port)
+    [ "$got" = "$1" ] && return 0
+    sleep 0.2
+  done
+  echo "127.0.0.1:$port answered '$got', want '$1'"
+  journalctl -u $unit -u ipamd.service -o cat --no-pager -q | tail -8
+  nft list table inet cnikit 2>&1 | head -40
+  return 1
+}
+pods_answer() { hostport pod1 && hostport pod2; }
+runs() { journalctl -u $unit -o cat --no-pager -q | grep -c '^firewall: '; }
+last_run() { journalctl -u $unit -o cat --no-pager -q | grep '^firewall: ' | tail -1; }
+ran_again() { # N: the unit ran again since it had run N times, and put something back
+  local n
+  for _ in $(seq 15); do n=$(runs); [ "$n" -gt "$1" ] && break; sleep 0.2; done
+  [ "$n" -gt "$1" ] || { echo "the unit did not run again ($n runs)"; return 1; }
+  last_run | grep -q '^firewall: put back' || { echo "its last run: $(last_run)"; return 1; }
+}
+teq "$unit enabled" enabled "$(systemctl is-enabled $unit)"
+t "$unit wanted by nftables.service and firewalld.service" test -L /etc/systemd/system/nftables.service.wants/$unit -a -L /etc/systemd/system/firewalld.service.wants/$unit
+t "the package started it: a restore that found nothing to do" grep -q '^firewall: nothing to put back (0 attachments' <(journalctl -u $unit -o cat --no-pager -q)
+teq "it stopped again: no firewall service runs (StopWhenUnneeded)" inactive "$(systemctl is-active $unit)"
+serve_at pod1 0.0.0.0:80 pod1; servers=$!
+serve_at pod2 0.0.0.0:80 pod2; servers="$servers $!"
+t "the pods' host ports answer via 127.0.0.1" pods_answer
+t "the daemon stopped (systemctl stop ipamd.socket ipamd.service)" systemctl stop ipamd.socket ipamd.service
+n=$(runs)
+t "systemctl enable --now nftables (its first start flushes the ruleset)" systemctl enable --now nftables.service
+t "the unit ran after it and put the pods' state back" ran_again "$n"
+t "the pods' host ports answer again" pods_answer
+teq "the unit stays active while nftables is (so a reload reaches it)" active "$(systemctl is-active $unit)"
+n=$(runs)
+t "systemctl restart nftables (daemon stopped)" systemctl restart nftables.service
+t "the unit ran again and put it back" ran_again "$n"
+t "the pods' host ports answer after the restart" pods_answer
+n=$(runs)
+t "systemctl reload nftables (daemon stopped)" systemctl reload nftables.service
+t "the unit ran again (ExecReload=) and put it back" ran_again "$n"
+t "the pods' host ports answer after the reload" pods_answer
+t "the daemon started (systemctl start ipamd.socket ipamd.service)" systemctl start ipamd.socket ipamd.service
+teq "the daemon runs" active "$(systemctl is-active ipamd.service)"
+for verb in restart reload; do
+  n=$(runs)
+  t "systemctl $verb nftables (daemon running)" systemctl $verb nftables.service
+  t "the pods' host ports answer after the $verb" pods_answer
+  for _ in $(seq 15); do [ "$(runs)" -gt "$n" ] && break; sleep 0.2; done
+  echo "# after the $verb the unit said: $(last_run)"
+done
+# Which of the two was first above is a race; a flush by hand involves no unit.
+daemon_puts() { journalctl -u ipamd.service -o cat --no-pager -q | grep -c 'firewall: after a change by process .*, put back'; }
+n=$(daemon_puts)
+t "nft flush ruleset by hand (daemon running)" nft flush ruleset
+t "the daemon put it back by itself" pods_answer
+daemon_put_more() { [ "$(daemon_puts)" -gt "$1" ]; }
+t "its journal says so" within 3 daemon_put_more "$n"
+t "systemctl status $unit: active, ran successfully" systemctl status --no-pager $unit
+teq "its result" success "$(prop $unit Result)"
+teq "its last exit status" 0 "$(prop $unit ExecMainStatus)"
+t "no error in its journal (the hardening lets it work)" bash -c "! journalctl -u $unit -p warning --no-pager -q | grep ."
+# shellcheck disable=SC2086 # one pid a word
+kill $servers 2>/dev/null
+
 # ------------------------------------------------------------------ stopped
 t "systemctl stop ipamd.socket ipamd.service" systemctl stop ipamd.socket ipamd.service
 t "the socket file is gone" test ! -e /run/cnikit/ipamd.sock
@@ -85,6 +156,7 @@ t "our links are gone" test ! -e /opt/cni/bin/bridge
 t "the unit files are gone" bash -c '! test -e /usr/lib/systemd/system/ipamd.socket && ! test -e /usr/lib/systemd/system/ipamd.service'
 t "Debian's plugins are back in /usr/lib/cni (diversions removed)" \
   bash -c 'for p in bridge ptp host-device vrf dhcp; do test -f /usr/lib/cni/$p && ! test -L /usr/lib/cni/$p || exit 1; done && ! dpkg-divert --list | grep -q cnikit'
+t "nftables.service restarts after the removal (its Wants= of the gone unit is ignored)" systemctl restart nftables.service
 dhcp_removed
 
 report

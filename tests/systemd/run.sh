@@ -10,6 +10,11 @@
 #  - SIGKILL of the daemon: systemd restarts it and no acknowledged lease is lost;
 #  - the unit's hardening lets every firewall feature work in the daemon (bridge ipMasq,
 #    macspoofchk, portmap with a UDP mapping and its conntrack flush);
+#  - firewall (re)loads: with Debian's nftables.service (its /etc/nftables.conf flushes the
+#    ruleset) enabled and started, restarted and reloaded, the pods' host ports answer again
+#    via 127.0.0.1: put back by cnikit-firewall-restore.service while the daemon is stopped,
+#    by the daemon (or the unit, whichever is first) while it runs, and by the daemon alone
+#    after an `nft flush ruleset` by hand;
 #  - `systemctl stop` of socket and service: the plugins fall back to in-process cleanly;
 #  - dhcp (tests/systemd/dhcp.sh): cnikit-dhcp.socket enabled at /run/cni/dhcp.sock, the
 #    lease daemon socket-activated by a macvlan+dhcp ADD against dnsmasq in a netns, its

@@ -50,21 +50,7 @@ del() {
   "$bin/cnikit" net del pods "$1" --container-id "$1" --cni-path "$bin" && ip netns del "$1"
 }
 check() { local bin=${2:-/opt/cni/bin}; "$bin/cnikit" net check pods "$1" --container-id "$1" --cni-path "$bin"; }
-# A TCP server in netns $1 on $2 that answers each connection with $3.
-serve_at() { ip netns exec "$1" systemd-socket-activate -l "$2" --inetd -a /bin/echo "$3" >/dev/null 2>&1 & }
 serve() { serve_at "$1" 0.0.0.0:80 "$1"; }
-# ask NETNS ADDR PORT: the first line a TCP connection from NETNS to ADDR:PORT gets.
-ask() { ip netns exec "$1" timeout 1 bash -c "exec 3<>/dev/tcp/$2/$3 && head -1 <&3" 2>/dev/null; }
-answers() { # WANT NETNS ADDR PORT: a few tries (a server just started may not listen yet)
-  local got _
-  for _ in 1 2 3 4 5; do
-    got=$(ask "$2" "$3" "$4")
-    [ "$got" = "$1" ] && return 0
-    sleep 0.2
-  done
-  echo "got '$got' from $3:$4 in netns $2, want '$1'"
-  return 1
-}
 # The port mapping: from the host outside, to the node's address and the pod's host port.
 mapped() { answers "$1" ext 192.0.2.1 $((8080 + ${1##*[a-z]})); }
 # Masquerade: the outside host has no route to the pods; only a masqueraded connection is answered.
