@@ -26,7 +26,7 @@ use super::index::{self, Stored};
 use super::request::Request;
 use super::schema::{self, Skeleton};
 use super::store::{transact, Nft, Tx};
-use super::{turn, Result, Sockets};
+use super::{turn, Error, ErrorKind, Result, Sockets};
 use serde::Serialize;
 use std::collections::{BTreeMap, BTreeSet};
 
@@ -50,7 +50,15 @@ pub struct Repaired {
 
 /// Puts back what the records of this network namespace say, in one batch.
 pub fn restore(sockets: &Sockets) -> Result<Repaired> {
-    let _turn = turn::lock();
+    // Never without the turn: a DEL going ahead without it (after waiting
+    // its bounded time) could remove its record after this read it.
+    let Some(_turn) = turn::lock_held() else {
+        return Err(Error::new(
+            ErrorKind::Other,
+            "not repairing: another firewall transaction held /run/cnikit/nftables.lock \
+             for too long, and without it a repair could bring back what a DEL removes",
+        ));
+    };
     let plan = Plan::of(index::every_record()?);
     let mut done = Repaired::default();
     transact(sockets, |nft, tx| {

@@ -34,6 +34,14 @@ pub(super) fn lock() -> Turn {
     Turn { _file: acquire() }
 }
 
+/// The turn, or None when it could not be had within [`LOCK_WAIT`] (see
+/// [`lock`]): for a caller that must not go ahead without it.
+pub(super) fn lock_held() -> Option<Turn> {
+    let turn = lock();
+    let held = turn._file.is_some() || HELD.with(Cell::get) > 1;
+    held.then_some(turn)
+}
+
 thread_local! {
     /// How many turns this thread holds (nested).
     static HELD: Cell<u32> = const { Cell::new(0) };

@@ -10,10 +10,11 @@
 //! or of a rule or chain in `FORWARD` or a `CNI-…` chain (the firewall
 //! plugin's), and a `FORWARD` chain made (after a flush, iptables' tables come
 //! back when the host's firewall loads them again, and the plugin's rules
-//! belong there then). The kernel ends every batch's events with the committing
-//! process's id: the daemon's own batches (every plugin call it serves, and
-//! its repairs) are not looked at, so a repair never wakes itself up, and a
-//! repair with nothing to put back sends nothing.
+//! belong there then). The kernel ends every batch's events with the
+//! committing thread's id: the daemon's own batches (every plugin call it
+//! serves, on any of its threads, and its repairs) are not looked at, so
+//! nothing is added to the per-pod path and a repair never wakes itself up;
+//! a repair with nothing to put back sends nothing.
 
 use super::repair::{self, Repaired};
 use super::socket::Nfnl;
@@ -59,7 +60,6 @@ fn watch() {
     let sockets = Sockets::default();
     // Listening came first: a change during this repair is seen after it.
     repair_now(&sockets, "the daemon started");
-    let me = std::process::id();
     let mut touched = false;
     loop {
         let cause = match events.events() {
@@ -69,7 +69,7 @@ fn watch() {
                     match seen(r) {
                         Seen::Removal => touched = true,
                         Seen::Commit { pid, name } => {
-                            if std::mem::take(&mut touched) && pid != Some(me) {
+                            if std::mem::take(&mut touched) && !pid.is_some_and(is_ours_committer) {
                                 cause = Some(describe(pid, &name));
                             }
                         }
@@ -91,6 +91,13 @@ fn watch() {
             repair_now(&sockets, &cause);
         }
     }
+}
+
+/// Whether a batch's committer is this process. The kernel names the
+/// committing thread (its task id), and the daemon commits from many
+/// threads: any of ours counts. A thread gone since commits nothing more.
+fn is_ours_committer(tid: u32) -> bool {
+    tid == std::process::id() || std::path::Path::new(&format!("/proc/self/task/{tid}")).exists()
 }
 
 fn describe(pid: Option<u32>, name: &str) -> String {

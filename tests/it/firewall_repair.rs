@@ -317,6 +317,11 @@ fn the_daemon_puts_back_what_a_flush_a_reload_or_a_deleted_table_took() {
     std::thread::sleep(Duration::from_millis(300));
     let table = node.nft("list table inet cnikit");
     assert!(!table.contains(&p.v4), "DEL left {}:\n{table}", p.v4);
+    // Only the three changes by `nft` woke the watch, not the daemon's own
+    // batches (the ADD, CHECK and DEL it served, on its worker threads).
+    let log = daemon.log();
+    let woken = log.matches("firewall: after a change by process").count();
+    assert_eq!(woken, 3, "{log}");
 }
 
 #[test]

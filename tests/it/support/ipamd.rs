@@ -44,7 +44,7 @@ impl Daemon {
         let log = sock.with_file_name(format!("daemon-{}.log", next_id()));
         let mut cmd = Command::new("ip");
         cmd.args(["netns", "exec", ns]).arg(cnikit_exe());
-        let mut d = Daemon::spawn_with(cmd, (sock, data), &["--log-level", "info"], &[], log);
+        let mut d = Daemon::spawn_with(cmd, (sock, data), &["--log-level", "debug"], &[], log);
         d.wait_ready();
         d
     }
