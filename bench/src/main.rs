@@ -3,7 +3,8 @@
 //! same runtime code as `cnikit net`, for cnikit, the reference plugins and
 //! the kernel floor, interleaved. Runs inside its own network and mount
 //! namespaces; see docs/performance.md. `cnikit-bench soak` is the long run
-//! with daemon restarts and leak checks (soak/).
+//! with daemon restarts and leak checks (soak/); `cnikit-bench repair` the
+//! time until a flushed node's firewall is back (repair/).
 
 mod churn;
 mod daemon;

@@ -49,6 +49,9 @@ pub fn stats(values: impl Iterator<Item = Option<f64>>) -> Option<(f64, f64, f64
     Some((median, v[0], v[v.len() - 1]))
 }
 
+/// A row's label and the figure it shows of each repetition.
+type Span = (&'static str, fn(&Rep) -> Option<f64>);
+
 /// The table: one row per series and span.
 pub fn table(series: &[Series], sampled: usize) -> String {
     let mut t = String::new();
@@ -58,7 +61,7 @@ pub fn table(series: &[Series], sampled: usize) -> String {
         "how", "span", "median", "min – max", "changes", "whole"
     );
     for s in series {
-        let spans: [(&str, fn(&Rep) -> Option<f64>); 3] = match s.name {
+        let spans: [Span; 3] = match s.name {
             DAEMON => [
                 ("flush committed → repair committed", |r| r.commit_ms),
                 ("repair as the daemon logs it", |r| r.own_ms),
