@@ -16,6 +16,7 @@ struct Running {
     child: Child,
     cnikit: PathBuf,
     log: Option<PathBuf>,
+    level: &'static str,
 }
 
 static DAEMON: Mutex<Option<Running>> = Mutex::new(None);
@@ -30,18 +31,24 @@ fn slot() -> std::sync::MutexGuard<'static, Option<Running>> {
 /// The daemon gets SIGKILL when the thread that started it ends
 /// (PR_SET_PDEATHSIG is per thread), so call this from the main thread.
 pub fn start(cnikit: &Path, log: Option<&Path>) -> Result<(), String> {
+    start_at(cnikit, log, "warn")
+}
+
+/// [`start`] with the daemon logging at `level`: the repair benchmark reads
+/// the info line each repair writes.
+pub fn start_at(cnikit: &Path, log: Option<&Path>, level: &'static str) -> Result<(), String> {
     let mut slot = slot();
     if slot.is_some() {
         return Ok(());
     }
-    *slot = Some(spawn(cnikit, log)?);
+    *slot = Some(spawn(cnikit, log, level)?);
     drop(slot);
     wait_listening(Duration::from_secs(10))
 }
 
-fn spawn(cnikit: &Path, log: Option<&Path>) -> Result<Running, String> {
+fn spawn(cnikit: &Path, log: Option<&Path>, level: &'static str) -> Result<Running, String> {
     let mut cmd = Command::new(cnikit);
-    cmd.args(["ipamd", "daemon", "--log-level", "warn", "--socket"])
+    cmd.args(["ipamd", "daemon", "--log-level", level, "--socket"])
         .arg(SOCKET)
         .arg("--data-dir")
         .arg(DATA_DIR)
@@ -70,6 +77,7 @@ fn spawn(cnikit: &Path, log: Option<&Path>) -> Result<Running, String> {
         child,
         cnikit: cnikit.to_path_buf(),
         log: log.map(Path::to_path_buf),
+        level,
     })
 }
 
@@ -112,7 +120,7 @@ pub fn restart(signal: libc::c_int, pause: Duration) -> Result<Restarted, String
     let status = kill_and_wait(&mut old.child, signal)?;
     let exit = t0.elapsed();
     std::thread::sleep(pause);
-    let new = spawn(&old.cnikit, old.log.as_deref())?;
+    let new = spawn(&old.cnikit, old.log.as_deref(), old.level)?;
     let new_pid = new.child.id();
     *slot = Some(new);
     drop(slot);

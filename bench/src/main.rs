@@ -3,13 +3,15 @@
 //! same runtime code as `cnikit net`, for cnikit, the reference plugins and
 //! the kernel floor, interleaved. Runs inside its own network and mount
 //! namespaces; see docs/performance.md. `cnikit-bench soak` is the long run
-//! with daemon restarts and leak checks (soak/).
+//! with daemon restarts and leak checks (soak/); `cnikit-bench repair` the
+//! time until a flushed node's firewall is back (repair/).
 
 mod churn;
 mod daemon;
 mod hosts;
 mod plot;
 mod podns;
+mod repair;
 mod report;
 mod resident;
 mod sandbox;
@@ -89,12 +91,17 @@ enum Mode {
     /// cycles (SIGTERM, SIGKILL in turn); samples RSS, fds and the store
     /// files, then checks that nothing leaked. Exits 1 unless clean.
     Soak(soak::SoakArgs),
+    /// N resident pods with host ports on a node, `nft flush ruleset`, and
+    /// the time until cnikit put the firewall back: the daemon's watch, and
+    /// `cnikit firewall restore` beside `nft -f` of the same ruleset.
+    Repair(repair::RepairArgs),
 }
 
 fn main() {
     let args = Args::parse();
     let outcome = match &args.mode {
         Some(Mode::Soak(soak)) => run_soak(soak),
+        Some(Mode::Repair(repair)) => run_repair(repair),
         None => run(&args),
     };
     if let Err(e) = outcome {
@@ -116,6 +123,28 @@ fn run_soak(args: &soak::SoakArgs) -> Result<(), String> {
     } else {
         Err("soak not clean (failures or leaks; see above)".into())
     }
+}
+
+fn run_repair(args: &repair::RepairArgs) -> Result<(), String> {
+    repair::check(args)?;
+    let plugins = locate_plugins(args.cnikit.as_deref(), None, None)?;
+    let out = prepare_out_dir(&args.out)?;
+    sandbox::enter()?;
+    sandbox::loopback_up()?;
+    let summary = repair::run(args, &plugins, &out)?;
+    let table = repair::text(&summary);
+    println!("{table}");
+    let json = serde_json::to_string_pretty(&summary).map_err(|e| e.to_string())?;
+    let write = |name: &str, text: &str| {
+        std::fs::write(out.join(name), text).map_err(|e| format!("writing {name}: {e}"))
+    };
+    write("table.txt", &table)?;
+    write("repair.json", &json)?;
+    println!(
+        "wrote {}/{{table.txt,repair.json,daemon.log}}",
+        out.display()
+    );
+    Ok(())
 }
 
 fn run(args: &Args) -> Result<(), String> {

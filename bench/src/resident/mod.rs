@@ -7,7 +7,7 @@
 //! in the churn's figures.
 
 pub mod growth;
-mod settle;
+pub mod settle;
 mod state;
 
 use crate::churn::{self, Plan, Run, Segment, Setups};
@@ -54,6 +54,22 @@ pub struct Residents {
     /// attach: churn figures on fewer residents than asked would mislead.
     own: Option<Setup>,
     report: Report,
+}
+
+impl Residents {
+    pub fn report(&self) -> &Report {
+        &self.report
+    }
+
+    /// The residents' pods (index, netns), in the order they attached.
+    pub fn pods(&self) -> &[(u32, PodNs)] {
+        &self.pods
+    }
+
+    /// The residents' pods (index, netns), for their DEL.
+    pub fn into_pods(self) -> Vec<(u32, PodNs)> {
+        self.pods
+    }
 }
 
 /// Everything `--resident` adds to the output.
@@ -237,7 +253,14 @@ fn attach_setup(
     Ok(Some(r))
 }
 
-fn attach(setup: &Setup, key: (Variant, Impl), n: u32, pb: &indicatif::ProgressBar) -> Residents {
+/// Attach `n` residents to `setup`, [`WORKERS`] at a time, in the calling
+/// thread's host (also used by `cnikit-bench repair`).
+pub fn attach(
+    setup: &Setup,
+    key: (Variant, Impl),
+    n: u32,
+    pb: &indicatif::ProgressBar,
+) -> Residents {
     let next = AtomicU32::new(0);
     let pods = Mutex::new(Vec::with_capacity(n as usize));
     let errors = Mutex::new(Vec::new());
@@ -314,7 +337,8 @@ fn detach_setup(cx: &Turn, mut r: Residents, setups: &Setups) -> Result<Report, 
     Ok(r.report)
 }
 
-fn detach(setup: &Setup, pods: Vec<(u32, PodNs)>, pb: &indicatif::ProgressBar) -> Vec<String> {
+/// DEL and delete `pods`, [`WORKERS`] at a time; the errors.
+pub fn detach(setup: &Setup, pods: Vec<(u32, PodNs)>, pb: &indicatif::ProgressBar) -> Vec<String> {
     let queue = Mutex::new(pods);
     let errors = Mutex::new(Vec::new());
     std::thread::scope(|s| {
