@@ -187,17 +187,7 @@ impl<F: Family> Socket<F> {
 
     /// We are root: SO_RCVBUFFORCE may exceed the system's maximum.
     pub(crate) fn raise_rcvbuf(&self, size: usize) {
-        let size = libc::c_int::try_from(size).unwrap_or(libc::c_int::MAX);
-        // SAFETY: plain setsockopt on our own socket with an int option value.
-        unsafe {
-            libc::setsockopt(
-                self.socket.as_raw_fd(),
-                libc::SOL_SOCKET,
-                libc::SO_RCVBUFFORCE,
-                (&size as *const libc::c_int).cast(),
-                std::mem::size_of::<libc::c_int>() as libc::socklen_t,
-            );
-        }
+        self.set_buffer(libc::SO_RCVBUFFORCE, size);
     }
 
     /// Marks the exchange unfinished: answers may still be queued.
@@ -250,13 +240,18 @@ impl<F: Family> Socket<F> {
 
     /// We are root: SO_SNDBUFFORCE may exceed the system's maximum.
     fn raise_sndbuf(&self, len: usize) {
-        let size = libc::c_int::try_from(len * 2).unwrap_or(libc::c_int::MAX);
+        self.set_buffer(libc::SO_SNDBUFFORCE, len.saturating_mul(2));
+    }
+
+    /// A socket buffer size option (best effort: the default size stays).
+    fn set_buffer(&self, option: libc::c_int, size: usize) {
+        let size = libc::c_int::try_from(size).unwrap_or(libc::c_int::MAX);
         // SAFETY: plain setsockopt on our own socket with an int option value.
         unsafe {
             libc::setsockopt(
                 self.socket.as_raw_fd(),
                 libc::SOL_SOCKET,
-                libc::SO_SNDBUFFORCE,
+                option,
                 (&size as *const libc::c_int).cast(),
                 std::mem::size_of::<libc::c_int>() as libc::socklen_t,
             );

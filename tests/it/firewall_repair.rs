@@ -410,29 +410,24 @@ fn the_daemon_puts_back_the_firewall_plugins_jump_after_iptables_flushes_forward
         eventually_answers(|| tcp_ask(in_pod, &far)).is_some(),
         "egress"
     );
+    // The jump back in FORWARD, and the pod's egress through the drop policy.
+    let repaired = |after: &str| {
+        std::thread::sleep(Duration::from_millis(300));
+        let forward = iptables("-S FORWARD");
+        assert!(
+            forward.contains("-j CNI-FORWARD"),
+            "after {after}: {forward}"
+        );
+        assert!(tcp_ask(in_pod, &far).is_some(), "egress after {after}");
+    };
     iptables("-F FORWARD");
-    std::thread::sleep(Duration::from_millis(300));
-    assert!(
-        iptables("-S FORWARD").contains("-j CNI-FORWARD"),
-        "{}",
-        iptables("-S")
-    );
-    assert!(tcp_ask(in_pod, &far).is_some(), "egress after the repair");
+    repaired("iptables -F FORWARD");
     // A flush takes iptables' tables too (and their drop); when the host's
     // firewall makes FORWARD again with its drop policy, the plugin's jump
     // and rules go there.
     node.nft("flush ruleset");
     iptables("-P FORWARD DROP");
-    std::thread::sleep(Duration::from_millis(300));
-    assert!(
-        iptables("-S FORWARD").contains("-j CNI-FORWARD"),
-        "{}",
-        iptables("-S")
-    );
-    assert!(
-        tcp_ask(in_pod, &far).is_some(),
-        "egress through the new drop policy"
-    );
+    repaired("nft flush ruleset and iptables -P FORWARD DROP");
     node.net("check", &p.ns);
     node.net("del", &p.ns);
     let rules = iptables("-S CNI-FORWARD");
