@@ -80,28 +80,29 @@ impl Node {
         node
     }
 
-    /// bridge (gateway, ipMasq, hairpin) + ipamd + portmap, through the
-    /// node's daemon socket (in-process when none answers).
+    /// bridge (gateway, ipMasq, hairpin) + ipamd + portmap (+ `more`).
     fn write_network(&self, more: &[Value]) {
-        let pods = self.env.subnets();
-        let daemon = json!(self.sock);
-        let mut list = json!({
-            "cniVersion": "1.0.0", "name": "web", "plugins": [
-                {"type": "bridge", "bridge": self.env.link_name("rpbr"), "isGateway": true, "isDefaultGateway": true,
-                 "ipMasq": true, "hairpinMode": true, "daemonSocket": daemon,
-                 "ipam": {"type": "ipamd", "dataDir": self.data, "socket": daemon,
-                          "ranges": pods.dual_ranges()}},
-                {"type": "portmap", "capabilities": {"portMappings": true}, "daemonSocket": daemon},
-            ]
-        });
-        for plugin in more {
-            let mut plugin = plugin.clone();
-            plugin["daemonSocket"] = daemon.clone();
-            list["plugins"]
-                .as_array_mut()
-                .expect("plugins")
-                .push(plugin);
+        let mut plugins = vec![json!({
+            "type": "bridge", "bridge": self.env.link_name("rpbr"), "isGateway": true,
+            "isDefaultGateway": true, "ipMasq": true, "hairpinMode": true, "ipam": self.ipam(),
+        })];
+        plugins.push(json!({"type": "portmap", "capabilities": {"portMappings": true}}));
+        plugins.extend(more.iter().cloned());
+        self.write_plugins(plugins);
+    }
+
+    fn ipam(&self) -> Value {
+        let ranges = self.env.subnets().dual_ranges();
+        json!({"type": "ipamd", "dataDir": self.data, "socket": self.sock, "ranges": ranges})
+    }
+
+    /// The network list `web`, every plugin through the node's daemon socket
+    /// (in-process when none answers).
+    fn write_plugins(&self, mut plugins: Vec<Value>) {
+        for plugin in &mut plugins {
+            plugin["daemonSocket"] = json!(self.sock);
         }
+        let list = json!({"cniVersion": "1.0.0", "name": "web", "plugins": plugins});
         std::fs::write(self.conf_dir.join("10-web.conflist"), list.to_string()).expect("write");
     }
 
@@ -432,4 +433,24 @@ fn the_daemon_puts_back_the_firewall_plugins_jump_after_iptables_flushes_forward
     node.net("del", &p.ns);
     let rules = iptables("-S CNI-FORWARD");
     assert!(!rules.contains(&p.v4), "DEL left:\n{rules}");
+}
+
+/// ptp's CHECK with ipMasq tells the truth too, and passes once restored.
+#[test]
+fn ptp_check_fails_while_its_masquerade_is_gone() {
+    let node = Node::new("fw-repair-ptp");
+    node.write_plugins(vec![
+        json!({"type": "ptp", "ipMasq": true, "ipam": node.ipam()}),
+        json!({"type": "portmap", "capabilities": {"portMappings": true}}),
+    ]);
+    let p = pod(&node);
+    node.net("check", &p.ns);
+    node.nft("flush ruleset");
+    let error: Value = serde_json::from_str(&node.net_fails("check", &p.ns)).expect("error");
+    assert_eq!(error["code"], 100, "{error}");
+    let msg = error["msg"].as_str().unwrap_or_default();
+    assert!(msg.contains(&format!("masquerade of {}", p.v4)), "{error}");
+    assert!(node.restore().contains("put back"));
+    node.net("check", &p.ns);
+    node.net("del", &p.ns);
 }
