@@ -80,21 +80,49 @@ pub fn pool_command(etcd: &EtcdOptions, cmd: PoolCommand) -> Result<PoolOutcome,
     })
 }
 
+/// Every command waits out an election in progress (etcd answering nothing for a
+/// while) rather than reporting it: each is safe to run again from the start. A create
+/// again finds its pool, the same, and says it is made; a delete again that finds the
+/// pool gone after a try had sent the delete reports that delete; a release again frees
+/// what is left, and lists what the earlier tries freed (but for a block whose delete
+/// was applied and its answer lost: it is not listed, though free).
 async fn run(etcd: &Etcd, cmd: PoolCommand) -> Result<PoolOutcome, Error> {
     match cmd {
         PoolCommand::Create {
             name,
             cidr,
             block_size,
-        } => create(etcd, &name, cidr, block_size).await,
+        } => {
+            let what = format!("pool create {name}");
+            patiently(&what, || create(etcd, &name, cidr, block_size)).await
+        }
         PoolCommand::Show { name } => {
-            // A read: an election in progress is waited out rather than reported.
             let (shown, _) = patiently(&format!("pool {name}"), || show(etcd, &name)).await?;
             Ok(PoolOutcome::Shown(shown))
         }
-        PoolCommand::Delete { name } => delete(etcd, &name).await,
+        PoolCommand::Delete { name } => {
+            let deleting = std::cell::Cell::new(None);
+            let deleted = patiently(&format!("pool delete {name}"), || {
+                delete(etcd, &name, &deleting)
+            })
+            .await;
+            match (deleted, deleting.get()) {
+                // An earlier try sent the delete and lost its answer: it was the delete.
+                (Err(e), Some(freed)) if e.kind() == ErrorKind::NotFound => {
+                    Ok(PoolOutcome::Deleted { name, freed })
+                }
+                (other, _) => other,
+            }
+        }
         PoolCommand::ReleaseNode { name, node, force } => {
-            release_node(etcd, &name, &node, force).await
+            let freed = std::cell::RefCell::new(Vec::new());
+            let what = format!("pool release-node {name} {node}");
+            patiently(&what, || release_node(etcd, (&name, &node), force, &freed)).await?;
+            Ok(PoolOutcome::Released {
+                name,
+                node,
+                freed: freed.into_inner(),
+            })
         }
     }
 }
@@ -241,7 +269,13 @@ async fn live_nodes(etcd: &Etcd) -> Result<Vec<String>, Error> {
         .collect())
 }
 
-async fn delete(etcd: &Etcd, name: &str) -> Result<PoolOutcome, Error> {
+/// `deleting`: set to the number of blocks going with the pool just before the delete is
+/// sent (see `run`).
+async fn delete(
+    etcd: &Etcd,
+    name: &str,
+    deleting: &std::cell::Cell<Option<usize>>,
+) -> Result<PoolOutcome, Error> {
     super::check_pool(name)?;
     let Some(kv) = etcd.get(&pool_key(name)).await? else {
         return Err(not_found(name));
@@ -273,6 +307,7 @@ async fn delete(etcd: &Etcd, name: &str) -> Result<PoolOutcome, Error> {
             ),
         ));
     }
+    deleting.set(Some(blocks.len()));
     if !etcd
         .delete_tree_if(&pool_key(name), kv.mod_revision)
         .await?
@@ -288,12 +323,14 @@ async fn delete(etcd: &Etcd, name: &str) -> Result<PoolOutcome, Error> {
     })
 }
 
+/// Adds the blocks it frees to `freed` as it goes (a try again after an election adds
+/// the rest).
 async fn release_node(
     etcd: &Etcd,
-    name: &str,
-    node: &str,
+    (name, node): (&str, &str),
     force: bool,
-) -> Result<PoolOutcome, Error> {
+    freed: &std::cell::RefCell<Vec<IpNet>>,
+) -> Result<(), Error> {
     super::check_pool(name)?;
     super::check_node(node)?;
     if read_spec(etcd, name).await?.is_none() {
@@ -310,7 +347,6 @@ async fn release_node(
             ));
         }
     }
-    let mut freed = Vec::new();
     for b in read_blocks(etcd, name).await? {
         if b.record.node != node {
             continue;
@@ -320,14 +356,10 @@ async fn release_node(
             .delete_if(&block_key(name, &b.cidr), b.mod_revision)
             .await?
         {
-            freed.push(b.cidr);
+            freed.borrow_mut().push(b.cidr);
         }
     }
-    Ok(PoolOutcome::Released {
-        name: name.to_string(),
-        node: node.to_string(),
-        freed,
-    })
+    Ok(())
 }
 
 pub(crate) fn encode<T: Serialize>(v: &T) -> Result<Vec<u8>, Error> {

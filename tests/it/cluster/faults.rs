@@ -79,6 +79,52 @@ fn a_claim_and_pool_show_ride_out_etcd_answering_nothing_for_3_s() {
     assert_consistent(&e, "f", [&n]);
 }
 
+/// Proves: `pool create`, `delete` and `release-node` wait out etcd answering nothing for
+/// 3 s, as `show` does, and then do what they were asked.
+#[test]
+fn every_pool_command_rides_out_etcd_answering_nothing_for_3_s() {
+    let env = TestEnv::new("cluster_freeze_cli");
+    let (etcd, e) = etcd_with_pools(
+        &env,
+        3,
+        &["gone --cidr 10.77.0.0/24", "kept --cidr 10.78.0.0/24"],
+    );
+    etcd.freeze_all(true);
+    let thaw = std::thread::spawn(move || {
+        std::thread::sleep(Duration::from_secs(3));
+        etcd.freeze_all(false);
+        etcd
+    });
+    let commands = [
+        "create new --cidr 10.79.0.0/24",
+        "delete gone",
+        "release-node kept --node dead",
+    ];
+    let runs: Vec<_> = commands
+        .into_iter()
+        .map(|args| {
+            let e = e.clone();
+            std::thread::spawn(move || {
+                let started = Instant::now();
+                let out = pool(&e, args);
+                (args, out, started.elapsed())
+            })
+        })
+        .collect();
+    for run in runs {
+        let (args, out, took) = run.join().expect("pool command");
+        let said = String::from_utf8_lossy(&out.stderr);
+        assert!(out.status.success(), "pool {args}: {said}");
+        assert!(
+            took >= Duration::from_secs(2),
+            "pool {args} did not wait: {took:?}"
+        );
+    }
+    let _etcd = thaw.join().expect("thaw");
+    assert_eq!(show(&e, "new")["cidr"], "10.79.0.0/24");
+    pool_err(&e, "show gone", "does not exist");
+}
+
 /// What the clients saw: acknowledged leases (node, container) → address.
 type Acked = Mutex<BTreeMap<(usize, String), IpAddr>>;
 
