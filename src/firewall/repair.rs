@@ -32,6 +32,7 @@ use std::collections::{BTreeMap, BTreeSet};
 
 /// What a repair found and did.
 #[derive(Debug, Default, Clone, Serialize)]
+#[serde(rename_all = "camelCase")]
 pub struct Repaired {
     /// Attachments with records that could be replayed.
     pub attachments: usize,
@@ -52,13 +53,15 @@ pub struct Repaired {
 pub fn restore(sockets: &Sockets) -> Result<Repaired> {
     // Never without the turn: a DEL going ahead without it (after waiting
     // its bounded time) could remove its record after this read it.
-    let Some(_turn) = turn::lock_held() else {
-        return Err(Error::new(
+    let _turn = turn::lock_held().map_err(|why| {
+        Error::new(
             ErrorKind::Other,
-            "not repairing: another firewall transaction held /run/cnikit/nftables.lock \
-             for too long, and without it a repair could bring back what a DEL removes",
-        ));
-    };
+            format!(
+                "not repairing without the firewall lock ({why}): a repair could bring back \
+                 what a DEL removes meanwhile; run it as root, or again once the holder is done"
+            ),
+        )
+    })?;
     let plan = Plan::of(index::every_record()?);
     let mut done = Repaired::default();
     transact(sockets, |nft, tx| {

@@ -20,26 +20,35 @@ const LOCK_WAIT: Duration = Duration::from_secs(5);
 /// correct, just with more restarts — so whatever keeps us from the lock
 /// (no directory, a file that is not ours, a holder that does not let go
 /// within [`LOCK_WAIT`]) means going ahead without it, never waiting forever.
-/// The file is root's and 0600, so other users cannot open it to hold it.
+/// The file is root's and 0600, so other users cannot open it to hold it. A
+/// repair is the one caller that never goes without it ([`lock_held`]).
 ///
 /// A thread that already has the turn gets it again at once (the outer
 /// holder keeps the lock): a DEL holds its turn across its transaction and
 /// the removal of its record, and the transaction takes a turn too.
 pub(super) fn lock() -> Turn {
-    let depth = HELD.with(Cell::get);
-    HELD.with(|held| held.set(depth + 1));
-    if depth > 0 {
-        return Turn { _file: None };
+    match lock_held() {
+        Ok(turn) => turn,
+        Err(why) => {
+            eprintln!("firewall: {why}; going ahead without taking turns");
+            // Still counted: a nested call must not try again.
+            HELD.with(|held| held.set(held.get() + 1));
+            Turn { _file: None }
+        }
     }
-    Turn { _file: acquire() }
 }
 
-/// The turn, or None when it could not be had within [`LOCK_WAIT`] (see
-/// [`lock`]): for a caller that must not go ahead without it.
-pub(super) fn lock_held() -> Option<Turn> {
-    let turn = lock();
-    let held = turn._file.is_some() || HELD.with(Cell::get) > 1;
-    held.then_some(turn)
+/// The turn, or why it could not be had (see [`lock`]): for a caller that
+/// must not go ahead without it.
+pub(super) fn lock_held() -> Result<Turn, String> {
+    let depth = HELD.with(Cell::get);
+    if depth > 0 {
+        HELD.with(|held| held.set(depth + 1));
+        return Ok(Turn { _file: None });
+    }
+    let file = acquire()?;
+    HELD.with(|held| held.set(1));
+    Ok(Turn { _file: Some(file) })
 }
 
 thread_local! {
@@ -58,33 +67,21 @@ impl Drop for Turn {
     }
 }
 
-fn acquire() -> Option<File> {
-    let file = match open_lock_file() {
-        Ok(f) => f,
-        Err(e) => {
-            eprintln!("firewall: not taking turns on {LOCK_FILE}: {e}");
-            return None;
-        }
-    };
+fn acquire() -> Result<File, String> {
+    let file = open_lock_file().map_err(|e| format!("cannot open {LOCK_FILE}: {e}"))?;
     let deadline = Instant::now() + LOCK_WAIT;
     let mut pause = Duration::from_micros(200);
     loop {
         match file.try_lock() {
-            Ok(()) => return Some(file),
+            Ok(()) => return Ok(file),
             Err(TryLockError::WouldBlock) if Instant::now() < deadline => {
                 std::thread::sleep(pause);
                 pause = (pause * 2).min(Duration::from_millis(20));
             }
             Err(TryLockError::WouldBlock) => {
-                eprintln!(
-                    "firewall: {LOCK_FILE} still held after {LOCK_WAIT:?}; going ahead without taking turns"
-                );
-                return None;
+                return Err(format!("{LOCK_FILE} still held after {LOCK_WAIT:?}"));
             }
-            Err(TryLockError::Error(e)) => {
-                eprintln!("firewall: cannot lock {LOCK_FILE}: {e}");
-                return None;
-            }
+            Err(TryLockError::Error(e)) => return Err(format!("cannot lock {LOCK_FILE}: {e}")),
         }
     }
 }

@@ -49,6 +49,8 @@ fn add_under_umask_000(env: &TestEnv, conf: &serde_json::Value, id: &str, ns: &N
 /// cannot even open it (so it cannot hold it).
 #[test]
 fn other_users_cannot_hold_the_lock() {
+    // It makes the lock file anew: no test may rely on the lock meanwhile.
+    let _alone = firewall_lock_held_on_purpose();
     let (env, ns, conf) = with_masq_bridge("firewall_lock_modes");
     let _ = std::fs::remove_file(LOCK);
     add_under_umask_000(&env, &conf, "lk-modes", &ns).result();
@@ -77,6 +79,7 @@ fn other_users_cannot_hold_the_lock() {
 /// transaction by a bounded time; the ADD then applies its change anyway.
 #[test]
 fn a_holder_that_never_lets_go_does_not_freeze_firewall_changes() {
+    let _alone = firewall_lock_held_on_purpose();
     let (env, ns, conf) = with_masq_bridge("firewall_lock_holder");
     env.plugin("bridge")
         .attach("ADD", "lk-warm", &ns, "eth0")

@@ -16,6 +16,8 @@ use std::time::{Duration, Instant};
 const WEB: u16 = 8080;
 
 struct Node {
+    /// Repairs need the firewall lock promptly (see `firewall_lock_wanted`).
+    _lock: std::sync::RwLockReadGuard<'static, ()>,
     env: TestEnv,
     ns: Netns,
     outside: Netns,
@@ -35,6 +37,7 @@ impl Node {
 
     /// A node whose network list ends with `more` plugins.
     fn with(test: &str, more: &[Value]) -> Node {
+        let lock = firewall_lock_wanted();
         let env = TestEnv::new(test);
         let (ns, outside, uplink) = (env.netns(), env.netns(), env.subnets());
         let (node_end, far_end) = env.veth_pair();
@@ -66,6 +69,7 @@ impl Node {
         ]);
         let data = env.dir("ipamd");
         let node = Node {
+            _lock: lock,
             conf_dir: env.dir("net.d"),
             cache: env.dir("results"),
             sock: data.join("ipamd.sock"),

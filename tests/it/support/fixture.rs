@@ -11,7 +11,7 @@ use super::process::{install_links, Netns};
 use serde_json::{json, Value};
 use std::net::IpAddr;
 use std::path::{Path, PathBuf};
-use std::sync::Mutex;
+use std::sync::{Mutex, RwLock, RwLockReadGuard, RwLockWriteGuard};
 
 /// Where Debian's containernetworking-plugins put the reference plugins.
 pub const REF_DIR: &str = "/usr/lib/cni";
@@ -54,6 +54,25 @@ impl Ipam {
             Ipam::Ipamd | Ipam::IpamdDaemon => "ipamd",
         }
     }
+}
+
+/// cnikit's firewall lock (`/run/cnikit/nftables.lock`) is one file for the whole test
+/// host. A test that holds it on purpose (`firewall_lock`) runs alone with the tests that
+/// need it promptly (the repairs, which never go ahead without it); those share it.
+static FIREWALL_LOCK_USERS: RwLock<()> = RwLock::new(());
+
+/// For a test that needs cnikit's firewall lock promptly: none holds it on purpose meanwhile.
+pub fn firewall_lock_wanted() -> RwLockReadGuard<'static, ()> {
+    FIREWALL_LOCK_USERS
+        .read()
+        .unwrap_or_else(std::sync::PoisonError::into_inner)
+}
+
+/// For a test that holds cnikit's firewall lock on purpose: no test that needs it runs.
+pub fn firewall_lock_held_on_purpose() -> RwLockWriteGuard<'static, ()> {
+    FIREWALL_LOCK_USERS
+        .write()
+        .unwrap_or_else(std::sync::PoisonError::into_inner)
 }
 
 /// Lock a resource list, surviving a poisoned lock (a panicking test thread).
