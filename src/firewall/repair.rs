@@ -51,6 +51,12 @@ pub struct Repaired {
 
 /// Puts back what the records of this network namespace say, in one batch.
 pub fn restore(sockets: &Sockets) -> Result<Repaired> {
+    // No record, nothing to put back: and no lock to take (on a node with no
+    // pod yet there may be no /run/cnikit to make it in, as for the
+    // package's hardened unit, whose /run is read-only).
+    if index::every_record()?.is_empty() {
+        return Ok(Repaired::default());
+    }
     // Never without the turn: a DEL going ahead without it (after waiting
     // its bounded time) could remove its record after this read it.
     let _turn = turn::lock_held().map_err(|why| {
