@@ -417,12 +417,9 @@ fn the_daemon_puts_back_the_firewall_plugins_jump_after_iptables_flushes_forward
     );
     // The jump back in FORWARD, and the pod's egress through the drop policy.
     let repaired = |after: &str| {
-        std::thread::sleep(Duration::from_millis(300));
-        let forward = iptables("-S FORWARD");
-        assert!(
-            forward.contains("-j CNI-FORWARD"),
-            "after {after}: {forward}"
-        );
+        eventually(&format!("the jump is back after {after}"), || {
+            iptables("-S FORWARD").contains("-j CNI-FORWARD")
+        });
         assert!(tcp_ask(in_pod, &far).is_some(), "egress after {after}");
     };
     iptables("-F FORWARD");
