@@ -60,36 +60,68 @@ pub(crate) fn ensure(nft: &mut Nft, tx: &mut Tx, d: &Dispatch) -> Result<()> {
     Ok(())
 }
 
+/// What of `d` the ruleset lacks, against what [`ensure`] makes: CHECK names
+/// the first gap ([`missing`]), a repair fills each ([`ensure_whole`]).
+/// Someone's `nft flush ruleset` or a deleted table takes them all; a
+/// flushed chain keeps its name but no longer masquerades, hence the count of
+/// its rules.
+struct Gaps {
+    set: bool,
+    chain: bool,
+    /// The chain's number of rules, when it is not the number it is made with.
+    chain_rules: Option<usize>,
+    base: bool,
+    /// No rule of the base chain sends the set's members to the chain.
+    rule: bool,
+}
+
+fn gaps(nft: &mut Nft, d: &Dispatch) -> Result<Gaps> {
+    let (set, chain) = (&d.set.name, &d.chain.name);
+    let chain_gone = !nft.chain_exists(INET, chain)?;
+    let chain_rules = if chain_gone {
+        None
+    } else {
+        Some(nft.rule_count(INET, chain)?).filter(|n| *n != d.chain.rules.len())
+    };
+    let base = !nft.chain_exists(INET, d.base)?;
+    let sends = !base
+        && nft
+            .rule_refs(INET, d.base)?
+            .iter()
+            .any(|r| r.sets.iter().any(|s| s == set) && r.chains.iter().any(|c| c == chain));
+    Ok(Gaps {
+        set: !nft.set_exists(INET, set)?,
+        chain: chain_gone,
+        chain_rules,
+        base,
+        rule: !sends,
+    })
+}
+
 /// A repair's [`ensure`]: the set, the chain with all its rules, and the
 /// base-chain rule are each looked for and made when missing (someone may
-/// have removed one and not the others). Called once per network.
+/// have removed one and not the others). Called once per network, after the
+/// skeleton (and so the base chain) was made whole.
 pub(crate) fn ensure_whole(nft: &mut Nft, tx: &mut Tx, d: &Dispatch) -> Result<()> {
     if tx.creates_set(&d.set.name) {
         return Ok(());
     }
-    let set_there = nft.set_exists(INET, &d.set.name)?;
-    if !set_there {
+    let g = gaps(nft, d)?;
+    if g.set {
         tx.new_set(INET, &d.set);
     }
     let chain = &d.chain;
-    if !tx.creates_chain(INET, &chain.name) {
-        if !nft.chain_exists(INET, &chain.name)? {
+    if !tx.creates_chain(INET, &chain.name) && (g.chain || g.chain_rules.is_some()) {
+        if g.chain {
             tx.new_chain(INET, &chain.name, None);
-        } else if nft.rule_count(INET, &chain.name)? != chain.rules.len() {
-            tx.flush_chain(INET, &chain.name);
         } else {
-            return ensure_rule(nft, tx, d, set_there);
+            tx.flush_chain(INET, &chain.name);
         }
         for rule in &chain.rules {
             tx.new_rule(INET, &chain.name, rule.clone());
         }
     }
-    ensure_rule(nft, tx, d, set_there)
-}
-
-/// The base-chain rule sending the set's members to the chain.
-fn ensure_rule(nft: &mut Nft, tx: &mut Tx, d: &Dispatch, set_there: bool) -> Result<()> {
-    if !set_there || nft.rule_looking_up(INET, d.base, &d.set.name)?.is_none() {
+    if g.rule {
         tx.new_rule(INET, d.base, d.rule.clone());
     }
     Ok(())
@@ -97,43 +129,29 @@ fn ensure_rule(nft: &mut Nft, tx: &mut Tx, d: &Dispatch, set_there: bool) -> Res
 
 /// CHECK: what of `d` is not in the ruleset as [`ensure`] makes it (its
 /// set, its chain with its rules, the base-chain rule that sends the set's
-/// members to the chain), None when all is there. Someone's `nft flush
-/// ruleset` or a deleted table takes them all; a flushed chain keeps its
-/// name but no longer masquerades, hence the count of its rules.
+/// members to the chain), None when all is there.
 pub(crate) fn missing(nft: &mut Nft, d: &Dispatch) -> Result<Option<String>> {
     let (set, chain) = (&d.set.name, &d.chain.name);
-    if !nft.set_exists(INET, set)? {
-        return Ok(Some(format!("set {set} of table inet cnikit is missing")));
-    }
-    if !nft.chain_exists(INET, chain)? {
-        return Ok(Some(format!(
-            "chain {chain} of table inet cnikit is missing"
-        )));
-    }
-    let rules = nft.rule_refs(INET, chain)?.len();
-    if rules != d.chain.rules.len() {
-        let want = d.chain.rules.len();
-        return Ok(Some(format!(
+    let g = gaps(nft, d)?;
+    let want = d.chain.rules.len();
+    Ok(if g.set {
+        Some(format!("set {set} of table inet cnikit is missing"))
+    } else if g.chain {
+        Some(format!("chain {chain} of table inet cnikit is missing"))
+    } else if let Some(rules) = g.chain_rules {
+        Some(format!(
             "chain {chain} has {rules} rules, not the {want} it is made with"
-        )));
-    }
-    if !nft.chain_exists(INET, d.base)? {
-        return Ok(Some(format!(
-            "chain {} of table inet cnikit is missing",
-            d.base
-        )));
-    }
-    let sends = nft
-        .rule_refs(INET, d.base)?
-        .into_iter()
-        .any(|r| r.sets.iter().any(|s| s == set) && r.chains.iter().any(|c| c == chain));
-    if !sends {
-        return Ok(Some(format!(
+        ))
+    } else if g.base {
+        Some(format!("chain {} of table inet cnikit is missing", d.base))
+    } else if g.rule {
+        Some(format!(
             "the rule in {} that sends set {set} to chain {chain} is missing",
             d.base
-        )));
-    }
-    Ok(None)
+        ))
+    } else {
+        None
+    })
 }
 
 // ---- bridge ipMasq: masquerade container sources leaving their subnets
