@@ -154,6 +154,22 @@ impl CniResult {
         Ok(result)
     }
 
+    /// The IPs of the pod's interface `ifname`, by the reference's rule: an IP
+    /// counts unless its `interface` names an entry of `interfaces` that is not
+    /// a sandbox interface called `ifname` (so IPs without an index, or with one
+    /// out of range, count). A chain's result may list other plugins'
+    /// interfaces, whose addresses a meta plugin must leave alone.
+    pub fn ips_on<'a>(&'a self, ifname: &'a str) -> impl Iterator<Item = &'a IpConfig> + 'a {
+        let elsewhere = move |i: usize| {
+            self.interfaces
+                .get(i)
+                .is_some_and(|iface| iface.name != ifname || iface.sandbox.is_empty())
+        };
+        self.ips
+            .iter()
+            .filter(move |ip| !ip.interface.is_some_and(elsewhere))
+    }
+
     /// Render in the layout of `version`, with `cniVersion` first.
     pub fn to_value(&self, version: Version) -> Value {
         let mut out = Map::new();

@@ -40,19 +40,11 @@ fn keys(result: &CniResult) -> (Vec<IpAddr>, Vec<IpNet>) {
     (addrs, subnets)
 }
 
-/// [`keys`] of the addresses of the pod's interface `ifname` only: the
-/// result a chain hands CHECK may list other plugins' interfaces too, whose
-/// addresses this plugin's ADD never saw. An address counts unless its
-/// `interface` names another entry (portmap's rule for the same question).
+/// [`keys`] of the addresses of the pod's interface `ifname` only
+/// ([`CniResult::ips_on`]): the result a chain hands CHECK may list other
+/// plugins' interfaces too, whose addresses this plugin's ADD never saw.
 fn pod_keys(prev: &CniResult, ifname: &str) -> (Vec<IpAddr>, Vec<IpNet>) {
-    let elsewhere = |i: usize| {
-        prev.interfaces
-            .get(i)
-            .is_some_and(|f| f.name != ifname || f.sandbox.is_empty())
-    };
-    prev.ips
-        .iter()
-        .filter(|ip| !ip.interface.is_some_and(elsewhere))
+    prev.ips_on(ifname)
         .map(|ip| (ip.address.addr(), ip.address.trunc()))
         .unzip()
 }

@@ -296,22 +296,11 @@ fn mapping(e: &Value) -> Result<Mapping, String> {
     })
 }
 
-/// The first address of each family on the container interface, by the
-/// reference's rule: an IP counts unless its `interface` names an entry of
-/// `interfaces` that is not a sandbox interface called `ifname` (so IPs
-/// without an index, or with one out of range, count). Empty when none does.
+/// The first address of each family on the container interface
+/// ([`CniResult::ips_on`]). Empty when none is there.
 fn container_addrs(prev: &CniResult, ifname: &str) -> Vec<IpNet> {
-    let elsewhere = |i: usize| {
-        prev.interfaces
-            .get(i)
-            .is_some_and(|iface| iface.name != ifname || iface.sandbox.is_empty())
-    };
     let mut out: Vec<IpNet> = Vec::new();
-    for ip in prev
-        .ips
-        .iter()
-        .filter(|ip| !ip.interface.is_some_and(elsewhere))
-    {
+    for ip in prev.ips_on(ifname) {
         let addr = ip.address;
         if !out
             .iter()
