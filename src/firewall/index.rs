@@ -262,33 +262,53 @@ pub(crate) struct Stored {
 
 /// Every record of this network namespace (none: no directory yet).
 pub(crate) fn every_record() -> Result<Vec<Stored>> {
-    let netns = netns_id()?;
-    let sub = [DIR[0], DIR[1], netns.as_str()];
-    let Some(base) = open_dir(Path::new(BASE), &sub, false)
-        .map_err(|e| failed("open", "/run/cnikit/firewall", &e.to_string()))?
-    else {
-        return Ok(Vec::new());
-    };
-    let list = |dir: &OwnedFd, whose: &str| {
-        names_at(dir, MAX_RECORDS).map_err(|e| failed("list", whose, &e.to_string()))
-    };
     let mut out = Vec::new();
-    // Network directories are named by a hash; anything else here (the
-    // `.indexed` markers) is not one.
-    for network in list(&base, "/run/cnikit/firewall")?
-        .iter()
-        .filter(|n| !n.contains('.'))
-    {
-        let Some(dir) = open(network, false)? else {
+    for network in networks()? {
+        let Some(dir) = open(&network, false)? else {
             continue;
         };
-        for name in list(&dir, network)? {
+        let names =
+            names_at(&dir, MAX_RECORDS).map_err(|e| failed("list", &network, &e.to_string()))?;
+        for name in names {
             if let Some(stored) = stored_at(&dir, &name)? {
                 out.push(stored);
             }
         }
     }
     Ok(out)
+}
+
+/// Whether this network namespace has any record: reads up to the first.
+pub(crate) fn any_record() -> Result<bool> {
+    for network in networks()? {
+        let Some(dir) = open(&network, false)? else {
+            continue;
+        };
+        // Temporary files start with a dot; records never do.
+        let found = any_name_at(&dir, |name| !name.starts_with('.'))
+            .map_err(|e| failed("list", &network, &e.to_string()))?;
+        if found {
+            return Ok(true);
+        }
+    }
+    Ok(false)
+}
+
+/// The names of this network namespace's network directories (none yet:
+/// none), opened one at a time by the caller.
+fn networks() -> Result<Vec<String>> {
+    let netns = netns_id()?;
+    let sub = [DIR[0], DIR[1], netns.as_str()];
+    let base = "/run/cnikit/firewall";
+    let Some(dir) =
+        open_dir(Path::new(BASE), &sub, false).map_err(|e| failed("open", base, &e.to_string()))?
+    else {
+        return Ok(Vec::new());
+    };
+    let names = names_at(&dir, MAX_RECORDS).map_err(|e| failed("list", base, &e.to_string()))?;
+    // Network directories are named by a hash; anything else here (the
+    // `.indexed` markers) is not one.
+    Ok(names.into_iter().filter(|n| !n.contains('.')).collect())
 }
 
 /// The record in file `name` of a network's directory; None for a file that

@@ -54,7 +54,7 @@ pub fn restore(sockets: &Sockets) -> Result<Repaired> {
     // No record, nothing to put back: and no lock to take (on a node with no
     // pod yet there may be no /run/cnikit to make it in, as for the
     // package's hardened unit, whose /run is read-only).
-    if index::every_record()?.is_empty() {
+    if !index::any_record()? {
         return Ok(Repaired::default());
     }
     // Never without the turn: a DEL going ahead without it (after waiting
