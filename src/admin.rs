@@ -372,14 +372,8 @@ fn install_copy(me: &Path, main: &Path, force: bool) -> Result<(), String> {
             refuse_unless(force, main)?;
         }
     }
-    let tmp = temp_name(main);
-    let _ = std::fs::remove_file(&tmp);
-    std::fs::copy(me, &tmp)
-        .and_then(|_| std::fs::rename(&tmp, main))
-        .map_err(|e| {
-            let _ = std::fs::remove_file(&tmp);
-            format!("cannot create {}: {e}", main.display())
-        })
+    put_in_place(main, |tmp| std::fs::copy(me, tmp).map(drop))
+        .map_err(|e| format!("cannot create {}: {e}", main.display()))
 }
 
 /// DIR/<plugin>: a hard link of DIR/cnikit. What is ours in another form (a
@@ -400,20 +394,13 @@ fn install_hard_link(me: &Path, main: &Path, target: &Path, force: bool) -> Resu
             refuse_unless(force, target)?;
         }
     }
-    // Linked beside it and renamed over it, so the name never goes missing
-    // while a runtime may exec it.
-    let tmp = temp_name(target);
-    let _ = std::fs::remove_file(&tmp);
-    std::fs::hard_link(main, &tmp)
-        .and_then(|_| std::fs::rename(&tmp, target))
-        .map_err(|e| {
-            let _ = std::fs::remove_file(&tmp);
-            format!(
-                "cannot link {} to {}: {e}",
-                target.display(),
-                main.display()
-            )
-        })
+    put_in_place(target, |tmp| std::fs::hard_link(main, tmp)).map_err(|e| {
+        format!(
+            "cannot link {} to {}: {e}",
+            target.display(),
+            main.display()
+        )
+    })
 }
 
 fn refuse_unless(force: bool, target: &Path) -> Result<(), String> {
@@ -436,8 +423,18 @@ fn same_contents(a: &Path, b: &Path) -> bool {
         && matches!((std::fs::read(a), std::fs::read(b)), (Ok(x), Ok(y)) if x == y)
 }
 
-/// Where a file is written before it is renamed into place, so a runtime
-/// never execs a half-written one.
-fn temp_name(target: &Path) -> PathBuf {
-    target.with_extension("cnikit-tmp")
+/// Makes `target` with `make`, under a temporary name beside it that is then
+/// renamed over it: a runtime never execs a half-written file, nor finds the
+/// name missing. Nothing is left behind on failure.
+fn put_in_place(
+    target: &Path,
+    make: impl FnOnce(&Path) -> std::io::Result<()>,
+) -> std::io::Result<()> {
+    let tmp = target.with_extension("cnikit-tmp");
+    let _ = std::fs::remove_file(&tmp);
+    make(&tmp)
+        .and_then(|()| std::fs::rename(&tmp, target))
+        .inspect_err(|_| {
+            let _ = std::fs::remove_file(&tmp);
+        })
 }
