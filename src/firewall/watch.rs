@@ -31,8 +31,12 @@ const NFT_MSG_DELRULE: u16 = 8;
 const NFT_MSG_DELSET: u16 = 11;
 const NFT_MSG_DELSETELEM: u16 = 14;
 const NFT_MSG_NEWGEN: u16 = 15;
-/// NFT_MSG_DESTROYTABLE … NFT_MSG_DESTROYSETELEM (Linux 6.3+).
-const NFT_MSG_DESTROY: std::ops::RangeInclusive<u16> = 26..=30;
+/// The DESTROY messages (Linux 6.3+): a DEL that ignores a missing object.
+const NFT_MSG_DESTROYTABLE: u16 = 26;
+const NFT_MSG_DESTROYCHAIN: u16 = 27;
+const NFT_MSG_DESTROYRULE: u16 = 28;
+/// NFT_MSG_DESTROYTABLE … NFT_MSG_DESTROYSETELEM.
+const NFT_MSG_DESTROY: std::ops::RangeInclusive<u16> = NFT_MSG_DESTROYTABLE..=30;
 /// How long the watch pauses after its socket or a repair failed, before
 /// reading or trying again.
 const PAUSE_AFTER_FAILURE: Duration = Duration::from_secs(1);
@@ -208,8 +212,8 @@ fn seen(r: &Reply) -> Seen {
     let family = r.payload.first().copied().unwrap_or(0);
     let table = text(1).unwrap_or_default();
     let chain = match msg {
-        NFT_MSG_NEWCHAIN | NFT_MSG_DELCHAIN | 27 => text(3),
-        NFT_MSG_DELRULE | 28 => text(2),
+        NFT_MSG_NEWCHAIN | NFT_MSG_DELCHAIN | NFT_MSG_DESTROYCHAIN => text(3),
+        NFT_MSG_DELRULE | NFT_MSG_DESTROYRULE => text(2),
         _ => None,
     };
     if is_ours(family, &table, chain.as_deref(), msg) {
@@ -237,7 +241,7 @@ fn is_ours(family: u8, table: &str, chain: Option<&str>, msg: u16) -> bool {
     match family {
         INET | BRIDGE => table == "cnikit",
         IPV4 | IPV6 if table == "filter" => {
-            let table_went = msg == NFT_MSG_DELTABLE || msg == 26;
+            let table_went = msg == NFT_MSG_DELTABLE || msg == NFT_MSG_DESTROYTABLE;
             table_went || chain.is_some_and(|c| c == "FORWARD" || c.starts_with("CNI-"))
         }
         _ => false,
