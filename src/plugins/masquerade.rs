@@ -52,39 +52,41 @@ fn pod_keys(prev: &CniResult, ifname: &str) -> (Vec<IpAddr>, Vec<IpNet>) {
 /// ADD: masquerade what `result`'s addresses send anywhere but to their
 /// subnets (one atomic batch; nothing to do without addresses).
 pub fn add(fw: &dyn Firewall, req: &Request, result: &CniResult) -> Result<(), Error> {
-    if result.ips.is_empty() {
-        return Ok(());
-    }
-    let (addrs, subnets) = keys(result);
-    let att = req.attachment();
-    fw.apply(
-        masq::Op::Add {
-            att,
-            addrs,
-            subnets,
-        }
-        .into(),
-    )?;
-    Ok(())
+    send(fw, req, keys(result), |att, addrs, subnets| masq::Op::Add {
+        att,
+        addrs,
+        subnets,
+    })
 }
 
 /// CHECK: what `add` made from `prev` (the ADD's result) is still there and
 /// this attachment's; a mismatch names what is missing (CNI code 100, as
 /// portmap's CHECK). Nothing to check without addresses: ADD made nothing.
 pub fn check(fw: &dyn Firewall, req: &Request, prev: &CniResult) -> Result<(), Error> {
-    let (addrs, subnets) = pod_keys(prev, req.ifname());
-    if addrs.is_empty() {
-        return Ok(());
-    }
-    let att = req.attachment();
-    fw.apply(
-        masq::Op::Check {
+    send(
+        fw,
+        req,
+        pod_keys(prev, req.ifname()),
+        |att, addrs, subnets| masq::Op::Check {
             att,
             addrs,
             subnets,
-        }
-        .into(),
-    )?;
+        },
+    )
+}
+
+/// The operation `op` makes of the attachment and its addresses and subnets;
+/// none without addresses.
+fn send(
+    fw: &dyn Firewall,
+    req: &Request,
+    (addrs, subnets): (Vec<IpAddr>, Vec<IpNet>),
+    op: impl FnOnce(crate::firewall::Attachment, Vec<IpAddr>, Vec<IpNet>) -> masq::Op,
+) -> Result<(), Error> {
+    if addrs.is_empty() {
+        return Ok(());
+    }
+    fw.apply(op(req.attachment(), addrs, subnets).into())?;
     Ok(())
 }
 
