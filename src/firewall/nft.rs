@@ -331,38 +331,61 @@ fn verdict_chain(nest: &[u8]) -> Option<String> {
     Some(c_string(chain.value()))
 }
 
-/// The handle of the rule in one NEWRULE answer (payload after nlmsghdr) and
-/// the sets its `lookup` expressions name.
-pub(crate) fn rule_lookups(payload: &[u8]) -> Option<(u64, Vec<String>)> {
+/// What the rule in one NEWRULE answer (payload after nlmsghdr) refers to
+/// by name: the sets its `lookup` expressions name and the chains its
+/// verdicts (`immediate`: jump, goto) send to; and its handle.
+#[derive(Debug, Clone, Default, PartialEq, Eq)]
+pub(crate) struct RuleRefs {
+    pub handle: Option<u64>,
+    pub sets: Vec<String>,
+    pub chains: Vec<String>,
+}
+
+pub(crate) fn rule_refs(payload: &[u8]) -> RuleRefs {
     const NFTA_RULE_HANDLE: u16 = 3;
     const NFTA_RULE_EXPRESSIONS: u16 = 4;
-    const NFTA_EXPR_NAME: u16 = 1;
-    const NFTA_EXPR_DATA: u16 = 2;
-    const NFTA_LOOKUP_SET: u16 = 1;
-    let mut handle = None;
-    let mut sets = Vec::new();
-    for a in nlas(payload.get(NFGENMSG_LEN..)?) {
+    let mut refs = RuleRefs::default();
+    for a in nlas(payload.get(NFGENMSG_LEN..).unwrap_or_default()) {
         match a.kind() {
             NFTA_RULE_HANDLE => {
-                handle = Some(u64::from_be_bytes(a.value().get(..8)?.try_into().ok()?));
+                refs.handle = a
+                    .value()
+                    .get(..8)
+                    .and_then(|b| b.try_into().ok())
+                    .map(u64::from_be_bytes);
             }
             NFTA_RULE_EXPRESSIONS => {
-                for expr in nlas(a.value()) {
-                    let attrs: Vec<_> = nlas(expr.value()).collect();
-                    let named = |kind| attrs.iter().find(|n| n.kind() == kind);
-                    if named(NFTA_EXPR_NAME).map(|n| c_string(n.value())) != Some("lookup".into()) {
-                        continue;
-                    }
-                    let set = named(NFTA_EXPR_DATA)
-                        .and_then(|d| nlas(d.value()).find(|n| n.kind() == NFTA_LOOKUP_SET))
-                        .map(|n| c_string(n.value()));
-                    sets.extend(set);
-                }
+                nlas(a.value()).for_each(|e| expression_refs(e.value(), &mut refs))
             }
             _ => {}
         }
     }
-    Some((handle?, sets))
+    refs
+}
+
+/// The set a `lookup` expression names, or the chain an `immediate` verdict
+/// sends to, into `refs`.
+fn expression_refs(expr: &[u8], refs: &mut RuleRefs) {
+    const NFTA_EXPR_NAME: u16 = 1;
+    const NFTA_EXPR_DATA: u16 = 2;
+    const NFTA_LOOKUP_SET: u16 = 1;
+    const NFTA_IMMEDIATE_DATA: u16 = 2;
+    let attrs: Vec<_> = nlas(expr).collect();
+    let named = |kind| attrs.iter().find(|n| n.kind() == kind);
+    let data =
+        |kind| named(NFTA_EXPR_DATA).and_then(|d| nlas(d.value()).find(|n| n.kind() == kind));
+    match named(NFTA_EXPR_NAME)
+        .map(|n| c_string(n.value()))
+        .as_deref()
+    {
+        Some("lookup") => refs
+            .sets
+            .extend(data(NFTA_LOOKUP_SET).map(|n| c_string(n.value()))),
+        Some("immediate") => refs
+            .chains
+            .extend(data(NFTA_IMMEDIATE_DATA).and_then(|d| verdict_chain(d.value()))),
+        _ => {}
+    }
 }
 
 /// The attributes of a message (its payload after the nfgenmsg header):
@@ -371,30 +394,6 @@ pub(crate) fn attributes(payload: &[u8]) -> Vec<(u16, Vec<u8>)> {
     nlas(payload.get(NFGENMSG_LEN..).unwrap_or_default())
         .map(|n| (n.kind(), n.value().to_vec()))
         .collect()
-}
-
-/// The chains the verdicts (`jump`, `goto`) of the rule in one NEWRULE
-/// answer name: where a rule sends what it matches (CHECK reads it).
-pub(crate) fn rule_verdict_chains(payload: &[u8]) -> Vec<String> {
-    const NFTA_RULE_EXPRESSIONS: u16 = 4;
-    const NFTA_EXPR_NAME: u16 = 1;
-    const NFTA_EXPR_DATA: u16 = 2;
-    const NFTA_IMMEDIATE_DATA: u16 = 2;
-    let mut chains = Vec::new();
-    let rule = nlas(payload.get(NFGENMSG_LEN..).unwrap_or_default());
-    for list in rule.filter(|a| a.kind() == NFTA_RULE_EXPRESSIONS) {
-        for expr in nlas(list.value()) {
-            let attrs: Vec<_> = nlas(expr.value()).collect();
-            let named = |kind| attrs.iter().find(|n| n.kind() == kind);
-            if named(NFTA_EXPR_NAME).map(|n| c_string(n.value())) != Some("immediate".into()) {
-                continue;
-            }
-            let data = named(NFTA_EXPR_DATA)
-                .and_then(|d| nlas(d.value()).find(|n| n.kind() == NFTA_IMMEDIATE_DATA));
-            chains.extend(data.and_then(|d| verdict_chain(d.value())));
-        }
-    }
-    chains
 }
 
 /// A NUL-terminated string attribute's text.

@@ -20,13 +20,6 @@ pub(crate) enum At {
     End,
 }
 
-/// What one rule refers to by name (CHECK compares it with what it should be).
-#[derive(Debug, Clone, PartialEq, Eq)]
-pub(crate) struct RuleRefs {
-    pub sets: Vec<String>,
-    pub chains: Vec<String>,
-}
-
 impl Nft<'_> {
     /// The rules of `chain` in `t`, in order; a missing table or chain has none.
     pub(crate) fn rules(&mut self, t: Table, chain: &str) -> Result<Vec<Dumped>> {
@@ -46,12 +39,11 @@ impl Nft<'_> {
         chain: &str,
         set: &str,
     ) -> Result<Option<u64>> {
-        let rules = self.rule_answers(t, chain)?;
-        Ok(rules
-            .iter()
-            .filter_map(|r| nft::rule_lookups(r))
-            .find(|(_, sets)| sets.iter().any(|s| s == set))
-            .map(|(handle, _)| handle))
+        Ok(self
+            .rule_refs(t, chain)?
+            .into_iter()
+            .find(|r| r.sets.iter().any(|s| s == set))
+            .and_then(|r| r.handle))
     }
 
     /// From now on until the next call, each chain's rules are read once: a
@@ -64,15 +56,9 @@ impl Nft<'_> {
 
     /// Per rule of `chain`, in order: the sets it looks up and the chains
     /// its verdicts send to. A missing table or chain has no rules.
-    pub(crate) fn rule_refs(&mut self, t: Table, chain: &str) -> Result<Vec<RuleRefs>> {
+    pub(crate) fn rule_refs(&mut self, t: Table, chain: &str) -> Result<Vec<nft::RuleRefs>> {
         let rules = self.rule_answers(t, chain)?;
-        Ok(rules
-            .iter()
-            .map(|r| RuleRefs {
-                sets: nft::rule_lookups(r).map(|(_, s)| s).unwrap_or_default(),
-                chains: nft::rule_verdict_chains(r),
-            })
-            .collect())
+        Ok(rules.iter().map(|r| nft::rule_refs(r)).collect())
     }
 
     /// The NEWRULE answers (payloads) of a dump of `chain`.
