@@ -56,6 +56,16 @@ impl Ipam {
     }
 }
 
+/// cnikit keeps a network namespace's firewall records by the namespace's inode
+/// (`/run/cnikit/firewall/netns-<inode>`), and the kernel gives a deleted namespace's
+/// inode to a later one: a new test namespace must not start with the records of another
+/// test's deleted one (a repair there would replay them).
+fn forget_firewall_records_of(netns: &str) {
+    use std::os::unix::fs::MetadataExt;
+    let ino = std::fs::metadata(netns).expect("the new netns").ino();
+    let _ = std::fs::remove_dir_all(format!("/run/cnikit/firewall/netns-{ino}"));
+}
+
 /// cnikit's firewall lock (`/run/cnikit/nftables.lock`) is one file for the whole test
 /// host. A test that holds it on purpose (`firewall_lock`) runs alone with the tests that
 /// need it promptly (the repairs, which never go ahead without it); those share it.
@@ -146,6 +156,7 @@ impl TestEnv {
     pub fn netns(&self) -> Netns {
         let name = format!("cnk-{}", short_hash());
         ip(&["netns", "add", &name]);
+        forget_firewall_records_of(&format!("/run/netns/{name}"));
         ip(&["-n", &name, "link", "set", "lo", "up"]);
         lock(&self.netns).push(name.clone());
         Netns {
