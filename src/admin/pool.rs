@@ -98,22 +98,59 @@ impl DaemonClusterArgs {
 
 #[derive(Subcommand)]
 pub enum PoolCmd {
-    /// Create a cluster pool (idempotent for the same CIDR and block size).
+    /// Create a cluster pool (idempotent for the same settings).
     Create {
         name: String,
-        #[arg(long)]
-        cidr: IpNet,
+        /// The pool's address space; repeat for several CIDRs of one family.
+        #[arg(long = "cidr", required = true)]
+        cidrs: Vec<IpNet>,
         /// Prefix length of each block (default 26 for IPv4, 122 for IPv6).
         #[arg(long)]
         block_size: Option<u8>,
+        /// Reclaim a node's blocks once its etcd session has been gone this many
+        /// seconds (0: only by `release-node`).
+        #[arg(long, default_value_t = 0)]
+        reclaim_after: u64,
         #[command(flatten)]
         etcd: EtcdArgs,
     },
-    /// List the pool's claimed blocks: CIDR, owning node, addresses in use.
+    /// Change a pool live: add CIDRs, drain CIDRs, set the reclaim policy.
+    Update {
+        name: String,
+        /// A CIDR to add (no overlap with any pool); nodes claim from it at their next claim.
+        #[arg(long = "add-cidr")]
+        add_cidrs: Vec<IpNet>,
+        /// A CIDR to drain: no new block from it, its blocks take no new lease, and it
+        /// leaves the pool when its last block is released.
+        #[arg(long = "drain-cidr")]
+        drain_cidrs: Vec<IpNet>,
+        /// Seconds a node's session must be gone before its blocks are reclaimed (0: manual).
+        #[arg(long)]
+        reclaim_after: Option<u64>,
+        #[command(flatten)]
+        etcd: EtcdArgs,
+    },
+    /// The pool's CIDRs, usage, and blocks with owner, state and addresses in use.
     Show {
         name: String,
         #[arg(long)]
         json: bool,
+        #[command(flatten)]
+        etcd: EtcdArgs,
+    },
+    /// Check the pool against etcd and this node's leases (read as `ipamd leases` reads
+    /// them); exits 1 when anything is found.
+    Check {
+        name: String,
+        /// This node's name in the pools (default: the host name).
+        #[arg(long)]
+        node: Option<String>,
+        #[arg(long)]
+        json: bool,
+        #[arg(long, default_value = "/run/cnikit/ipamd.sock")]
+        socket: PathBuf,
+        #[arg(long, default_value = "/var/lib/cni/ipamd")]
+        data_dir: PathBuf,
         #[command(flatten)]
         etcd: EtcdArgs,
     },
@@ -140,19 +177,46 @@ pub fn run(cmd: PoolCmd) -> Result<(), String> {
     let (etcd, cmd, json) = match cmd {
         PoolCmd::Create {
             name,
-            cidr,
+            cidrs,
             block_size,
+            reclaim_after,
             etcd,
-        } => (
-            etcd,
-            PoolCommand::Create {
+        } => {
+            let create = PoolCommand::Create {
                 name,
-                cidr,
+                cidrs,
                 block_size,
-            },
-            false,
-        ),
+                reclaim_after,
+            };
+            (etcd, create, false)
+        }
+        PoolCmd::Update {
+            name,
+            add_cidrs,
+            drain_cidrs,
+            reclaim_after,
+            etcd,
+        } => {
+            if add_cidrs.is_empty() && drain_cidrs.is_empty() && reclaim_after.is_none() {
+                return Err("pool update needs --add-cidr, --drain-cidr or --reclaim-after".into());
+            }
+            let update = PoolCommand::Update {
+                name,
+                add_cidrs,
+                drain_cidrs,
+                reclaim_after,
+            };
+            (etcd, update, false)
+        }
         PoolCmd::Show { name, json, etcd } => (etcd, PoolCommand::Show { name }, json),
+        PoolCmd::Check {
+            name,
+            node,
+            json,
+            socket,
+            data_dir,
+            etcd,
+        } => return check(&etcd, &name, node, json, (&socket, &data_dir)),
         PoolCmd::Delete { name, etcd } => (etcd, PoolCommand::Delete { name }, false),
         PoolCmd::ReleaseNode {
             name,
@@ -165,9 +229,16 @@ pub fn run(cmd: PoolCmd) -> Result<(), String> {
     match outcome {
         PoolOutcome::Created(p) => {
             println!(
-                "pool {} {} (blocks /{}) created",
-                p.name, p.cidr, p.block_size
+                "pool {} {} (blocks /{}, reclaim after {}) created",
+                p.name,
+                cidrs(&p.cidrs),
+                p.block_size,
+                reclaim(p.reclaim_after)
             );
+        }
+        PoolOutcome::Updated(p) => {
+            println!("pool {} updated", p.name);
+            print_pool(&p);
         }
         PoolOutcome::Shown(p) if json => {
             let text = serde_json::to_string_pretty(&p).map_err(|e| e.to_string())?;
@@ -190,16 +261,104 @@ pub fn run(cmd: PoolCmd) -> Result<(), String> {
     Ok(())
 }
 
+fn cidrs(list: &[IpNet]) -> String {
+    let all: Vec<String> = list.iter().map(ToString::to_string).collect();
+    all.join(",")
+}
+
+fn reclaim(seconds: u64) -> String {
+    if seconds == 0 {
+        "manual (release-node)".into()
+    } else {
+        format!("{seconds} s without a session")
+    }
+}
+
 fn print_pool(p: &PoolShow) {
+    let u = &p.usage;
+    let draining = if p.draining.is_empty() {
+        String::new()
+    } else {
+        format!(" (draining {})", cidrs(&p.draining))
+    };
     println!(
-        "pool {} {} blocks /{}: {} claimed",
+        "pool {} {}{draining} blocks /{}, reclaim {}",
         p.name,
-        p.cidr,
+        cidrs(&p.cidrs),
         p.block_size,
-        p.blocks.len()
+        reclaim(p.reclaim_after)
     );
-    println!("{:<44} {:<30} IN USE", "BLOCK", "NODE");
+    println!(
+        "usage: {} of {} addresses allocated ({:.1} %), {} free; blocks: {} of {} owned, {} quarantined, {} free",
+        u.allocated,
+        u.addresses,
+        u.percent,
+        u.free,
+        u.blocks_owned,
+        u.blocks,
+        u.blocks_quarantined,
+        u.blocks_free
+    );
+    println!(
+        "{:<44} {:<24} {:<12} {:>6}  STATE",
+        "BLOCK", "NODE", "NETWORK", "IN USE"
+    );
     for b in &p.blocks {
-        println!("{:<44} {:<30} {}", b.cidr.to_string(), b.node, b.in_use);
+        let mut state = b.state.clone();
+        if let Some(s) = b.absent_for_seconds {
+            state.push_str(&format!(" (no session for {s} s)"));
+        }
+        if let Some(from) = &b.reclaimed_from {
+            state.push_str(&format!(" (from {from})"));
+        }
+        if b.draining {
+            state.push_str(", draining");
+        }
+        println!(
+            "{:<44} {:<24} {:<12} {:>6}  {state}",
+            b.cidr.to_string(),
+            b.node,
+            b.network,
+            b.in_use
+        );
+    }
+}
+
+/// `pool check`: the report, and exit status 1 when it found anything.
+fn check(
+    etcd: &EtcdArgs,
+    name: &str,
+    node: Option<String>,
+    json: bool,
+    (socket, data_dir): (&std::path::Path, &std::path::Path),
+) -> Result<(), String> {
+    let node = match node {
+        Some(n) => n,
+        None => ipamd::cluster::hostname().map_err(|e| e.to_string())?,
+    };
+    let client = ipamd::client::Client::new(socket, data_dir);
+    let report =
+        ipamd::cluster::check_pool_store(&etcd.options()?, name, &node, || client.leases(None))
+            .map_err(|e| e.to_string())?;
+    if json {
+        let text = serde_json::to_string_pretty(&report).map_err(|e| e.to_string())?;
+        println!("{text}");
+    } else {
+        for f in &report.findings {
+            println!("{}: {}", f.kind, f.detail);
+        }
+        println!(
+            "pool {} from node {}: {} block(s), {} lease(s) here, {} finding(s)",
+            report.pool,
+            report.node,
+            report.blocks,
+            report.leases,
+            report.findings.len()
+        );
+    }
+    if report.findings.is_empty() {
+        Ok(())
+    } else {
+        std::process::exit(1)
     }
 }

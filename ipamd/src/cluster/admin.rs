@@ -4,12 +4,11 @@
 use std::collections::BTreeMap;
 
 use ipnet::IpNet;
-use serde::Serialize;
 
-use super::etcd::{patiently, Etcd};
-use super::{
-    block_key, blocks, blocks_prefix, node_key, pool_key, BlockRecord, EtcdOptions, PoolSpec,
-};
+use super::etcd::{patiently, Etcd, Guard, Write};
+use super::records::{encode, PoolSpec};
+use super::show::{live_nodes, not_found, read_blocks, read_pools, read_spec, show, PoolShow};
+use super::{block_key, blocks, node_key, pool_key, poolset_key, EtcdOptions};
 use crate::{Error, ErrorKind};
 
 /// One pool command.
@@ -17,9 +16,17 @@ use crate::{Error, ErrorKind};
 pub enum PoolCommand {
     Create {
         name: String,
-        cidr: IpNet,
+        cidrs: Vec<IpNet>,
         /// Default: /26 for IPv4, /122 for IPv6 (64 addresses either way).
         block_size: Option<u8>,
+        /// Seconds; 0 = manual only.
+        reclaim_after: u64,
+    },
+    Update {
+        name: String,
+        add_cidrs: Vec<IpNet>,
+        drain_cidrs: Vec<IpNet>,
+        reclaim_after: Option<u64>,
     },
     Show {
         name: String,
@@ -34,28 +41,11 @@ pub enum PoolCommand {
     },
 }
 
-/// `pool show --json`: `{"name", "cidr", "blockSize", "blocks": [{"cidr", "node", "inUse"}]}`.
-#[derive(Debug, Clone, PartialEq, Eq, Serialize)]
-#[serde(rename_all = "camelCase")]
-pub struct PoolShow {
-    pub name: String,
-    pub cidr: IpNet,
-    pub block_size: u8,
-    pub blocks: Vec<BlockShow>,
-}
-
-#[derive(Debug, Clone, PartialEq, Eq, Serialize)]
-#[serde(rename_all = "camelCase")]
-pub struct BlockShow {
-    pub cidr: IpNet,
-    pub node: String,
-    pub in_use: u64,
-}
-
 /// What a command did, for the CLI to print.
 #[derive(Debug, Clone)]
 pub enum PoolOutcome {
     Created(PoolShow),
+    Updated(PoolShow),
     Shown(PoolShow),
     Deleted {
         name: String,
@@ -90,14 +80,39 @@ async fn run(etcd: &Etcd, cmd: PoolCommand) -> Result<PoolOutcome, Error> {
     match cmd {
         PoolCommand::Create {
             name,
-            cidr,
+            cidrs,
             block_size,
+            reclaim_after,
         } => {
+            let spec = new_spec(cidrs, block_size, reclaim_after)?;
             let what = format!("pool create {name}");
-            patiently(&what, || create(etcd, &name, cidr, block_size)).await
+            patiently(&what, || create(etcd, &name, &spec)).await
+        }
+        PoolCommand::Update {
+            name,
+            add_cidrs,
+            drain_cidrs,
+            reclaim_after,
+        } => {
+            let change = Change {
+                add: add_cidrs,
+                drain: drain_cidrs,
+                reclaim_after,
+            };
+            patiently(&format!("pool update {name}"), || {
+                update(etcd, &name, &change)
+            })
+            .await?;
+            // Drains with no block left finish now; the others when their last block goes.
+            patiently(&format!("pool update {name}"), || {
+                finish_drains(etcd, &name)
+            })
+            .await?;
+            let shown = patiently(&format!("pool {name}"), || show(etcd, &name)).await?;
+            Ok(PoolOutcome::Updated(shown))
         }
         PoolCommand::Show { name } => {
-            let (shown, _) = patiently(&format!("pool {name}"), || show(etcd, &name)).await?;
+            let shown = patiently(&format!("pool {name}"), || show(etcd, &name)).await?;
             Ok(PoolOutcome::Shown(shown))
         }
         PoolCommand::Delete { name } => {
@@ -127,146 +142,196 @@ async fn run(etcd: &Etcd, cmd: PoolCommand) -> Result<PoolOutcome, Error> {
     }
 }
 
-async fn create(
-    etcd: &Etcd,
-    name: &str,
-    cidr: IpNet,
+fn new_spec(
+    cidrs: Vec<IpNet>,
     block_size: Option<u8>,
-) -> Result<PoolOutcome, Error> {
-    super::check_pool(name)?;
-    let default = if cidr.addr().is_ipv4() {
+    reclaim_after: u64,
+) -> Result<PoolSpec, Error> {
+    let Some(first) = cidrs.first() else {
+        return Err(Error::invalid("pool create needs --cidr"));
+    };
+    let default = if first.addr().is_ipv4() {
         super::DEFAULT_BLOCK_SIZE_V4
     } else {
         super::DEFAULT_BLOCK_SIZE_V6
     };
     let spec = PoolSpec {
-        cidr,
+        cidrs,
         block_size: block_size.unwrap_or(default),
+        reclaim_after,
+        draining: Vec::new(),
     };
     blocks::check_spec(&spec)?;
-    let pools = etcd.list(&format!("{}/pools/", super::PREFIX)).await?;
-    for kv in &pools {
-        let Some(other) = kv.key.strip_prefix(&format!("{}/pools/", super::PREFIX)) else {
+    Ok(spec)
+}
+
+/// Refuse `spec` for pool `name` if one of its CIDRs overlaps another pool's; returns the
+/// version of the pool-set key read first, which the write then compares: a create or
+/// update of another pool in between (the only way a new overlap can appear) fails it.
+async fn check_overlaps(etcd: &Etcd, name: &str, spec: &PoolSpec) -> Result<i64, Error> {
+    let version = etcd.get(&poolset_key()).await?.map_or(0, |kv| kv.version);
+    for (other, o) in read_pools(etcd).await? {
+        if other == name {
             continue;
-        };
-        if other.contains('/') {
-            continue; // a block, not a pool
         }
-        if let Ok(o) = serde_json::from_slice::<PoolSpec>(&kv.value) {
-            if other != name
-                && (o.cidr.contains(&cidr.network()) || cidr.contains(&o.cidr.network()))
-            {
+        for c in &spec.cidrs {
+            if let Some(oc) = o.cidrs.iter().find(|oc| blocks::overlap(c, oc)) {
                 return Err(Error::invalid(format!(
-                    "--cidr {cidr} overlaps pool {other} ({}): one address must belong to one pool",
-                    o.cidr
+                    "--cidr {c} overlaps pool {other} ({oc}): one address must belong to one pool"
                 )));
             }
         }
     }
-    let value = encode(&spec)?;
-    if etcd.create(&pool_key(name), value, &[]).await?.is_none() {
-        let existing = read_spec(etcd, name).await?;
-        if existing.as_ref().map(|(s, _)| s) == Some(&spec) {
-            // Same pool again: creating is idempotent, so scripts can run it twice.
-            return Ok(PoolOutcome::Created(show(etcd, name).await?.0));
+    Ok(version)
+}
+
+/// Write the pool's spec if the pool key is as `pool_guard` says and no pool was created or
+/// updated since `poolset` was read; whether it was written.
+async fn write_spec(
+    etcd: &Etcd,
+    name: &str,
+    spec: &PoolSpec,
+    pool_guard: Guard,
+    poolset: i64,
+) -> Result<bool, Error> {
+    let guards = [pool_guard, Guard::Version(poolset_key(), poolset)];
+    let writes = vec![
+        Write::Put(poolset_key(), Vec::new(), 0),
+        Write::Put(pool_key(name), encode(spec)?, 0),
+    ];
+    let key = pool_key(name);
+    Ok(etcd
+        .write_if("write", &key, &guards, writes)
+        .await?
+        .is_some())
+}
+
+async fn create(etcd: &Etcd, name: &str, spec: &PoolSpec) -> Result<PoolOutcome, Error> {
+    super::check_pool(name)?;
+    for _ in 0..5 {
+        let poolset = check_overlaps(etcd, name, spec).await?;
+        if write_spec(etcd, name, spec, Guard::Absent(pool_key(name)), poolset).await? {
+            return Ok(PoolOutcome::Created(show(etcd, name).await?));
         }
-        let what = existing
-            .map(|(s, _)| format!("{} with --block-size {}", s.cidr, s.block_size))
-            .unwrap_or_else(|| "something else".into());
+        let Some((existing, _)) = read_spec(etcd, name).await? else {
+            continue; // another pool changed meanwhile: check the overlaps again
+        };
+        if existing == *spec {
+            // Same pool again: creating is idempotent, so scripts can run it twice.
+            return Ok(PoolOutcome::Created(show(etcd, name).await?));
+        }
         return Err(Error::new(
             ErrorKind::Conflict,
-            format!("pool {name} already exists as {what}; delete it first to change it"),
+            format!(
+                "pool {name} already exists as {} with --block-size {} and --reclaim-after {}; change it with `cnikit ipamd pool update`",
+                existing.cidr_list(),
+                existing.block_size,
+                existing.reclaim_after
+            ),
         ));
     }
-    Ok(PoolOutcome::Created(show(etcd, name).await?.0))
+    Err(busy(name))
 }
 
-/// The pool's spec and the create revision of its key.
-pub(crate) async fn read_spec(etcd: &Etcd, name: &str) -> Result<Option<(PoolSpec, i64)>, Error> {
-    let Some(kv) = etcd.get(&pool_key(name)).await? else {
-        return Ok(None);
-    };
-    let spec: PoolSpec = serde_json::from_slice(&kv.value).map_err(|e| {
-        Error::internal(format!(
-            "etcd key {} holds no pool spec ({e}); fix or delete it with etcdctl",
-            kv.key
-        ))
-    })?;
-    Ok(Some((spec, kv.create_revision)))
-}
-
-/// A claimed block as read from etcd.
-#[derive(Debug, Clone)]
-pub(crate) struct ClaimedBlock {
-    pub cidr: IpNet,
-    pub record: BlockRecord,
-    pub mod_revision: i64,
-}
-
-/// The pool's claimed blocks (unparsable keys are reported and skipped: they are not ours).
-pub(crate) async fn read_blocks(etcd: &Etcd, name: &str) -> Result<Vec<ClaimedBlock>, Error> {
-    let prefix = blocks_prefix(name);
-    let mut out = Vec::new();
-    for kv in etcd.list(&prefix).await? {
-        let cidr = kv.key.strip_prefix(&prefix).and_then(|c| c.parse().ok());
-        let record = serde_json::from_slice::<BlockRecord>(&kv.value).ok();
-        match (cidr, record) {
-            (Some(cidr), Some(record)) => out.push(ClaimedBlock {
-                cidr,
-                record,
-                mod_revision: kv.mod_revision,
-            }),
-            _ => crate::log_at!(
-                crate::log::Level::Warn,
-                "etcd key {} is not a block record; ignored",
-                kv.key
-            ),
-        }
-    }
-    Ok(out)
-}
-
-fn not_found(name: &str) -> Error {
+fn busy(name: &str) -> Error {
     Error::new(
-        ErrorKind::NotFound,
-        format!("pool {name} does not exist (create it with `cnikit ipamd pool create {name} --cidr CIDR`)"),
+        ErrorKind::Unavailable,
+        format!("pool {name}: other pools kept changing while writing it; try again"),
     )
 }
 
-async fn show(etcd: &Etcd, name: &str) -> Result<(PoolShow, i64), Error> {
-    super::check_pool(name)?;
-    let Some((spec, rev)) = read_spec(etcd, name).await? else {
-        return Err(not_found(name));
-    };
-    let mut blocks = read_blocks(etcd, name).await?;
-    blocks.sort_by_key(|b| blocks::index_of(&spec, &b.cidr));
-    Ok((
-        PoolShow {
-            name: name.to_string(),
-            cidr: spec.cidr,
-            block_size: spec.block_size,
-            blocks: blocks
-                .into_iter()
-                .map(|b| BlockShow {
-                    cidr: b.cidr,
-                    node: b.record.node,
-                    in_use: b.record.in_use,
-                })
-                .collect(),
-        },
-        rev,
-    ))
+/// What `pool update` changes.
+struct Change {
+    add: Vec<IpNet>,
+    drain: Vec<IpNet>,
+    reclaim_after: Option<u64>,
 }
 
-/// Nodes whose session key exists (their daemon runs, or died less than a TTL ago).
-async fn live_nodes(etcd: &Etcd) -> Result<Vec<String>, Error> {
-    let prefix = node_key("");
-    Ok(etcd
-        .list(&prefix)
-        .await?
-        .into_iter()
-        .filter_map(|kv| kv.key.strip_prefix(&prefix).map(str::to_string))
-        .collect())
+impl Change {
+    fn apply(&self, spec: &mut PoolSpec) -> Result<(), Error> {
+        for c in &self.add {
+            if spec.cidrs.contains(c) {
+                // Adding a draining CIDR again takes it back into service.
+                spec.draining.retain(|d| d != c);
+            } else {
+                spec.cidrs.push(*c);
+            }
+        }
+        for c in &self.drain {
+            if !spec.cidrs.contains(c) {
+                return Err(Error::invalid(format!(
+                    "--drain-cidr {c} is not one of the pool's CIDRs ({})",
+                    spec.cidr_list()
+                )));
+            }
+            if !spec.draining.contains(c) {
+                spec.draining.push(*c);
+            }
+        }
+        if let Some(r) = self.reclaim_after {
+            spec.reclaim_after = r;
+        }
+        blocks::check_spec(spec)
+    }
+}
+
+async fn update(etcd: &Etcd, name: &str, change: &Change) -> Result<(), Error> {
+    super::check_pool(name)?;
+    for _ in 0..5 {
+        let Some((mut spec, rev)) = read_spec(etcd, name).await? else {
+            return Err(not_found(name));
+        };
+        let before = spec.clone();
+        change.apply(&mut spec)?;
+        if spec == before {
+            return Ok(());
+        }
+        let poolset = check_overlaps(etcd, name, &spec).await?;
+        let guard = Guard::ModRevision(pool_key(name), rev);
+        if write_spec(etcd, name, &spec, guard, poolset).await? {
+            return Ok(());
+        }
+    }
+    Err(busy(name))
+}
+
+/// Remove from the pool each draining CIDR no block lies in any more, after deleting the
+/// quarantined blocks there (nothing claims them again). A claim cannot add a block to a
+/// CIDR whose drain was written before its read of the blocks: claims compare the pool
+/// key's revision. Returns the CIDRs removed.
+pub(crate) async fn finish_drains(etcd: &Etcd, name: &str) -> Result<Vec<IpNet>, Error> {
+    let Some((mut spec, rev)) = read_spec(etcd, name).await? else {
+        return Ok(Vec::new());
+    };
+    if spec.draining.is_empty() {
+        return Ok(Vec::new());
+    }
+    let claimed = read_blocks(etcd, name).await?;
+    let mut done = Vec::new();
+    for d in spec.draining.clone() {
+        let mut left = false;
+        for b in claimed.iter().filter(|b| d.contains(&b.cidr)) {
+            let gone = b.record.reclaimed.is_some()
+                && etcd
+                    .delete_if(&block_key(name, &b.cidr), b.mod_revision)
+                    .await?;
+            left |= !gone;
+        }
+        if !left {
+            done.push(d);
+        }
+    }
+    if done.is_empty() {
+        return Ok(done);
+    }
+    spec.cidrs.retain(|c| !done.contains(c));
+    spec.draining.retain(|c| !done.contains(c));
+    let guards = [Guard::ModRevision(pool_key(name), rev)];
+    let writes = vec![Write::Put(pool_key(name), encode(&spec)?, 0)];
+    let written = etcd
+        .write_if("drain", &pool_key(name), &guards, writes)
+        .await?;
+    Ok(if written.is_some() { done } else { Vec::new() })
 }
 
 /// `deleting`: set to the number of blocks going with the pool just before the delete is
@@ -360,8 +425,4 @@ async fn release_node(
         }
     }
     Ok(())
-}
-
-pub(crate) fn encode<T: Serialize>(v: &T) -> Result<Vec<u8>, Error> {
-    serde_json::to_vec(v).map_err(|e| Error::internal(format!("cannot encode: {e}")))
 }

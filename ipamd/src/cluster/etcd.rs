@@ -53,13 +53,46 @@ pub(crate) struct Etcd {
     pub(crate) stats: Arc<EtcdStats>,
 }
 
-/// A condition of [`Etcd::create`].
+/// A condition of a conditional write ([`Etcd::write_if`]).
 #[derive(Debug, Clone)]
 pub(crate) enum Guard {
-    /// The key exists and was created at this revision (not deleted and re-created since).
-    CreateRevision(String, i64),
+    /// The key does not exist.
+    Absent(String),
+    /// The key was last changed at this revision (0: it does not exist).
+    ModRevision(String, i64),
     /// The key exists and is attached to this lease (a node's live session).
     Lease(String, i64),
+    /// The key has been written this many times since created (0: it does not exist).
+    Version(String, i64),
+}
+
+impl Guard {
+    fn compare(&self) -> Compare {
+        match self {
+            Guard::Absent(k) => Compare::create_revision(k.as_str(), CompareOp::Equal, 0),
+            Guard::ModRevision(k, rev) => Compare::mod_revision(k.as_str(), CompareOp::Equal, *rev),
+            Guard::Lease(k, lease) => Compare::lease(k.as_str(), CompareOp::Equal, *lease),
+            Guard::Version(k, v) => Compare::version(k.as_str(), CompareOp::Equal, *v),
+        }
+    }
+}
+
+/// One write of a conditional write.
+#[derive(Debug, Clone)]
+pub(crate) enum Write {
+    /// Put key = value, attached to the lease when not 0.
+    Put(String, Vec<u8>, i64),
+    Delete(String),
+}
+
+impl Write {
+    fn op(self) -> TxnOp {
+        match self {
+            Write::Put(k, v, 0) => TxnOp::put(k, v, None),
+            Write::Put(k, v, lease) => TxnOp::put(k, v, Some(PutOptions::new().with_lease(lease))),
+            Write::Delete(k) => TxnOp::delete(k, None),
+        }
+    }
 }
 
 /// One key read from etcd.
@@ -68,7 +101,7 @@ pub(crate) struct Kv {
     pub key: String,
     pub value: Vec<u8>,
     pub mod_revision: i64,
-    pub create_revision: i64,
+    pub version: i64,
     pub lease: i64,
 }
 
@@ -78,7 +111,7 @@ impl From<&KeyValue> for Kv {
             key: String::from_utf8_lossy(kv.key()).into_owned(),
             value: kv.value().to_vec(),
             mod_revision: kv.mod_revision(),
-            create_revision: kv.create_revision(),
+            version: kv.version(),
             lease: kv.lease(),
         }
     }
@@ -169,34 +202,31 @@ impl Etcd {
         Ok(resp.kvs().iter().map(Kv::from).collect())
     }
 
-    /// Put `key` = `value`, attached to `lease` when not 0.
-    pub(crate) async fn put(&self, key: &str, value: Vec<u8>, lease: i64) -> Result<(), Error> {
-        let mut c = self.client.kv_client();
-        let opts = (lease != 0).then(|| PutOptions::new().with_lease(lease));
-        self.call("put", key, c.put(key, value, opts)).await?;
-        Ok(())
-    }
-
-    /// Create `key` only if it does not exist and every guard holds. Returns the revision
-    /// of the new key, or None when some condition failed.
-    pub(crate) async fn create(
+    /// Create `key` on `lease` if it is absent; whether it was created.
+    pub(crate) async fn create_on_lease(
         &self,
         key: &str,
         value: Vec<u8>,
+        lease: i64,
+    ) -> Result<bool, Error> {
+        let guards = [Guard::Absent(key.to_string())];
+        let put = vec![Write::Put(key.to_string(), value, lease)];
+        Ok(self.write_if("create", key, &guards, put).await?.is_some())
+    }
+
+    /// `writes` in one transaction, done only when every guard holds. Returns the revision
+    /// the writes made, or None when some guard failed (and nothing was written); `op` and
+    /// `key` name the call in its errors.
+    pub(crate) async fn write_if(
+        &self,
+        op: &str,
+        key: &str,
         guards: &[Guard],
+        writes: Vec<Write>,
     ) -> Result<Option<i64>, Error> {
-        let mut when = vec![Compare::create_revision(key, CompareOp::Equal, 0)];
-        for g in guards {
-            when.push(match g {
-                Guard::CreateRevision(k, rev) => {
-                    Compare::create_revision(k.as_str(), CompareOp::Equal, *rev)
-                }
-                Guard::Lease(k, lease) => Compare::lease(k.as_str(), CompareOp::Equal, *lease),
-            });
-        }
-        let resp = self
-            .txn("create", key, when, vec![TxnOp::put(key, value, None)])
-            .await?;
+        let when = guards.iter().map(Guard::compare).collect();
+        let ops = writes.into_iter().map(Write::op).collect();
+        let resp = self.txn(op, key, when, ops).await?;
         Ok(new_revision(&resp))
     }
 

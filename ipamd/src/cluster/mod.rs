@@ -5,48 +5,66 @@
 //! Key layout in etcd (values are JSON):
 //!
 //! ```text
-//! /cnikit/pools/<pool>                  {"cidr", "blockSize"}            the pool (PoolSpec)
-//! /cnikit/pools/<pool>/blocks/<cidr>    {"node", "network", "inUse"}     a claimed block
-//! /cnikit/nodes/<node>                  {"node", "pid", "since"}         the node's session,
-//!                                                                        attached to its lease
+//! /cnikit/pools/<pool>                {"cidr","cidrs","blockSize","reclaimAfter","draining"}
+//! /cnikit/pools/<pool>/blocks/<cidr>  {"node","network","inUse"}  a block a node owns, or
+//!                                     {"node":"","reclaimed":{"from","atMs"}}  quarantined
+//! /cnikit/nodes/<node>                {"node","pid","since"}  the node's session, on its lease
+//! /cnikit/absent/<node>               {"sinceMs"}   the reclaimer saw the node's session gone
+//! /cnikit/reclaimer                   {"node"}      the one daemon reclaiming, on its lease
+//! /cnikit/poolset                     a counter every pool create/update bumps
 //! ```
 //!
 //! Rules, and why:
-//! - A block exists in etcd only while some node owns it; claiming is a transaction that
-//!   creates the key only if it does not exist and the pool key is the one the claimer read
-//!   (same create revision). That transaction is the only arbiter: two nodes can never both
-//!   own a block, whatever their clocks or caches say.
+//! - Claiming is a transaction that writes the block key only if it is absent (or is the
+//!   quarantined record read), the pool key is unchanged since read, and the claimer's
+//!   session key is on its live lease. That transaction is the only arbiter: two nodes can
+//!   never both own a block, whatever their clocks or caches say.
 //! - Blocks are not attached to the node's lease: a partitioned node keeps serving its pods'
-//!   addresses, so no timer may free its blocks. Only `pool release-node` does, and only
-//!   once the node's session key (which is attached to the lease) has expired.
+//!   addresses, so etcd never frees them by itself. A block is reclaimed only by the
+//!   reclaimer (`reclaim`), only after its node's session has been seen gone for the pool's
+//!   `reclaimAfter`, in a transaction that holds only if the session is still absent, the
+//!   absence marker and the block unchanged; or by `pool release-node`.
+//! - Fencing (`fence`): a node that could not renew its session stops handing out new
+//!   addresses once the session could have expired, and after a new session confirms each
+//!   block is still its own before allocating from it again. A reclaimed block is
+//!   quarantined: claimed again only when no free block is left, oldest first.
 //! - A block belongs to one (node, network): the network's store on that node is the only
 //!   one allocating in it, so one block never feeds two stores.
 //! - `inUse` is what the owning node last pushed (it catches up within seconds); it is
 //!   informational, except that `pool delete` refuses while any block is in use.
 //!
-//! Modules: `etcd` (the client with a timeout on every call, error mapping, metrics),
-//! `blocks` (block arithmetic), `admin` (`cnikit ipamd pool …`), `node` (the daemon's view:
-//! session, owned blocks, claims), `tasks` (keep-alive, usage push, release of empty blocks).
+//! Modules: `records` (the etcd values), `etcd` (the client with a timeout on every call,
+//! error mapping, metrics), `blocks` (block arithmetic), `admin` (`cnikit ipamd pool …`),
+//! `show` (a pool's blocks, states and usage), `check` (`pool check`), `node` (the daemon's
+//! view: owned blocks, claims), `fence` (the session's standing), `tasks` (session
+//! keep-alive, usage push, release of empty blocks), `reclaim` (the reclaimer), `metrics`.
 
 mod admin;
 mod blocks;
+mod check;
+mod claim;
 mod etcd;
+mod fence;
+mod metrics;
 mod node;
+mod reclaim;
+mod records;
+mod show;
 mod tasks;
 
 use std::future::Future;
 use std::path::PathBuf;
 use std::time::Duration;
 
-use ipnet::IpNet;
-use serde::{Deserialize, Serialize};
-
 use crate::api::{AllocateRequest, Allocation};
 use crate::config::RangeSet;
 use crate::Error;
 
-pub use admin::{pool_command, BlockShow, PoolCommand, PoolOutcome, PoolShow};
+pub use admin::{pool_command, PoolCommand, PoolOutcome};
+pub use check::{check_pool_store, CheckReport};
 pub(crate) use node::Node;
+pub use records::{BlockRecord, PoolSpec, Reclaimed};
+pub use show::{BlockShow, PoolShow, Usage};
 pub(crate) use tasks::spawn;
 
 /// Where everything lives in etcd.
@@ -96,25 +114,6 @@ pub struct ClusterOptions {
     pub block_release_after: Duration,
 }
 
-/// A pool as stored under `/cnikit/pools/<pool>`.
-#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
-#[serde(rename_all = "camelCase")]
-pub struct PoolSpec {
-    pub cidr: IpNet,
-    pub block_size: u8,
-}
-
-/// A claimed block as stored under `/cnikit/pools/<pool>/blocks/<cidr>`.
-#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
-#[serde(rename_all = "camelCase")]
-pub struct BlockRecord {
-    pub node: String,
-    /// The CNI network whose store on `node` allocates in this block.
-    pub network: String,
-    #[serde(default)]
-    pub in_use: u64,
-}
-
 /// The store the daemon allocates from: the cluster code runs the lease operations through
 /// it (the daemon's registry implements it), so this module needs nothing of the server.
 pub(crate) trait LocalStore: Send + Sync + 'static {
@@ -139,63 +138,6 @@ pub(crate) trait LocalStore: Send + Sync + 'static {
         &self,
         network: &str,
     ) -> impl Future<Output = Result<Vec<std::net::IpAddr>, Error>> + Send;
-}
-
-impl Node {
-    /// The cluster's /metrics families (Prometheus text).
-    pub(crate) async fn render_metrics(&self) -> String {
-        use crate::prometheus::{family, histogram, single};
-        use std::sync::atomic::Ordering::Relaxed;
-        let owned = self.blocks_owned().await;
-        let st = &self.etcd.stats;
-        let mut out = String::new();
-        let help = "Pool blocks this node allocates from.";
-        single(&mut out, "ipamd_cluster_blocks_owned", "gauge", help, owned);
-        let c = &self.counters;
-        for (name, help, v) in [
-            (
-                "ipamd_cluster_block_claims_total",
-                "Blocks claimed in etcd.",
-                c.claims.load(Relaxed),
-            ),
-            (
-                "ipamd_cluster_block_releases_total",
-                "Empty blocks given back.",
-                c.releases.load(Relaxed),
-            ),
-            (
-                "ipamd_cluster_blocks_lost_total",
-                "Blocks found taken from this node (release-node --force).",
-                c.lost.load(Relaxed),
-            ),
-            (
-                "ipamd_cluster_etcd_requests_total",
-                "etcd calls.",
-                st.calls.load(Relaxed),
-            ),
-            (
-                "ipamd_cluster_etcd_errors_total",
-                "etcd calls that failed or timed out.",
-                st.errors.load(Relaxed),
-            ),
-        ] {
-            single(&mut out, name, "counter", help, v);
-        }
-        let name = "ipamd_cluster_etcd_latency_seconds";
-        family(&mut out, name, "histogram", "Latency of etcd calls.");
-        // Buckets before the count: a call is counted before its bucket, so a call that
-        // ends during the scrape cannot make a bucket exceed +Inf.
-        let buckets: Vec<(f64, u64)> = (st.buckets.iter().zip(etcd::BUCKETS_MS))
-            .map(|(b, le_ms)| (le_ms as f64 / 1000.0, b.load(Relaxed)))
-            .collect();
-        let calls = st.calls.load(Relaxed);
-        let sum = st.latency_us.load(Relaxed) as f64 / 1e6;
-        histogram(&mut out, name, "", buckets, calls, sum);
-        let up = u8::from(self.session.load(Relaxed) != 0);
-        let help = "1 while this node holds an etcd session.";
-        single(&mut out, "ipamd_cluster_session_up", "gauge", help, up);
-        out
-    }
 }
 
 /// This machine's host name: the default `--node`.
@@ -247,12 +189,27 @@ pub(crate) fn blocks_prefix(pool: &str) -> String {
     format!("{PREFIX}/pools/{pool}/blocks/")
 }
 
-pub(crate) fn block_key(pool: &str, block: &IpNet) -> String {
+pub(crate) fn block_key(pool: &str, block: &ipnet::IpNet) -> String {
     format!("{}{block}", blocks_prefix(pool))
 }
 
 pub(crate) fn node_key(node: &str) -> String {
     format!("{PREFIX}/nodes/{node}")
+}
+
+pub(crate) fn absent_key(node: &str) -> String {
+    format!("{PREFIX}/absent/{node}")
+}
+
+/// Held by the one daemon that reclaims, attached to its session's lease.
+pub(crate) fn reclaimer_key() -> String {
+    format!("{PREFIX}/reclaimer")
+}
+
+/// Bumped by every pool create and update, which compare its version: two commands
+/// adding overlapping CIDRs to two pools at once cannot both succeed.
+pub(crate) fn poolset_key() -> String {
+    format!("{PREFIX}/poolset")
 }
 
 #[cfg(test)]
@@ -261,7 +218,7 @@ mod tests {
 
     #[test]
     fn keys_are_the_documented_layout() {
-        let b: IpNet = "10.1.0.64/26".parse().unwrap();
+        let b: ipnet::IpNet = "10.1.0.64/26".parse().unwrap();
         assert_eq!(pool_key("p"), "/cnikit/pools/p");
         assert_eq!(block_key("p", &b), "/cnikit/pools/p/blocks/10.1.0.64/26");
         assert_eq!(node_key("n1"), "/cnikit/nodes/n1");
@@ -276,18 +233,5 @@ mod tests {
         assert!(check_node("a/b").is_err());
         assert!(check_pool("v4pool").is_ok());
         assert!(check_pool("a/b").is_err());
-    }
-
-    #[test]
-    fn block_record_json_shape() {
-        let r = BlockRecord {
-            node: "n1".into(),
-            network: "pods".into(),
-            in_use: 3,
-        };
-        assert_eq!(
-            serde_json::to_string(&r).unwrap(),
-            r#"{"node":"n1","network":"pods","inUse":3}"#
-        );
     }
 }

@@ -1,25 +1,25 @@
-//! The daemon's side of the pools: this node's etcd session, the blocks it owns per (pool,
-//! network), and claiming a block when an allocation finds the node's blocks full.
+//! The daemon's side of the pools: the blocks this node owns per (pool, network), and
+//! allocation from them, claiming a block (`claim`) when the node's blocks are full.
 //!
 //! Allocation holds a read lock on the blocks of each pool it allocates from while the
 //! store runs it; releasing a block takes the write lock, so a block is never released
 //! while an allocation that may have chosen an address in it is still under way.
 
 use std::collections::{HashMap, HashSet};
-use std::sync::atomic::{AtomicI64, AtomicU64, Ordering};
+use std::sync::atomic::{AtomicBool, AtomicI64, AtomicU64, Ordering};
 use std::sync::{Arc, Mutex, MutexGuard};
 use std::time::Instant;
 
 use ipnet::IpNet;
 use tokio::sync::RwLock;
 
-use super::admin::{read_blocks, read_spec};
-use super::etcd::{self, Etcd, Guard};
-use super::{block_key, blocks, node_key, pool_key, BlockRecord, ClusterOptions, LocalStore};
+use super::etcd::Etcd;
+use super::fence::Standing;
+use super::show::{read_blocks, ViewCache};
+use super::{blocks, ClusterOptions, LocalStore, PoolSpec};
 use crate::api::{AllocateRequest, Allocation};
 use crate::config::RangeSet;
-use crate::log::Level;
-use crate::{log_at, Error, ErrorKind};
+use crate::{Error, ErrorKind};
 
 /// A block this node allocates from.
 #[derive(Debug, Clone)]
@@ -43,7 +43,12 @@ pub(crate) struct Binding {
     /// it and then use the new block instead of claiming one each.
     claim: tokio::sync::Mutex<()>,
     /// Bumped whenever a block is added.
-    generation: AtomicU64,
+    pub(crate) generation: AtomicU64,
+    /// The pool's draining CIDRs as last read: their blocks take no new lease.
+    draining: Mutex<Vec<IpNet>>,
+    /// Whether the pool reclaims automatically (`reclaimAfter` > 0, as last read): then
+    /// this node's blocks of it are fenced when its session could have expired.
+    reclaims: AtomicBool,
 }
 
 impl Binding {
@@ -54,18 +59,43 @@ impl Binding {
             blocks: RwLock::default(),
             claim: tokio::sync::Mutex::default(),
             generation: AtomicU64::new(0),
+            draining: Mutex::default(),
+            reclaims: AtomicBool::new(false),
         }
     }
 
-    fn range_set(blocks: &[Owned]) -> RangeSet {
-        blocks.iter().map(|b| blocks::range(&b.cidr)).collect()
+    /// The blocks new leases may come from: all but those of draining CIDRs.
+    fn range_set(&self, blocks: &[Owned]) -> RangeSet {
+        let draining = lock(&self.draining);
+        blocks
+            .iter()
+            .filter(|b| !draining.iter().any(|d| d.contains(&b.cidr)))
+            .map(|b| blocks::range(&b.cidr))
+            .collect()
+    }
+
+    /// Whether `cidr` lies in a CIDR being drained.
+    pub(crate) fn drains(&self, cidr: &IpNet) -> bool {
+        lock(&self.draining).iter().any(|d| d.contains(cidr))
+    }
+
+    /// Learn the pool's spec (read by a claim or the session loop).
+    pub(crate) fn saw_spec(&self, spec: &PoolSpec) {
+        *lock(&self.draining) = spec.draining.clone();
+        self.reclaims
+            .store(spec.reclaim_after > 0, Ordering::SeqCst);
+    }
+
+    /// Serializes claims of this binding.
+    pub(crate) async fn claim_turn(&self) -> tokio::sync::MutexGuard<'_, ()> {
+        self.claim.lock().await
     }
 
     /// Start allocating from `o` unless `blocks` (this binding's, write-locked) has it
     /// already; whether it was added. A claim and the session loop's adoption can both find
     /// the same block new: the adoption may read etcd after the claim's create and take the
     /// lock before the claim does.
-    fn serve(&self, blocks: &mut Vec<Owned>, o: Owned) -> bool {
+    pub(crate) fn serve(&self, blocks: &mut Vec<Owned>, o: Owned) -> bool {
         if blocks.iter().any(|x| x.cidr == o.cidr) {
             return false;
         }
@@ -82,6 +112,17 @@ pub(crate) struct Counters {
     pub claims: AtomicU64,
     pub releases: AtomicU64,
     pub lost: AtomicU64,
+    pub reclaimed: AtomicU64,
+}
+
+/// A block etcd no longer records as this node's (reclaimed while the node was cut off,
+/// or `release-node --force`): never allocated from again by this daemon; its leases here
+/// stay until their pods are deleted, and their DEL is local.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub(crate) struct LostBlock {
+    pub pool: String,
+    pub network: String,
+    pub cidr: IpNet,
 }
 
 pub(crate) struct Node {
@@ -89,6 +130,11 @@ pub(crate) struct Node {
     pub(crate) etcd: Etcd,
     /// The etcd lease of this node's session; 0 while there is none.
     pub(crate) session: AtomicI64,
+    pub(crate) standing: Standing,
+    /// Blocks lost (see [`LostBlock`]).
+    pub(crate) lost: Mutex<Vec<LostBlock>>,
+    /// Pool views for /metrics, read from etcd at most every few seconds.
+    pub(crate) views: ViewCache,
     bindings: Mutex<HashMap<(String, String), Arc<Binding>>>,
     /// Blocks taken out of service to be released, whose deletion has not been confirmed
     /// (a timed-out delete may or may not have happened): never used again, retried.
@@ -96,7 +142,7 @@ pub(crate) struct Node {
     pub(crate) counters: Counters,
 }
 
-fn lock<T>(m: &Mutex<T>) -> MutexGuard<'_, T> {
+pub(crate) fn lock<T>(m: &Mutex<T>) -> MutexGuard<'_, T> {
     m.lock().unwrap_or_else(|e| e.into_inner())
 }
 
@@ -105,12 +151,15 @@ impl Node {
         super::check_node(&opts.node)?;
         let etcd = Etcd::connect(&opts.etcd).await?;
         Ok(Node {
-            opts,
             etcd,
             session: AtomicI64::new(0),
+            standing: Standing::new(opts.session_ttl),
+            lost: Mutex::default(),
+            views: ViewCache::default(),
             bindings: Mutex::default(),
             limbo: Mutex::default(),
             counters: Counters::default(),
+            opts,
         })
     }
 
@@ -152,6 +201,9 @@ impl Node {
             .iter()
             .map(|p| self.binding(p, &network))
             .collect();
+        if let Some(why) = self.fenced(&bindings) {
+            return self.allocate_fenced(store, req, &why).await;
+        }
         // Each round either allocates or adds a block to some pool (or fails): a few rounds
         // cover concurrent ADDs filling a fresh block before this one gets its address.
         for _ in 0..8 {
@@ -168,15 +220,9 @@ impl Node {
                     .map(|&i| bindings[i].generation.load(Ordering::SeqCst))
                     .collect();
                 drop(guards);
-                // Idempotent ADD needs no block: the store answers a key that holds leases
-                // before it looks at any range.
-                if !store.held(req.key.clone()).await?.is_empty() {
-                    let again = AllocateRequest {
-                        range_sets: Vec::new(),
-                        pools: Vec::new(),
-                        ..req.clone()
-                    };
-                    return store.allocate(again).await;
+                // Idempotent ADD needs no block.
+                if let Some(held) = again_if_held(store, &req).await? {
+                    return Ok(held);
                 }
                 for (&i, gen) in empty.iter().zip(seen) {
                     self.claim_patiently(&bindings[i], gen).await?;
@@ -187,7 +233,9 @@ impl Node {
                 .iter()
                 .map(|b| b.generation.load(Ordering::SeqCst))
                 .collect();
-            let sets: Vec<RangeSet> = guards.iter().map(|g| Binding::range_set(g)).collect();
+            let sets: Vec<RangeSet> = (bindings.iter().zip(&guards))
+                .map(|(b, g)| b.range_set(g))
+                .collect();
             let attempt = AllocateRequest {
                 range_sets: sets.clone(),
                 pools: Vec::new(),
@@ -227,192 +275,93 @@ impl Node {
         network: &str,
         pools: &[String],
     ) -> Result<(), Error> {
+        let bindings: Vec<Arc<Binding>> = pools.iter().map(|p| self.binding(p, network)).collect();
+        if let Some(why) = self.fenced(&bindings) {
+            return Err(self.fenced_error(&why));
+        }
         for pool in pools {
             let b = self.binding(pool, network);
-            let set = Binding::range_set(&b.blocks.read().await);
+            let set = b.range_set(&b.blocks.read().await);
             if !set.is_empty() && store.has_room(network, set).await? {
                 continue;
             }
             // A new block would be needed: etcd must answer and have one.
             let (spec, _) = self.spec(pool).await?;
-            let claimed: HashSet<IpNet> = read_blocks(&self.etcd, pool)
-                .await?
-                .into_iter()
-                .map(|c| c.cidr)
-                .collect();
-            if blocks::first_free(&spec, &claimed, 0).is_none() {
-                return Err(exhausted(pool, &spec.cidr, claimed.len()));
+            let claimed = read_blocks(&self.etcd, pool).await?;
+            let taken: HashSet<IpNet> = claimed.iter().map(|c| c.cidr).collect();
+            let quarantined = claimed.iter().any(|c| c.record.reclaimed.is_some());
+            if blocks::first_free(&spec, &taken, 0).is_none() && !quarantined {
+                return Err(exhausted(pool, &spec, taken.len()));
             }
         }
         Ok(())
     }
 
-    async fn spec(&self, pool: &str) -> Result<(super::PoolSpec, i64), Error> {
-        read_spec(&self.etcd, pool).await?.ok_or_else(|| {
-            Error::invalid(format!(
-                "pool {pool} does not exist in etcd ({}); create it with `cnikit ipamd pool create {pool} --cidr CIDR --etcd-endpoints …`",
-                self.etcd.endpoints()
-            ))
-        })
+    /// Why allocation from these bindings is fenced, if it is. Only pools that reclaim on
+    /// their own are: a pool reclaimed by hand alone keeps serving while etcd is away
+    /// (`release-node` refuses a node with a session and is the operator's call).
+    fn fenced(&self, bindings: &[Arc<Binding>]) -> Option<String> {
+        let reclaimable = bindings.iter().any(|b| b.reclaims.load(Ordering::SeqCst));
+        if reclaimable {
+            self.standing.fenced()
+        } else {
+            None
+        }
     }
 
-    /// [`Node::claim`], tried again while etcd is briefly unavailable (for up to
-    /// [`etcd::PATIENCE`]): a runtime would otherwise fail the pod and retry it only after
-    /// its own back-off. A claim is safe to repeat: it adopts a block its lost answer made.
-    async fn claim_patiently(&self, b: &Binding, seen: u64) -> Result<(), Error> {
-        let what = format!("pool {}: claiming a block", b.pool);
-        etcd::patiently(&what, || self.claim(b, seen)).await
+    /// ADD while fenced: only a key that holds its addresses already gets an answer.
+    async fn allocate_fenced<S: LocalStore>(
+        &self,
+        store: &S,
+        req: AllocateRequest,
+        why: &str,
+    ) -> Result<Vec<Allocation>, Error> {
+        match again_if_held(store, &req).await? {
+            Some(held) => Ok(held),
+            None => Err(self.fenced_error(why)),
+        }
     }
 
-    /// Give `b` one more block (unless another claim did since generation `seen`): adopt a
-    /// block etcd says is ours, or claim a free one with a transaction that succeeds only
-    /// if the block is unclaimed, the pool is the one read, and our session is live.
-    async fn claim(&self, b: &Binding, seen: u64) -> Result<(), Error> {
-        let _one = b.claim.lock().await;
-        if b.generation.load(Ordering::SeqCst) != seen {
-            return Ok(());
-        }
-        // Just started, or renewing after an expiry: the session loop is at it; wait for it
-        // as long as one etcd call may take.
-        let deadline = Instant::now() + self.opts.etcd.timeout;
-        let mut session = self.session.load(Ordering::SeqCst);
-        while session == 0 && Instant::now() < deadline {
-            tokio::time::sleep(std::time::Duration::from_millis(20)).await;
-            session = self.session.load(Ordering::SeqCst);
-        }
-        if session == 0 {
-            return Err(Error::new(
-                ErrorKind::Unavailable,
-                format!(
-                    "pool {}: this node ({}) needs a new block but has no etcd session yet (etcd {}): try again",
-                    b.pool,
-                    self.name(),
-                    self.etcd.endpoints()
-                ),
-            ));
-        }
-        let (spec, pool_rev) = self.spec(&b.pool).await?;
-        let started = Instant::now();
-        for _ in 0..16 {
-            let claimed = read_blocks(&self.etcd, &b.pool).await?;
-            // Blocks etcd says are ours come first; so does any block added meanwhile (the
-            // session loop adopts this node's blocks after a restart).
-            self.adopt(b, &claimed).await;
-            if b.generation.load(Ordering::SeqCst) != seen {
-                return Ok(());
-            }
-            let taken: HashSet<IpNet> = claimed.iter().map(|c| c.cidr).collect();
-            let Some(cidr) =
-                blocks::first_free(&spec, &taken, blocks::start_for(&spec, self.name()))
-            else {
-                return Err(exhausted(&b.pool, &spec.cidr, taken.len()));
-            };
-            let record = BlockRecord {
-                node: self.name().to_string(),
-                network: b.network.clone(),
-                in_use: 0,
-            };
-            let guards = [
-                Guard::CreateRevision(pool_key(&b.pool), pool_rev),
-                Guard::Lease(node_key(self.name()), session),
-            ];
-            let key = block_key(&b.pool, &cidr);
-            match self
-                .etcd
-                .create(&key, super::admin::encode(&record)?, &guards)
-                .await?
-            {
-                Some(rev) => {
-                    let claimed = Owned {
-                        cidr,
-                        mod_revision: rev,
-                        pushed: Some(0),
-                        empty_since: Some(Instant::now()),
-                    };
-                    b.serve(&mut *b.blocks.write().await, claimed);
-                    self.counters.claims.fetch_add(1, Ordering::Relaxed);
-                    log_at!(
-                        Level::Info,
-                        "pool {}: claimed block {cidr} for network {} in {:?}",
-                        b.pool,
-                        b.network,
-                        started.elapsed()
-                    );
-                    return Ok(());
-                }
-                None => {
-                    // Lost a race for the block, or the pool or our session changed.
-                    if self.spec(&b.pool).await?.1 != pool_rev {
-                        return Err(Error::invalid(format!(
-                            "pool {} was deleted or re-created while claiming a block",
-                            b.pool
-                        )));
-                    }
-                    let live = self.etcd.get(&node_key(self.name())).await?;
-                    if live.map(|kv| kv.lease) != Some(session) {
-                        self.session.store(0, Ordering::SeqCst);
-                        return Err(Error::new(
-                            ErrorKind::Unavailable,
-                            format!(
-                                "pool {}: this node's etcd session expired; it is being renewed, try again",
-                                b.pool
-                            ),
-                        ));
-                    }
-                }
-            }
-        }
-        Err(Error::new(
+    fn fenced_error(&self, why: &str) -> Error {
+        Error::new(
             ErrorKind::Unavailable,
             format!(
-                "pool {}: every free block was claimed by another node first, 16 times; try again",
-                b.pool
+                "node {} hands out no new address from its pool blocks: {why}; it resumes once it reaches etcd ({}) again and has confirmed its blocks (DEL, CHECK and repeated ADDs still work)",
+                self.name(),
+                self.etcd.endpoints()
             ),
-        ))
+        )
     }
 
-    /// Take into `b` the blocks etcd records as this node's for `b`'s network that it does
-    /// not serve yet (claimed before a restart, or by a claim whose answer was lost).
-    /// Returns how many were added.
-    pub(crate) async fn adopt(&self, b: &Binding, claimed: &[super::admin::ClaimedBlock]) -> usize {
-        let limbo: HashSet<IpNet> = lock(&self.limbo)
-            .iter()
-            .filter(|(p, _)| *p == b.pool)
-            .map(|(_, o)| o.cidr)
-            .collect();
-        let mut blocks = b.blocks.write().await;
-        let mut added = 0;
-        for c in claimed {
-            let mine = c.record.node == self.name() && c.record.network == b.network;
-            if !mine || limbo.contains(&c.cidr) {
-                continue;
-            }
-            let before = Owned {
-                cidr: c.cidr,
-                mod_revision: c.mod_revision,
-                pushed: Some(c.record.in_use),
-                empty_since: None,
-            };
-            if b.serve(&mut blocks, before) {
-                log_at!(
-                    Level::Info,
-                    "pool {}: serving block {} of network {} again (claimed before)",
-                    b.pool,
-                    c.cidr,
-                    b.network
-                );
-                added += 1;
-            }
-        }
-        added
+    /// The blocks lost so far.
+    pub(crate) fn lost_blocks(&self) -> Vec<LostBlock> {
+        lock(&self.lost).clone()
     }
 }
 
-fn exhausted(pool: &str, cidr: &IpNet, claimed: usize) -> Error {
+/// The answer of a repeated ADD (the key holds leases already: the store answers it before
+/// looking at any range), or None for a new one.
+async fn again_if_held<S: LocalStore>(
+    store: &S,
+    req: &AllocateRequest,
+) -> Result<Option<Vec<Allocation>>, Error> {
+    if store.held(req.key.clone()).await?.is_empty() {
+        return Ok(None);
+    }
+    let again = AllocateRequest {
+        range_sets: Vec::new(),
+        pools: Vec::new(),
+        ..req.clone()
+    };
+    store.allocate(again).await.map(Some)
+}
+
+pub(crate) fn exhausted(pool: &str, spec: &PoolSpec, claimed: usize) -> Error {
     Error::new(
         ErrorKind::Exhausted,
         format!(
-            "pool {pool} ({cidr}) is exhausted: all {claimed} blocks are claimed and this node's are full; free addresses, add a pool, or release-node nodes that are gone"
+            "pool {pool} ({}) is exhausted: all {claimed} blocks are claimed and this node's are full; free addresses, `cnikit ipamd pool update {pool} --add-cidr CIDR`, or release-node nodes that are gone",
+            spec.cidr_list()
         ),
     )
 }

@@ -1,8 +1,11 @@
 //! The daemon's background work for the pools, each a loop on the daemon's runtime that
 //! stops when the daemon's store is gone:
 //! - the session: grant a lease, put `/cnikit/nodes/<node>` on it, keep it alive every
-//!   third of the TTL, and grant a new one when etcd says it expired (after a partition);
-//!   on the first session, take back the blocks etcd records as this node's (a restart);
+//!   third of the TTL, and grant a new one when etcd says it expired (after a partition),
+//!   then confirm every block before allocating again (`fence`); on the first session,
+//!   take back the blocks etcd records as this node's (a restart); each tick also reads
+//!   the specs of the pools in use (a drain takes effect within a third of the TTL);
+//! - the reclaimer (`reclaim`);
 //! - usage: every [`SYNC_EVERY`], count each owned block's leases in the local store and
 //!   write changed counts to the block records (compare-and-swap on their revision), and
 //!   give back blocks that stayed empty for --block-release-after.
@@ -11,9 +14,11 @@ use std::sync::atomic::Ordering;
 use std::sync::{Arc, Weak};
 use std::time::{Duration, Instant};
 
-use super::admin::read_blocks;
-use super::node::{count_in, Binding, Node, Owned};
-use super::{block_key, node_key, BlockRecord, LocalStore, PREFIX};
+use super::etcd::Write;
+use super::node::{count_in, lock, Binding, LostBlock, Node, Owned};
+use super::records::{encode, BlockRecord};
+use super::show::{read_blocks, read_pools, read_spec, ClaimedBlock};
+use super::{absent_key, block_key, node_key, LocalStore};
 use crate::log::Level;
 use crate::{log_at, Error};
 
@@ -25,6 +30,10 @@ const SESSION_RETRY: Duration = Duration::from_millis(500);
 /// Start the loops; they hold the store only weakly.
 pub(crate) fn spawn<S: LocalStore>(node: Arc<Node>, store: Weak<S>) {
     tokio::spawn(session_loop(Arc::clone(&node), store.clone()));
+    tokio::spawn(super::reclaim::reclaim_loop(
+        Arc::clone(&node),
+        store.clone(),
+    ));
     tokio::spawn(usage_loop(node, store));
 }
 
@@ -32,46 +41,56 @@ async fn session_loop<S: LocalStore>(node: Arc<Node>, store: Weak<S>) {
     let ttl = node.opts.session_ttl.as_secs().max(2);
     let every = Duration::from_secs(ttl) / 3;
     let mut adopted = false;
-    while store.strong_count() > 0 {
-        let ok = match renew(&node, ttl).await {
-            Ok(()) if !adopted => match adopt_all(&node).await {
-                Ok(n) => {
-                    adopted = true;
-                    log_at!(
-                        Level::Info,
-                        "node {}: joined etcd ({}), serving {n} block(s) it held before",
-                        node.name(),
-                        node.etcd.endpoints()
-                    );
-                    true
-                }
-                Err(e) => {
-                    log_at!(Level::Warn, "node {}: {e}", node.name());
-                    false
-                }
-            },
+    loop {
+        let Some(live) = store.upgrade() else { return };
+        let ok = match session_tick(&node, &*live, ttl, &mut adopted).await {
             Ok(()) => true,
             Err(e) => {
-                log_at!(Level::Warn, "node {}: session: {e}", node.name());
+                log_at!(Level::Warn, "node {}: {e}", node.name());
                 false
             }
         };
+        drop(live);
         tokio::time::sleep(if ok { every } else { SESSION_RETRY }).await;
     }
+}
+
+async fn session_tick<S: LocalStore>(
+    node: &Node,
+    store: &S,
+    ttl: u64,
+    adopted: &mut bool,
+) -> Result<(), Error> {
+    renew(node, ttl).await?;
+    if !*adopted {
+        let n = adopt_all(node).await?;
+        *adopted = true;
+        log_at!(
+            Level::Info,
+            "node {}: joined etcd ({}), serving {n} block(s) it held before",
+            node.name(),
+            node.etcd.endpoints()
+        );
+    }
+    confirm_if_needed(node, store).await?;
+    refresh_specs(node).await
 }
 
 /// Keep the session alive, or start a new one.
 async fn renew(node: &Node, ttl: u64) -> Result<(), Error> {
     let lease = node.session.load(Ordering::SeqCst);
+    let sent = Instant::now();
     if lease != 0 && node.etcd.keep_alive(lease).await? {
+        node.standing.renewed(sent);
         return Ok(());
     }
     if lease != 0 {
         log_at!(
             Level::Warn,
-            "node {}: etcd session {lease:x} expired (etcd was out of reach for more than its TTL); starting a new one",
+            "node {}: etcd session {lease:x} expired (etcd was out of reach for more than its TTL); starting a new one, and no new address until its blocks are confirmed",
             node.name()
         );
+        node.standing.expired();
         node.session.store(0, Ordering::SeqCst);
     }
     let lease = node
@@ -86,30 +105,101 @@ async fn renew(node: &Node, ttl: u64) -> Result<(), Error> {
             .map(|d| d.as_secs())
             .unwrap_or(0),
     });
-    node.etcd
-        .put(
-            &node_key(node.name()),
-            value.to_string().into_bytes(),
-            lease,
-        )
-        .await?;
+    // The absence marker goes with the same write: it never outlives the absence, so a
+    // later absence starts its own count.
+    let writes = vec![
+        Write::Put(node_key(node.name()), value.to_string().into_bytes(), lease),
+        Write::Delete(absent_key(node.name())),
+    ];
+    let key = node_key(node.name());
+    node.etcd.write_if("session", &key, &[], writes).await?;
+    node.standing.renewed(sent);
     node.session.store(lease, Ordering::SeqCst);
+    Ok(())
+}
+
+/// After a new session replaced an expired one: keep each block etcd still records as this
+/// node's, and mark the others lost (reporting the leases this node holds in them); only
+/// then may the node allocate again.
+async fn confirm_if_needed<S: LocalStore>(node: &Node, store: &S) -> Result<(), Error> {
+    if !node.standing.awaits_confirmation() || node.session.load(Ordering::SeqCst) == 0 {
+        return Ok(());
+    }
+    for b in node.bindings() {
+        let claimed = read_blocks(&node.etcd, &b.pool).await?;
+        let owned: Vec<Owned> = b.blocks.read().await.clone();
+        for o in owned {
+            match claimed.iter().find(|c| c.cidr == o.cidr) {
+                Some(c) if is_ours(node, &b, c) => {
+                    set(&b, &o.cidr, |x| x.mod_revision = c.mod_revision).await;
+                }
+                _ => lose(node, store, &b, &o.cidr).await,
+            }
+        }
+    }
+    node.standing.confirmed();
+    log_at!(
+        Level::Info,
+        "node {}: blocks confirmed with etcd under the new session; allocating again",
+        node.name()
+    );
+    Ok(())
+}
+
+fn is_ours(node: &Node, b: &Binding, c: &ClaimedBlock) -> bool {
+    c.record.node == node.name() && c.record.network == b.network && c.record.reclaimed.is_none()
+}
+
+/// Stop using a block etcd no longer records as this node's, for good.
+async fn lose<S: LocalStore>(node: &Node, store: &S, b: &Binding, cidr: &ipnet::IpNet) {
+    b.blocks.write().await.retain(|x| x.cidr != *cidr);
+    lock(&node.lost).push(LostBlock {
+        pool: b.pool.clone(),
+        network: b.network.clone(),
+        cidr: *cidr,
+    });
+    node.counters.lost.fetch_add(1, Ordering::Relaxed);
+    let held: Vec<String> = match store.addresses(&b.network).await {
+        Ok(addrs) => addrs
+            .iter()
+            .filter(|a| cidr.contains(*a))
+            .map(ToString::to_string)
+            .collect(),
+        Err(e) => vec![format!("(leases unreadable: {e})")],
+    };
+    log_at!(
+        Level::Error,
+        "pool {}: block {cidr} of network {} is no longer this node's in etcd (reclaimed while this node was cut off from etcd, or release-node --force); no new address comes from it. Its {} lease(s) here stay until their pods are deleted (DEL releases them locally), but another node may hand these addresses out: {}",
+        b.pool,
+        b.network,
+        held.len(),
+        held.join(", ")
+    );
+}
+
+/// Learn the specs of the pools this node allocates from (draining CIDRs).
+async fn refresh_specs(node: &Node) -> Result<(), Error> {
+    let bindings = node.bindings();
+    let mut pools: Vec<&str> = bindings.iter().map(|b| b.pool.as_str()).collect();
+    pools.sort_unstable();
+    pools.dedup();
+    for pool in pools {
+        // One get per pool: listing the pools would bring every block along.
+        let Some((spec, _)) = read_spec(&node.etcd, pool).await? else {
+            continue;
+        };
+        for b in bindings.iter().filter(|b| b.pool == pool) {
+            b.saw_spec(&spec);
+        }
+    }
     Ok(())
 }
 
 /// Serve again every block etcd records as this node's, in every pool.
 async fn adopt_all(node: &Node) -> Result<usize, Error> {
-    let prefix = format!("{PREFIX}/pools/");
-    let mut pools = Vec::new();
-    for kv in node.etcd.list(&prefix).await? {
-        if let Some(name) = kv.key.strip_prefix(&prefix) {
-            if !name.contains('/') {
-                pools.push(name.to_string());
-            }
-        }
-    }
+    let pools = read_pools(&node.etcd).await?;
     let mut n = 0;
-    for pool in pools {
+    for (pool, spec) in pools {
         let claimed = read_blocks(&node.etcd, &pool).await?;
         let mut networks: Vec<&str> = claimed
             .iter()
@@ -119,7 +209,9 @@ async fn adopt_all(node: &Node) -> Result<usize, Error> {
         networks.sort_unstable();
         networks.dedup();
         for network in networks {
-            n += node.adopt(&node.binding(&pool, network), &claimed).await;
+            let b = node.binding(&pool, network);
+            b.saw_spec(&spec);
+            n += node.adopt(&b, &claimed).await;
         }
     }
     Ok(n)
@@ -152,7 +244,8 @@ async fn sync_binding<S: LocalStore>(node: &Node, store: &S, b: &Binding) -> Res
         if n == 0 {
             let since = o.empty_since.unwrap_or_else(Instant::now);
             set(b, &o.cidr, |x| x.empty_since = Some(since)).await;
-            if since.elapsed() >= release_after {
+            // A draining block goes as soon as it is empty: its CIDR leaves the pool then.
+            if since.elapsed() >= release_after || b.drains(&o.cidr) {
                 release(node, store, b, &o).await?;
                 continue;
             }
@@ -162,13 +255,9 @@ async fn sync_binding<S: LocalStore>(node: &Node, store: &S, b: &Binding) -> Res
         if o.pushed == Some(n) {
             continue;
         }
-        let record = BlockRecord {
-            node: node.name().to_string(),
-            network: b.network.clone(),
-            in_use: n,
-        };
+        let record = BlockRecord::owned(node.name(), &b.network, n);
         let key = block_key(&b.pool, &o.cidr);
-        let value = super::admin::encode(&record)?;
+        let value = encode(&record)?;
         match node.etcd.replace(&key, o.mod_revision, value).await? {
             Some(rev) => {
                 set(b, &o.cidr, |x| {
@@ -177,33 +266,30 @@ async fn sync_binding<S: LocalStore>(node: &Node, store: &S, b: &Binding) -> Res
                 })
                 .await;
             }
-            None => recheck(node, b, &o).await?,
+            None => recheck(node, store, b, &o).await?,
         }
     }
     Ok(())
 }
 
 /// The block record changed under us: take its new revision if it is still ours, or stop
-/// using the block if it is not (only `release-node --force` does that to a live node).
-async fn recheck(node: &Node, b: &Binding, o: &Owned) -> Result<(), Error> {
+/// using the block if it is not.
+async fn recheck<S: LocalStore>(
+    node: &Node,
+    store: &S,
+    b: &Binding,
+    o: &Owned,
+) -> Result<(), Error> {
     let key = block_key(&b.pool, &o.cidr);
     let current = node.etcd.get(&key).await?;
     let ours = current.as_ref().and_then(|kv| {
         let r: BlockRecord = serde_json::from_slice(&kv.value).ok()?;
-        (r.node == node.name() && r.network == b.network).then_some(kv.mod_revision)
+        (r.node == node.name() && r.network == b.network && r.reclaimed.is_none())
+            .then_some(kv.mod_revision)
     });
     match ours {
         Some(rev) => set(b, &o.cidr, |x| x.mod_revision = rev).await,
-        None => {
-            b.blocks.write().await.retain(|x| x.cidr != o.cidr);
-            node.counters.lost.fetch_add(1, Ordering::Relaxed);
-            log_at!(
-                Level::Error,
-                "pool {}: block {} is no longer this node's in etcd (release-node --force?); no new address comes from it, but its leases here stay until their pods are deleted",
-                b.pool,
-                o.cidr
-            );
-        }
+        None => lose(node, store, b, &o.cidr).await,
     }
     Ok(())
 }

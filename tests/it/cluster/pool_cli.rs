@@ -28,7 +28,13 @@ fn pool_commands_against_one_etcd() {
 
     assert_eq!(
         show(&e, "p1"),
-        json!({"name": "p1", "cidr": "10.60.0.0/24", "blockSize": 26, "blocks": []})
+        json!({
+            "name": "p1", "cidr": "10.60.0.0/24", "cidrs": ["10.60.0.0/24"], "draining": [],
+            "blockSize": 26, "reclaimAfter": 0,
+            "usage": {"addresses": 244, "allocated": 0, "free": 244, "percent": 0.0,
+                      "blocks": 4, "blocksOwned": 0, "blocksQuarantined": 0, "blocksFree": 4},
+            "blocks": []
+        })
     );
     assert_eq!(show(&e, "v6")["blockSize"], 122);
     pool_err(&e, "show nope", "pool nope does not exist");

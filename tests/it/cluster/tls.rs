@@ -167,7 +167,8 @@ fn pools_on_an_etcd_that_requires_client_certificates() {
     .expect("pool show --json");
     assert_eq!(
         shown["blocks"],
-        json!([{"cidr": "10.62.0.0/26", "node": "tls-a", "inUse": shown["blocks"][0]["inUse"]}]),
+        json!([{"cidr": "10.62.0.0/26", "node": "tls-a", "network": "tlsnet", "state": "owned",
+                "inUse": shown["blocks"][0]["inUse"]}]),
         "{shown}"
     );
 }

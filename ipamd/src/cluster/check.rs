@@ -1,0 +1,216 @@
+//! `cnikit ipamd pool check`: an online consistency check of one pool against etcd and this
+//! node's store, read as `ipamd leases` reads it (no lock, no pause of ADDs).
+
+use std::net::IpAddr;
+use std::time::Duration;
+
+use ipnet::IpNet;
+use serde::Serialize;
+
+use super::etcd::{patiently, Etcd};
+use super::records::now_ms;
+use super::show::{absences, live_nodes, not_found, read_blocks, read_spec, ClaimedBlock};
+use super::{blocks, EtcdOptions};
+use crate::api::LeaseInfo;
+use crate::Error;
+
+/// What `pool check` found; empty `findings` = consistent.
+#[derive(Debug, Clone, Serialize)]
+#[serde(rename_all = "camelCase")]
+pub struct CheckReport {
+    pub pool: String,
+    pub node: String,
+    pub blocks: usize,
+    pub leases: usize,
+    pub findings: Vec<Finding>,
+}
+
+#[derive(Debug, Clone, PartialEq, Eq, Serialize)]
+#[serde(rename_all = "camelCase")]
+pub struct Finding {
+    /// "orphaned", "reclaimOverdue", "outsidePool", "overlap", "inUseMismatch",
+    /// "leaseInLostBlock".
+    pub kind: String,
+    pub block: Option<IpNet>,
+    /// What was found and what to do, for a person.
+    pub detail: String,
+}
+
+fn finding(kind: &str, block: Option<IpNet>, detail: String) -> Finding {
+    Finding {
+        kind: kind.to_string(),
+        block,
+        detail,
+    }
+}
+
+/// Check pool `pool` as seen from node `node`, whose leases `leases` reads. A disagreement
+/// of `inUse` with the leases is read again after the daemons' next usage push before it
+/// is reported (the counts lag by design).
+pub fn check_pool_store(
+    opts: &EtcdOptions,
+    pool: &str,
+    node: &str,
+    mut leases: impl FnMut() -> Result<Vec<LeaseInfo>, Error>,
+) -> Result<CheckReport, Error> {
+    super::check_pool(pool)?;
+    super::check_node(node)?;
+    let rt = tokio::runtime::Builder::new_current_thread()
+        .enable_all()
+        .build()
+        .map_err(|e| Error::io("starting the tokio runtime", &e))?;
+    rt.block_on(async {
+        let etcd = Etcd::connect(opts).await?;
+        let what = format!("pool check {pool}");
+        let first = leases()?;
+        let mut report = patiently(&what, || check(&etcd, pool, node, &first)).await?;
+        if report.findings.iter().any(|f| f.kind == "inUseMismatch") {
+            tokio::time::sleep(super::tasks::SYNC_EVERY + Duration::from_secs(1)).await;
+            let again = leases()?;
+            report = patiently(&what, || check(&etcd, pool, node, &again)).await?;
+        }
+        Ok(report)
+    })
+}
+
+async fn check(
+    etcd: &Etcd,
+    pool: &str,
+    node: &str,
+    leases: &[LeaseInfo],
+) -> Result<CheckReport, Error> {
+    let Some((spec, _)) = read_spec(etcd, pool).await? else {
+        return Err(not_found(pool));
+    };
+    let claimed = read_blocks(etcd, pool).await?;
+    let live = live_nodes(etcd).await?;
+    let absent = absences(etcd).await?;
+    let mut out = Vec::new();
+    for b in &claimed {
+        let owner = &b.record.node;
+        if b.record.reclaimed.is_some() || live.contains(owner) {
+            continue;
+        }
+        match absent.get(owner) {
+            Some((since, _)) if spec.reclaim_after > 0 => {
+                let gone = now_ms().saturating_sub(*since) / 1000;
+                // Two looks of the reclaimer past the due time.
+                if gone > spec.reclaim_after + 4 {
+                    out.push(finding("reclaimOverdue", Some(b.cidr), format!(
+                        "block {} of node {owner}: the node has had no etcd session for {gone} s, past the pool's reclaimAfter {} s, and the block is not reclaimed: is any cnikit ipamd daemon with a session running?",
+                        b.cidr, spec.reclaim_after
+                    )));
+                }
+            }
+            _ => out.push(finding("orphaned", Some(b.cidr), format!(
+                "block {} of node {owner}: the node has no etcd session{}",
+                b.cidr,
+                if spec.reclaim_after > 0 {
+                    " and no reclaimer has seen it gone yet: is any cnikit ipamd daemon with a session running?"
+                } else {
+                    "; the pool reclaims only by hand: `cnikit ipamd pool release-node` once the node is gone for good, or set --reclaim-after"
+                }
+            ))),
+        }
+    }
+    out.extend(shape_findings(&spec, &claimed));
+    out.extend(usage_findings(node, &claimed, leases));
+    out.extend(lost_lease_findings(&spec, node, &claimed, leases));
+    Ok(CheckReport {
+        pool: pool.to_string(),
+        node: node.to_string(),
+        blocks: claimed.len(),
+        leases: leases.len(),
+        findings: out,
+    })
+}
+
+/// Blocks outside the pool's CIDRs (or of another size), and blocks that overlap.
+fn shape_findings(spec: &super::PoolSpec, claimed: &[ClaimedBlock]) -> Vec<Finding> {
+    let mut out = Vec::new();
+    for (i, b) in claimed.iter().enumerate() {
+        if blocks::index_of(spec, &b.cidr).is_none() {
+            out.push(finding("outsidePool", Some(b.cidr), format!(
+                "block {} is not a /{} block of the pool's CIDRs ({}); no claim makes such a block: was the key written by hand?",
+                b.cidr, spec.block_size, spec.cidr_list()
+            )));
+        }
+        if let Some(o) = claimed[..i]
+            .iter()
+            .find(|o| blocks::overlap(&o.cidr, &b.cidr))
+        {
+            out.push(finding(
+                "overlap",
+                Some(b.cidr),
+                format!(
+                    "blocks {} and {} overlap: addresses in both may be handed out twice",
+                    o.cidr, b.cidr
+                ),
+            ));
+        }
+    }
+    out
+}
+
+/// This node's blocks whose `inUse` disagrees with its leases.
+fn usage_findings(node: &str, claimed: &[ClaimedBlock], leases: &[LeaseInfo]) -> Vec<Finding> {
+    claimed
+        .iter()
+        .filter(|b| b.record.node == node && b.record.reclaimed.is_none())
+        .filter_map(|b| {
+            let held = in_block(leases, &b.cidr, &b.record.network).count() as u64;
+            (held != b.record.in_use).then(|| finding("inUseMismatch", Some(b.cidr), format!(
+                "block {} of network {}: etcd says {} address(es) in use, this node's journal holds {held}; the daemon pushes counts every few seconds: is it running and reaching etcd?",
+                b.cidr, b.record.network, b.record.in_use
+            )))
+        })
+        .collect()
+}
+
+/// This node's leases in the pool's CIDRs that lie in no block it owns for their network.
+fn lost_lease_findings(
+    spec: &super::PoolSpec,
+    node: &str,
+    claimed: &[ClaimedBlock],
+    leases: &[LeaseInfo],
+) -> Vec<Finding> {
+    let mut out = Vec::new();
+    for l in leases
+        .iter()
+        .filter(|l| spec.cidrs.iter().any(|c| c.contains(&l.address)))
+    {
+        let block = claimed.iter().find(|b| b.cidr.contains(&l.address));
+        let ours = block.is_some_and(|b| {
+            b.record.node == node && b.record.network == l.network && b.record.reclaimed.is_none()
+        });
+        if ours {
+            continue;
+        }
+        let whose = match block {
+            None => "a block no node owns".to_string(),
+            Some(b) if b.record.reclaimed.is_some() => {
+                format!("block {}, reclaimed from this node and quarantined", b.cidr)
+            }
+            Some(b) => format!(
+                "block {} of node {} (network {})",
+                b.cidr, b.record.node, b.record.network
+            ),
+        };
+        out.push(finding("leaseInLostBlock", block.map(|b| b.cidr), format!(
+            "{} of container {} (network {}) lies in {whose}: this node lost the block (reclaimed while cut off from etcd, or release-node --force); another node may hand the address out: delete the pod, whose DEL releases it here",
+            l.address, l.container_id, l.network
+        )));
+    }
+    out
+}
+
+fn in_block<'a>(
+    leases: &'a [LeaseInfo],
+    block: &'a IpNet,
+    network: &'a str,
+) -> impl Iterator<Item = &'a IpAddr> {
+    leases
+        .iter()
+        .filter(move |l| l.network == network && block.contains(&l.address))
+        .map(|l| &l.address)
+}
