@@ -310,7 +310,12 @@ impl Etcd {
             let resp = stream.message().await?;
             Ok(resp.map(|r| r.ttl() > 0).unwrap_or(false))
         };
-        self.call("lease keep-alive", "", once).await
+        match self.call("lease keep-alive", "", once).await {
+            // etcd answers a lease it no longer knows with an error of the stream (gRPC
+            // NotFound, "requested lease not found"), not with a TTL of 0: both mean expired.
+            Err(e) if e.message().contains("lease not found") => Ok(false),
+            other => other,
+        }
     }
 }
 

@@ -5,11 +5,15 @@
 //! - [`pool_cli`]: the pool commands, errors without a daemon, release-node rules;
 //! - [`nodes`]: three nodes sharing pools: blocks, usage counts, exhaustion, restart;
 //! - [`faults`]: etcd members and node daemons killed under concurrent ADDs, quorum loss;
-//! - [`tls`]: an etcd that requires client certificates.
+//! - [`tls`]: an etcd that requires client certificates;
+//! - [`reclaim`]: dead nodes' blocks reclaimed and quarantined, fencing, `pool check`;
+//! - [`grow`]: CIDRs added to and drained from a pool live.
 
 mod faults;
+mod grow;
 mod nodes;
 mod pool_cli;
+mod reclaim;
 mod tls;
 
 use crate::support::*;

@@ -128,6 +128,15 @@ impl Daemon {
         }
     }
 
+    /// Send `sig` (SIGSTOP, SIGCONT) to the daemon.
+    pub fn signal(&self, sig: libc::c_int) {
+        if let Some(c) = self.child.as_ref() {
+            let pid = libc::pid_t::try_from(c.id()).expect("pid fits");
+            // SAFETY: kill(2) on our own child, which has not been reaped yet.
+            unsafe { libc::kill(pid, sig) };
+        }
+    }
+
     /// SIGKILL and reap.
     pub fn kill(&mut self) {
         if let Some(mut c) = self.child.take() {
