@@ -1,10 +1,11 @@
 //! `cnikit doctor`: checks a node the way an operator would by hand, one line
 //! per check (ok / warn / fail, and for anything not ok, the fix). It only
-//! reads: links, configuration files, the daemon's `/healthz`, cnikit's
-//! nftables tables (over netlink) and the lease store.
+//! reads: links, configuration files, the daemon's `/healthz` and `/metrics`
+//! (cluster pools), cnikit's nftables tables (over netlink) and the lease store.
 
 mod host;
 mod leases;
+mod pools;
 
 use host::{daemon, nftables};
 
@@ -98,6 +99,9 @@ pub fn run(args: DoctorArgs) -> Result<(), String> {
     checks.extend(conf_checks);
     let (daemon_check, answered) = daemon(&args.socket);
     checks.push(daemon_check);
+    if answered {
+        checks.extend(pools::pools(&args.socket));
+    }
     let (lease_checks, live) = leases::leases(&args, answered);
     checks.push(nftables(&lists, &live, crate::firewall::inspect::tables));
     checks.extend(lease_checks);

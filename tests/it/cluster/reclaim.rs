@@ -35,6 +35,27 @@ impl Node {
     }
 }
 
+impl Node {
+    /// The check named `name` of `cnikit doctor --json` run against this node's daemon.
+    pub fn doctor(&self, name: &str) -> Value {
+        let out = Command::new(cnikit_exe())
+            .arg("doctor")
+            .arg("--json")
+            .arg(format!("--socket={}", self.sock.display()))
+            .arg(format!("--data-dir={}", self.data.display()))
+            .output()
+            .expect("run cnikit doctor");
+        let doc: Value = serde_json::from_slice(&out.stdout).expect("doctor --json");
+        doc["checks"]
+            .as_array()
+            .expect("checks")
+            .iter()
+            .find(|c| c["check"] == name)
+            .cloned()
+            .unwrap_or_else(|| panic!("no check {name:?} in {doc}"))
+    }
+}
+
 /// The block of `pool` holding `addr`, as `pool show --json` gives it.
 pub fn block_of(etcd: &str, pool: &str, addr: IpAddr) -> Value {
     show(etcd, pool)["blocks"]
@@ -212,6 +233,12 @@ fn a_node_that_returns_after_a_reclaim_never_uses_its_lost_block() {
         .as_str()
         .unwrap()
         .contains(&old.to_string()));
+    let doctor = a.doctor("pool l");
+    assert_eq!(doctor["status"], "fail", "{doctor}");
+    assert!(
+        doctor["fix"].as_str().unwrap().contains("pool check l"),
+        "{doctor}"
+    );
     a.call(&env, "DEL", "a0", &ca).ok_silent();
     assert!(!a.leases().contains_key(&old));
     let (code, report) = a.check(&e, "l");
