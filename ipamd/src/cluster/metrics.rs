@@ -143,10 +143,13 @@ impl Node {
         for (pool, n) in &owned {
             let _ = writeln!(out, "ipamd_pool_blocks_owned{{pool=\"{pool}\"}} {n}");
         }
-        let help = "Blocks of the pool this node lost (reclaimed while it was cut off from etcd) whose leases it may still hold.";
+        let help = "Blocks of the pool this node lost (reclaimed while it was cut off from etcd) in which it still holds leases.";
         family(out, "ipamd_pool_blocks_lost", "gauge", help);
         for pool in &pools {
-            let n = lost.iter().filter(|l| l.pool == *pool).count();
+            let n = lost
+                .iter()
+                .filter(|l| l.pool == *pool && l.held > 0)
+                .count();
             let _ = writeln!(out, "ipamd_pool_blocks_lost{{pool=\"{pool}\"}} {n}");
         }
     }

@@ -123,6 +123,8 @@ pub(crate) struct LostBlock {
     pub pool: String,
     pub network: String,
     pub cidr: IpNet,
+    /// Leases this node still holds in it, as last counted.
+    pub held: usize,
 }
 
 pub(crate) struct Node {
@@ -211,8 +213,9 @@ impl Node {
             for b in &bindings {
                 guards.push(b.blocks.read().await);
             }
+            // A binding whose blocks all drain has nothing to allocate from either.
             let empty: Vec<usize> = (0..bindings.len())
-                .filter(|&i| guards[i].is_empty())
+                .filter(|&i| bindings[i].range_set(&guards[i]).is_empty())
                 .collect();
             if !empty.is_empty() {
                 let seen: Vec<u64> = empty

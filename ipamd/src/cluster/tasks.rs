@@ -153,11 +153,12 @@ fn is_ours(node: &Node, b: &Binding, c: &ClaimedBlock) -> bool {
 /// Stop using a block etcd no longer records as this node's, for good.
 async fn lose<S: LocalStore>(node: &Node, store: &S, b: &Binding, cidr: &ipnet::IpNet) {
     b.blocks.write().await.retain(|x| x.cidr != *cidr);
-    lock(&node.lost).push(LostBlock {
+    let mut lost = LostBlock {
         pool: b.pool.clone(),
         network: b.network.clone(),
         cidr: *cidr,
-    });
+        held: 0,
+    };
     node.counters.lost.fetch_add(1, Ordering::Relaxed);
     let held: Vec<String> = match store.addresses(&b.network).await {
         Ok(addrs) => addrs
@@ -167,6 +168,8 @@ async fn lose<S: LocalStore>(node: &Node, store: &S, b: &Binding, cidr: &ipnet::
             .collect(),
         Err(e) => vec![format!("(leases unreadable: {e})")],
     };
+    lost.held = held.len();
+    lock(&node.lost).push(lost);
     log_at!(
         Level::Error,
         "pool {}: block {cidr} of network {} is no longer this node's in etcd (reclaimed while this node was cut off from etcd, or release-node --force); no new address comes from it. Its {} lease(s) here stay until their pods are deleted (DEL releases them locally), but another node may hand these addresses out: {}",
@@ -175,6 +178,24 @@ async fn lose<S: LocalStore>(node: &Node, store: &S, b: &Binding, cidr: &ipnet::
         held.len(),
         held.join(", ")
     );
+}
+
+/// Count the leases still held in each lost block: once its pods are gone (DEL) the block
+/// is no longer reported, though it is still never allocated from.
+async fn count_lost<S: LocalStore>(node: &Node, store: &S) {
+    let lost = node.lost_blocks();
+    for l in lost.iter().filter(|l| l.held > 0) {
+        let Ok(addrs) = store.addresses(&l.network).await else {
+            continue;
+        };
+        let held = count_in(&l.cidr, &addrs) as usize;
+        for x in lock(&node.lost)
+            .iter_mut()
+            .filter(|x| x.cidr == l.cidr && x.pool == l.pool)
+        {
+            x.held = held;
+        }
+    }
 }
 
 /// Learn the specs of the pools this node allocates from (draining CIDRs).
@@ -222,6 +243,7 @@ async fn usage_loop<S: LocalStore>(node: Arc<Node>, store: Weak<S>) {
         tokio::time::sleep(SYNC_EVERY).await;
         let Some(store) = store.upgrade() else { return };
         retry_limbo(&node).await;
+        count_lost(&node, &*store).await;
         for b in node.bindings() {
             if let Err(e) = sync_binding(&node, &*store, &b).await {
                 log_at!(

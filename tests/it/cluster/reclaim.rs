@@ -241,6 +241,11 @@ fn a_node_that_returns_after_a_reclaim_never_uses_its_lost_block() {
     );
     a.call(&env, "DEL", "a0", &ca).ok_silent();
     assert!(!a.leases().contains_key(&old));
+    eventually(
+        Duration::from_secs(10),
+        "doctor's pool check ok after the DEL",
+        || a.doctor("pool l")["status"] == "ok",
+    );
     let (code, report) = a.check(&e, "l");
     assert_eq!(code, 0, "{report}");
 }
