@@ -108,6 +108,9 @@ impl Node {
             // Lost a race for the block, or the pool changed (read again), or our session.
             let live = self.etcd.get(&node_key(self.name())).await?;
             if live.map(|kv| kv.lease) != Some(session) {
+                // The session loop starts a new one; as after any expiry, the blocks are
+                // confirmed before this node allocates from them again.
+                self.standing.expired();
                 self.session.store(0, Ordering::SeqCst);
                 return Err(Error::new(
                     ErrorKind::Unavailable,
