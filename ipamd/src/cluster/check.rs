@@ -214,3 +214,101 @@ fn in_block<'a>(
         .filter(move |l| l.network == network && block.contains(&l.address))
         .map(|l| &l.address)
 }
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::cluster::{BlockRecord, PoolSpec};
+
+    fn block(cidr: &str, node: &str, in_use: u64) -> ClaimedBlock {
+        ClaimedBlock {
+            cidr: cidr.parse().unwrap(),
+            record: BlockRecord::owned(node, "pods", in_use),
+            mod_revision: 1,
+        }
+    }
+
+    fn lease(addr: &str) -> LeaseInfo {
+        LeaseInfo {
+            network: "pods".into(),
+            address: addr.parse().unwrap(),
+            container_id: format!("c-{addr}"),
+            ifname: "eth0".into(),
+            boot_id: String::new(),
+            created_unix: 0,
+        }
+    }
+
+    fn kinds(f: &[Finding]) -> Vec<(&str, String)> {
+        f.iter()
+            .map(|f| {
+                (
+                    f.kind.as_str(),
+                    f.block.map(|b| b.to_string()).unwrap_or_default(),
+                )
+            })
+            .collect()
+    }
+
+    #[test]
+    fn blocks_outside_the_pool_and_overlapping_are_found() {
+        let spec = PoolSpec {
+            cidrs: vec!["10.0.0.0/24".parse().unwrap()],
+            block_size: 26,
+            reclaim_after: 0,
+            draining: Vec::new(),
+        };
+        let claimed = [
+            block("10.0.0.0/26", "a", 0),
+            block("10.0.0.0/27", "b", 0),
+            block("10.9.0.0/26", "c", 0),
+        ];
+        assert_eq!(
+            kinds(&shape_findings(&spec, &claimed)),
+            [
+                ("outsidePool", "10.0.0.0/27".into()),
+                ("overlap", "10.0.0.0/27".into()),
+                ("outsidePool", "10.9.0.0/26".into())
+            ]
+        );
+    }
+
+    #[test]
+    fn usage_and_lost_leases_are_found_for_this_node_only() {
+        let spec = PoolSpec {
+            cidrs: vec!["10.0.0.0/24".parse().unwrap()],
+            block_size: 26,
+            reclaim_after: 60,
+            draining: Vec::new(),
+        };
+        let mut quarantined = block("10.0.0.128/26", "", 0);
+        quarantined.record = BlockRecord::quarantined("a", 1);
+        let claimed = [
+            block("10.0.0.0/26", "a", 2),
+            block("10.0.0.64/26", "b", 5),
+            quarantined,
+        ];
+        let leases = [
+            lease("10.0.0.2"),
+            lease("10.0.0.70"),
+            lease("10.0.0.130"),
+            lease("10.0.0.200"),
+            lease("10.7.0.1"),
+        ];
+        assert_eq!(
+            kinds(&usage_findings("a", &claimed, &leases)),
+            [("inUseMismatch", "10.0.0.0/26".into())]
+        );
+        let lost = lost_lease_findings(&spec, "a", &claimed, &leases);
+        assert_eq!(
+            kinds(&lost),
+            [
+                ("leaseInLostBlock", "10.0.0.64/26".into()),
+                ("leaseInLostBlock", "10.0.0.128/26".into()),
+                ("leaseInLostBlock", String::new())
+            ]
+        );
+        assert!(lost[1].detail.contains("quarantined"), "{}", lost[1].detail);
+        assert!(usage_findings("c", &claimed, &leases).is_empty());
+    }
+}
