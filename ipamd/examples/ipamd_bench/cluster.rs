@@ -27,6 +27,7 @@ use std::time::{Duration, Instant};
 
 use ipamd::client::Client;
 
+use super::scale_probes::{sample, scrape};
 use super::{exec_plugin, metric, percentile, report, request, throughput_with, Args};
 
 /// Pool of steps 1 and 2: /26 blocks, as in the README's walk-through; a /12 leaves room for
@@ -40,7 +41,7 @@ const LOCAL_SUBNET: &str = "10.129.0.0/16";
 const PLUGIN_WORKERS: usize = 12;
 
 /// Child processes, SIGKILLed and reaped on drop: nothing outlives the mode.
-struct Children(Vec<Child>);
+pub(crate) struct Children(pub(crate) Vec<Child>);
 
 impl Drop for Children {
     fn drop(&mut self) {
@@ -53,7 +54,7 @@ impl Drop for Children {
 
 impl Children {
     /// Spawn `cmd` with stdout and stderr into `log`; it dies with the bench.
-    fn spawn(&mut self, mut cmd: Command, log: &Path) -> Result<usize, String> {
+    pub(crate) fn spawn(&mut self, mut cmd: Command, log: &Path) -> Result<usize, String> {
         use std::os::unix::process::CommandExt;
         let out = std::fs::File::create(log).map_err(|e| format!("{}: {e}", log.display()))?;
         let err = out
@@ -75,7 +76,7 @@ impl Children {
     }
 
     /// Poll `ready` for up to 30 s; an error with the log's tail if child `i` exits first.
-    fn wait(
+    pub(crate) fn wait(
         &mut self,
         i: usize,
         what: &str,
@@ -108,15 +109,15 @@ impl Children {
 }
 
 /// One node: a daemon with its own socket, data dir, log and node name.
-struct Node {
-    name: String,
-    sock: PathBuf,
-    data: PathBuf,
-    log: PathBuf,
+pub(crate) struct Node {
+    pub(crate) name: String,
+    pub(crate) sock: PathBuf,
+    pub(crate) data: PathBuf,
+    pub(crate) log: PathBuf,
 }
 
 impl Node {
-    fn ipam_conf(&self, network: &str, source: serde_json::Value) -> String {
+    pub(crate) fn ipam_conf(&self, network: &str, source: serde_json::Value) -> String {
         let mut ipam =
             serde_json::json!({"type": "ipamd", "dataDir": self.data, "socket": self.sock});
         for (k, v) in source.as_object().into_iter().flatten() {
@@ -126,12 +127,12 @@ impl Node {
             .to_string()
     }
 
-    fn client(&self) -> Client {
+    pub(crate) fn client(&self) -> Client {
         Client::new(&self.sock, &self.data)
     }
 
     /// Size of its log now: claims logged after this offset belong to what follows.
-    fn log_len(&self) -> u64 {
+    pub(crate) fn log_len(&self) -> u64 {
         std::fs::metadata(&self.log).map_or(0, |m| m.len())
     }
 }
@@ -178,7 +179,7 @@ fn free_port() -> Result<u16, String> {
         .map_err(|e| format!("finding a free port: {e}"))
 }
 
-fn start_etcd(bin: &Path, root: &Path, kids: &mut Children) -> Result<String, String> {
+pub(crate) fn start_etcd(bin: &Path, root: &Path, kids: &mut Children) -> Result<String, String> {
     let (client, peer) = (free_port()?, free_port()?);
     let c = format!("http://127.0.0.1:{client}");
     let p = format!("http://127.0.0.1:{peer}");
@@ -312,7 +313,7 @@ fn per_pod(args: &Args, exe: &Path, node: &Node, network: &str, step: &str) -> R
     Ok(())
 }
 
-fn met(ok: bool) -> &'static str {
+pub(crate) fn met(ok: bool) -> &'static str {
     if ok {
         "met"
     } else {
@@ -438,23 +439,16 @@ fn claims(args: &Args, node: &Node) -> Result<(), String> {
 
 /// The daemons' etcd latency histogram, summed: every etcd call of the run, for context.
 fn etcd_histogram(nodes: &[Node]) {
-    let sum = |name: &str| {
-        nodes
-            .iter()
-            .filter_map(|n| metric(&n.sock, name))
-            .sum::<f64>()
-    };
-    let total = sum("ipamd_cluster_etcd_latency_seconds_count");
-    let within = |le: &str| {
-        sum(&format!(
-            "ipamd_cluster_etcd_latency_seconds_bucket{{le=\"{le}\"}}"
-        ))
-    };
+    // One scrape per node: a count and buckets of separate scrapes disagree (above 100 %).
+    let texts: Vec<String> = nodes.iter().filter_map(|n| scrape(&n.sock)).collect();
+    let sum = |name: &str, le: &str| texts.iter().map(|t| sample(t, name, &[le])).sum::<f64>();
+    let total = sum("ipamd_cluster_etcd_latency_seconds_count", "");
+    let within = |le: &str| sum("ipamd_cluster_etcd_latency_seconds_bucket", le);
     println!(
         "etcd calls of the whole run (/metrics, 3 daemons): {total:.0}, {:.0} errors; <= 10 ms {:.1}%, <= 50 ms {:.1}%",
-        sum("ipamd_cluster_etcd_errors_total"),
-        100.0 * within("0.01") / total.max(1.0),
-        100.0 * within("0.05") / total.max(1.0),
+        sum("ipamd_cluster_etcd_errors_total", ""),
+        100.0 * within("le=\"0.01\"") / total.max(1.0),
+        100.0 * within("le=\"0.05\"") / total.max(1.0),
     );
 }
 
@@ -467,7 +461,7 @@ fn claims_total(nodes: &[Node]) -> f64 {
 
 /// Durations of the claims the daemon logged after byte `offset` of its log
 /// ("… claimed block C for network N in 3.2ms", a `Duration`'s Debug form).
-fn claim_times(log: &Path, offset: u64) -> Vec<Duration> {
+pub(crate) fn claim_times(log: &Path, offset: u64) -> Vec<Duration> {
     let text = std::fs::read(log).unwrap_or_default();
     let text = String::from_utf8_lossy(text.get(offset as usize..).unwrap_or_default());
     text.lines()
@@ -491,6 +485,6 @@ fn parse_debug_duration(s: &str) -> Option<Duration> {
     Some(Duration::from_secs_f64(v * scale))
 }
 
-fn ms(d: Duration) -> f64 {
+pub(crate) fn ms(d: Duration) -> f64 {
     d.as_secs_f64() * 1e3
 }

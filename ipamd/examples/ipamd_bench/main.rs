@@ -4,6 +4,8 @@
 //! cargo build --release                       # for the plugin-process round trips
 //! cargo run --release -p ipamd --example ipamd_bench -- [--dir DIR] [--seconds N]
 //!     [--iterations N] [--clients N] [--cnikit PATH] [--cluster [--etcd PATH]]
+//!     [--cluster-scale [--nodes N] [--blocks N] [--block-size N] [--session-ttl S]
+//!     [--reclaim-after S] [--kill N] [--idle-seconds S]]
 //! ```
 //!
 //! Measures, on the file system of `--dir` (default: the temp dir):
@@ -17,7 +19,9 @@
 //!    directory, i.e. `target/release/cnikit`).
 //!
 //! `--cluster` runs only the cluster mode instead (see `cluster.rs`): a real etcd and three
-//! `cnikit ipamd daemon` nodes as child processes.
+//! `cnikit ipamd daemon` nodes as child processes. `--cluster-scale` runs only the cluster
+//! at scale (see `scale.rs`): 100 daemons, 1,100 blocks, idle and per-pod etcd requests,
+//! reclaim of SIGKILLed nodes.
 //!
 //! Must run as root (the daemon serves root only) or it allows the caller's group.
 
@@ -36,6 +40,8 @@ use ipamd::config::{IpamConfig, RangeSet};
 use ipamd::daemon::{DaemonHandle, DaemonOptions};
 
 mod cluster;
+mod scale;
+mod scale_probes;
 
 struct Args {
     dir: PathBuf,
@@ -45,6 +51,8 @@ struct Args {
     cnikit: Option<PathBuf>,
     cluster: bool,
     etcd: PathBuf,
+    cluster_scale: bool,
+    scale: scale::Sizes,
 }
 
 fn parse_args() -> Result<Args, String> {
@@ -60,6 +68,8 @@ fn parse_args() -> Result<Args, String> {
         cluster: false,
         // Debian's etcd-server.
         etcd: PathBuf::from("/usr/bin/etcd"),
+        cluster_scale: false,
+        scale: scale::Sizes::default(),
     };
     let mut it = std::env::args().skip(1);
     while let Some(flag) = it.next() {
@@ -74,11 +84,16 @@ fn parse_args() -> Result<Args, String> {
             "--cnikit" => a.cnikit = Some(PathBuf::from(value()?)),
             "--cluster" => a.cluster = true,
             "--etcd" => a.etcd = PathBuf::from(value()?),
+            "--cluster-scale" => a.cluster_scale = true,
             "-h" | "--help" => {
-                println!("ipamd_bench [--dir DIR] [--seconds N] [--iterations N] [--clients N] [--cnikit PATH] [--cluster [--etcd PATH]]");
+                println!("ipamd_bench [--dir DIR] [--seconds N] [--iterations N] [--clients N] [--cnikit PATH] [--cluster [--etcd PATH]] {}", scale::FLAGS);
                 std::process::exit(0);
             }
-            other => return Err(format!("unknown argument {other}")),
+            other => {
+                if !a.scale.flag(other, &mut value)? {
+                    return Err(format!("unknown argument {other}"));
+                }
+            }
         }
     }
     Ok(a)
@@ -96,7 +111,9 @@ fn run() -> Result<(), String> {
     let root = args.dir.join(format!("ipamd-bench-{}", std::process::id()));
     let _ = std::fs::remove_dir_all(&root);
     std::fs::create_dir_all(&root).map_err(|e| format!("creating {}: {e}", root.display()))?;
-    let res = if args.cluster {
+    let res = if args.cluster_scale {
+        scale::run(&args, &root)
+    } else if args.cluster {
         cluster::run(&args, &root)
     } else {
         bench(&args, &root)
