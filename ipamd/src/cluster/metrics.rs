@@ -75,26 +75,23 @@ impl Node {
         out
     }
 
-    /// Per-pool gauges, labelled `pool="NAME"`, of the pools this node allocates from: the
-    /// pool-wide figures come from etcd (read at most every few seconds), the owned blocks
-    /// from this node.
+    /// Per-pool gauges, labelled `pool="NAME"`: the pool-wide figures of every pool from the
+    /// daemon that reclaims (its last look, at most 10 s old; other daemons leave them out),
+    /// this node's owned and lost blocks of the pools it allocates from.
     async fn render_pools(&self, out: &mut String) {
         let bindings = self.bindings();
         let mut pools: Vec<&str> = bindings.iter().map(|b| b.pool.as_str()).collect();
         pools.sort_unstable();
         pools.dedup();
         let mut owned = Vec::new();
-        let mut views = Vec::new();
         for pool in &pools {
             let mut n = 0;
             for b in bindings.iter().filter(|b| b.pool == *pool) {
                 n += b.blocks.read().await.len();
             }
             owned.push((*pool, n as u64));
-            if let Some(v) = self.views.get(&self.etcd, pool).await {
-                views.push((*pool, v.usage));
-            }
         }
+        let views = self.views.fresh();
         let lost = self.lost_blocks();
         let gauges: [Gauge; 6] = [
             (
@@ -131,6 +128,7 @@ impl Node {
         for (name, help, value) in &gauges {
             family(out, name, "gauge", help);
             for (pool, u) in &views {
+                let pool = pool.as_str();
                 let _ = writeln!(out, "{name}{{pool=\"{pool}\"}} {}", value(u));
             }
         }

@@ -6,6 +6,9 @@
 //! holder's lease does, and the next daemon to look takes it). Every write it makes
 //! compares that key's lease, so a daemon that lost the role cannot act on a stale view.
 //!
+//! Each look reads every pool and block in one list; the pool-wide /metrics gauges are
+//! that reading, so no other daemon reads the whole pool for them.
+//!
 //! How: a node that owns blocks and has no session key gets an absence marker
 //! (`/cnikit/absent/<node>`, written only while the session key is absent; the node
 //! deletes it when it starts its next session). Once the marker is `reclaimAfter` old, each
@@ -21,8 +24,8 @@ use std::time::Duration;
 use super::admin::finish_drains;
 use super::etcd::{Guard, Write};
 use super::node::Node;
-use super::records::{encode, now_ms, Absence, BlockRecord, PoolSpec};
-use super::show::{absences, live_nodes, read_blocks, read_pools, ClaimedBlock};
+use super::records::{encode, now_ms, Absence, BlockRecord};
+use super::show::{absences, live_nodes, read_all, view, ClaimedBlock};
 use super::{absent_key, block_key, node_key, reclaimer_key, LocalStore};
 use crate::log::Level;
 use crate::{log_at, Error};
@@ -57,14 +60,15 @@ async fn look(node: &Node) -> Result<bool, Error> {
     if !take_role(node, session).await? {
         return Ok(false);
     }
-    let pools = read_pools(&node.etcd).await?;
-    let mut blocks: Vec<(String, PoolSpec, Vec<ClaimedBlock>)> = Vec::new();
-    for (name, spec) in pools {
-        let claimed = read_blocks(&node.etcd, &name).await?;
-        blocks.push((name, spec, claimed));
-    }
+    let blocks = read_all(&node.etcd).await?;
     let live = live_nodes(&node.etcd).await?;
     let absent = absences(&node.etcd).await?;
+    let at = now_ms();
+    node.views.replace(
+        (blocks.iter())
+            .map(|(name, spec, claimed)| view(name, spec, claimed.clone(), &live, &absent, at))
+            .collect(),
+    );
     let owners: HashSet<&str> = blocks
         .iter()
         .flat_map(|(_, _, c)| c.iter())

@@ -96,20 +96,48 @@ pub(crate) async fn read_spec(etcd: &Etcd, name: &str) -> Result<Option<(PoolSpe
 
 /// Every pool: name and spec (keys that hold no spec are skipped).
 pub(crate) async fn read_pools(etcd: &Etcd) -> Result<Vec<(String, PoolSpec)>, Error> {
-    let prefix = format!("{}/pools/", super::PREFIX);
-    // etcd lists by prefix only: the blocks come along and are skipped.
-    Ok(etcd
-        .list(&prefix)
+    Ok(read_all(etcd)
         .await?
         .into_iter()
-        .filter_map(|kv| {
-            let name = kv.key.strip_prefix(&prefix)?;
-            if name.contains('/') {
-                return None;
+        .map(|(name, spec, _)| (name, spec))
+        .collect())
+}
+
+/// Every pool with its blocks, from one list of `/cnikit/pools/` (etcd lists by prefix
+/// only, so the specs come with the blocks anyway).
+pub(crate) async fn read_all(
+    etcd: &Etcd,
+) -> Result<Vec<(String, PoolSpec, Vec<ClaimedBlock>)>, Error> {
+    let prefix = format!("{}/pools/", super::PREFIX);
+    let mut pools: BTreeMap<String, (Option<PoolSpec>, Vec<ClaimedBlock>)> = BTreeMap::new();
+    for kv in etcd.list(&prefix).await? {
+        let Some(rest) = kv.key.strip_prefix(&prefix) else {
+            continue;
+        };
+        match rest.split_once("/blocks/") {
+            None if !rest.contains('/') => {
+                if let Ok(spec) = serde_json::from_slice::<PoolSpec>(&kv.value) {
+                    pools.entry(rest.to_string()).or_default().0 = Some(spec);
+                }
             }
-            let spec = serde_json::from_slice::<PoolSpec>(&kv.value).ok()?;
-            Some((name.to_string(), spec))
-        })
+            Some((pool, cidr)) => {
+                let cidr = cidr.parse().ok();
+                let record = serde_json::from_slice::<BlockRecord>(&kv.value).ok();
+                if let (Some(cidr), Some(record)) = (cidr, record) {
+                    let block = ClaimedBlock {
+                        cidr,
+                        record,
+                        mod_revision: kv.mod_revision,
+                    };
+                    pools.entry(pool.to_string()).or_default().1.push(block);
+                }
+            }
+            None => {}
+        }
+    }
+    Ok(pools
+        .into_iter()
+        .filter_map(|(name, (spec, blocks))| spec.map(|s| (name, s, blocks)))
         .collect())
 }
 
@@ -265,35 +293,35 @@ fn usage(spec: &PoolSpec, shown: &[BlockShow]) -> Usage {
     }
 }
 
-/// Pool views for /metrics: read from etcd at most every [`ViewCache::FRESH`] per pool,
-/// so a scrape costs at most one read of each pool's blocks.
+/// The pools as the reclaimer last read them, for /metrics: that daemon reads every block
+/// each look anyway, so the pool-wide gauges cost etcd nothing more (a scrape of every node
+/// reading the pool would cost nodes × blocks).
 #[derive(Default)]
 pub(crate) struct ViewCache {
     views: Mutex<BTreeMap<String, (Instant, PoolShow)>>,
 }
 
 impl ViewCache {
-    const FRESH: Duration = Duration::from_secs(5);
+    /// Views older than this are left out: their reader lost the role or etcd.
+    const FRESH: Duration = Duration::from_secs(10);
 
-    /// The pool's view, fresh or read now; on an etcd error the last one read, if any.
-    pub(crate) async fn get(&self, etcd: &Etcd, pool: &str) -> Option<PoolShow> {
-        {
-            let views = self.views.lock().unwrap_or_else(|e| e.into_inner());
-            if let Some((at, v)) = views.get(pool) {
-                if at.elapsed() < Self::FRESH {
-                    return Some(v.clone());
-                }
-            }
-        }
-        let mut views = match show(etcd, pool).await {
-            Ok(v) => {
-                let mut views = self.views.lock().unwrap_or_else(|e| e.into_inner());
-                views.insert(pool.to_string(), (Instant::now(), v));
-                views
-            }
-            Err(_) => self.views.lock().unwrap_or_else(|e| e.into_inner()),
-        };
-        views.get_mut(pool).map(|(_, v)| v.clone())
+    /// Keep exactly `views` (pools deleted since are dropped).
+    pub(crate) fn replace(&self, views: Vec<PoolShow>) {
+        let now = Instant::now();
+        *self.views.lock().unwrap_or_else(|e| e.into_inner()) = views
+            .into_iter()
+            .map(|v| (v.name.clone(), (now, v)))
+            .collect();
+    }
+
+    /// Every pool's usage read within [`ViewCache::FRESH`].
+    pub(crate) fn fresh(&self) -> Vec<(String, Usage)> {
+        let views = self.views.lock().unwrap_or_else(|e| e.into_inner());
+        views
+            .iter()
+            .filter(|(_, (at, _))| at.elapsed() < Self::FRESH)
+            .map(|(name, (_, v))| (name.clone(), v.usage))
+            .collect()
     }
 }
 

@@ -17,7 +17,7 @@ use std::time::{Duration, Instant};
 use super::etcd::Write;
 use super::node::{count_in, lock, Binding, LostBlock, Node, Owned};
 use super::records::{encode, BlockRecord};
-use super::show::{read_blocks, read_pools, read_spec, ClaimedBlock};
+use super::show::{read_all, read_blocks, read_spec, ClaimedBlock};
 use super::{absent_key, block_key, node_key, LocalStore};
 use crate::log::Level;
 use crate::{log_at, Error};
@@ -218,10 +218,8 @@ async fn refresh_specs(node: &Node) -> Result<(), Error> {
 
 /// Serve again every block etcd records as this node's, in every pool.
 async fn adopt_all(node: &Node) -> Result<usize, Error> {
-    let pools = read_pools(&node.etcd).await?;
     let mut n = 0;
-    for (pool, spec) in pools {
-        let claimed = read_blocks(&node.etcd, &pool).await?;
+    for (pool, spec, claimed) in read_all(&node.etcd).await? {
         let mut networks: Vec<&str> = claimed
             .iter()
             .filter(|c| c.record.node == node.name())
