@@ -30,7 +30,7 @@ pub(crate) fn floors(c: &mut Cluster, n: usize) -> Result<ClaimFloor, String> {
         .floors(&format!("/cnikit/pools/{POOL}"), &prefix, n)?;
     let f = |x: Floor| format!("p50 {:.2} ms p99 {:.2} ms", ms(x.p50), ms(x.p99));
     println!(
-        "scale 2. etcd's floor (bench's etcd client, idle cluster, n={n} each): get of the pool key {}; list of the pool's {keys} blocks ({:.0} kB) {}; create-if-absent transaction {}; a claim's get + list + transaction, p50s added: {:.2} ms. (The reclaimer lists /cnikit/pools/, {all_keys} keys, {:.0} kB, and the pool's blocks every 2 s.)",
+        "scale 2. etcd's floor (bench's etcd client, idle cluster, n={n} each): get of the pool key {}; list of the pool's {keys} blocks ({:.0} kB) {}; create-if-absent transaction {}; a claim's get + list + transaction, p50s added: {:.2} ms. (The reclaimer lists /cnikit/pools/, {all_keys} keys, {:.0} kB, every 2 s.)",
         f(get),
         bytes as f64 / 1024.0,
         f(list),
