@@ -33,6 +33,12 @@ use crate::{log_at, Error};
 /// How often the reclaimer looks (the bound on a reclaim is `reclaimAfter` + TTL
 /// + 10 s: two looks, one to see the absence and one to reclaim, fit in it).
 const LOOK_EVERY: Duration = Duration::from_secs(2);
+/// How soon a look that failed is tried again (as the session loop does). A look is
+/// several etcd calls (the role, the pools and blocks, the sessions, the markers, the
+/// writes) and fails whole if one does: while members restart, the calls the client sends
+/// to one fail for a second or two after it is back, and waiting a whole [`LOOK_EVERY`]
+/// after each such failure let reclaims overrun their bound (the chaos test: 19 s).
+const LOOK_AGAIN: Duration = Duration::from_millis(500);
 
 pub(crate) async fn reclaim_loop<S: LocalStore>(node: Arc<Node>, store: Weak<S>) {
     // Daemons that do not hold the role look again each third of the session TTL: one
@@ -44,7 +50,7 @@ pub(crate) async fn reclaim_loop<S: LocalStore>(node: Arc<Node>, store: Weak<S>)
             Ok(false) => idle,
             Err(e) => {
                 log_at!(Level::Warn, "node {}: reclaim: {e}", node.name());
-                LOOK_EVERY
+                LOOK_AGAIN
             }
         };
         tokio::time::sleep(pause).await;
