@@ -7,10 +7,15 @@
 //! - [`faults`]: etcd members and node daemons killed under concurrent ADDs, quorum loss;
 //! - [`tls`]: an etcd that requires client certificates;
 //! - [`reclaim`]: dead nodes' blocks reclaimed and quarantined, fencing, `pool check`;
-//! - [`grow`]: CIDRs added to and drained from a pool live.
+//! - [`grow`]: CIDRs added to and drained from a pool live;
+//! - [`chaos`]: 4 nodes, each in its own network namespace ([`netns`]), under concurrent
+//!   ADD/DEL while daemons and members are killed and stopped and nodes are cut off from
+//!   etcd past `reclaimAfter` and return: no address reused, reclaim times bounded.
 
+mod chaos;
 mod faults;
 mod grow;
+mod netns;
 mod nodes;
 mod pool_cli;
 mod reclaim;
@@ -32,6 +37,8 @@ static NEXT_PORT: AtomicU16 = AtomicU16::new(24000);
 /// One etcd member.
 struct Member {
     name: String,
+    /// The address it listens on (127.0.0.1, or a chaos network's).
+    host: String,
     client: u16,
     peer: u16,
     dir: PathBuf,
@@ -46,10 +53,17 @@ pub struct Etcd {
 
 impl Etcd {
     pub fn start(env: &TestEnv, n: usize) -> Etcd {
+        Etcd::start_on(env, &vec!["127.0.0.1"; n])
+    }
+
+    /// One member per address of `hosts`, each listening there.
+    pub fn start_on(env: &TestEnv, hosts: &[&str]) -> Etcd {
+        let n = hosts.len();
         let base = NEXT_PORT.fetch_add(2 * n as u16, Ordering::SeqCst);
         let members: Vec<Member> = (0..n)
             .map(|i| Member {
                 name: format!("m{i}"),
+                host: hosts[i].to_string(),
                 client: base + 2 * i as u16,
                 peer: base + 2 * i as u16 + 1,
                 dir: env.dir(&format!("etcd-m{i}")),
@@ -58,7 +72,7 @@ impl Etcd {
             .collect();
         let initial = members
             .iter()
-            .map(|m| format!("{}=http://127.0.0.1:{}", m.name, m.peer))
+            .map(|m| format!("{}=http://{}:{}", m.name, m.host, m.peer))
             .collect::<Vec<_>>()
             .join(",");
         let mut etcd = Etcd { members, initial };
@@ -79,25 +93,28 @@ impl Etcd {
             .args(["--name", &m.name, "--data-dir"])
             .arg(m.dir.join("data"))
             .arg(format!(
-                "--listen-client-urls=http://127.0.0.1:{}",
-                m.client
+                "--listen-client-urls=http://{}:{}",
+                m.host, m.client
             ))
             .arg(format!(
-                "--advertise-client-urls=http://127.0.0.1:{}",
-                m.client
+                "--advertise-client-urls=http://{}:{}",
+                m.host, m.client
             ))
-            .arg(format!("--listen-peer-urls=http://127.0.0.1:{}", m.peer))
+            .arg(format!("--listen-peer-urls=http://{}:{}", m.host, m.peer))
             .arg(format!(
-                "--initial-advertise-peer-urls=http://127.0.0.1:{}",
-                m.peer
+                "--initial-advertise-peer-urls=http://{}:{}",
+                m.host, m.peer
             ))
             .arg(format!("--initial-cluster={initial}"))
             .args([
                 "--initial-cluster-token",
                 &format!("t{}", self.members[0].peer),
             ])
-            // Fast elections: the tests kill members and want a leader back quickly.
+            // Fast elections: the tests kill members and want a leader back quickly. Pre-vote
+            // (etcd 3.5's default): a member back from SIGSTOP or a restart does not depose
+            // the leader, and so does not refresh every lease's TTL as a new leader does.
             .args(["--heartbeat-interval", "50", "--election-timeout", "500"])
+            .arg("--pre-vote")
             .stdin(Stdio::null())
             .stdout(log.try_clone().expect("dup log"))
             .stderr(log)
@@ -108,9 +125,9 @@ impl Etcd {
 
     /// Until the member answers /health with a leader (30 s at most).
     fn wait_healthy(&self, i: usize) {
-        let port = self.members[i].client;
+        let (host, port) = (&self.members[i].host, self.members[i].client);
         let deadline = Instant::now() + Duration::from_secs(30);
-        while !health(port) {
+        while !health(host, port) {
             assert!(
                 Instant::now() < deadline,
                 "etcd member {i} on port {port} not healthy within 30 s"
@@ -123,7 +140,7 @@ impl Etcd {
     pub fn endpoints(&self) -> String {
         self.members
             .iter()
-            .map(|m| format!("http://127.0.0.1:{}", m.client))
+            .map(|m| format!("http://{}:{}", m.host, m.client))
             .collect::<Vec<_>>()
             .join(",")
     }
@@ -166,9 +183,9 @@ impl Drop for Etcd {
     }
 }
 
-/// GET /health of the member on `port`: true when it reports itself healthy.
-fn health(port: u16) -> bool {
-    let Ok(mut s) = TcpStream::connect(("127.0.0.1", port)) else {
+/// GET /health of the member on `host`:`port`: true when it reports itself healthy.
+fn health(host: &str, port: u16) -> bool {
+    let Ok(mut s) = TcpStream::connect((host, port)) else {
         return false;
     };
     let _ = s.set_read_timeout(Some(Duration::from_secs(2)));

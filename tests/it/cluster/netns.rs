@@ -204,7 +204,37 @@ impl NsNode {
     }
 }
 
+/// POST /v3/maintenance/status to the member on `host`:`port` (etcd's JSON gateway): its
+/// answer, None unless it answers within a second.
+fn member_status(host: &str, port: u16) -> Option<Value> {
+    let addr = std::net::SocketAddr::new(host.parse().ok()?, port);
+    let mut s = TcpStream::connect_timeout(&addr, Duration::from_millis(500)).ok()?;
+    s.set_read_timeout(Some(Duration::from_secs(1))).ok()?;
+    let req = "POST /v3/maintenance/status HTTP/1.1\r\nHost: etcd\r\nConnection: close\r\n\
+               Content-Type: application/json\r\nContent-Length: 2\r\n\r\n{}";
+    s.write_all(req.as_bytes()).ok()?;
+    let mut out = String::new();
+    let _ = s.read_to_string(&mut out);
+    let body = &out[out.find("\r\n\r\n")?..];
+    serde_json::from_str(&body[body.find('{')?..=body.rfind('}')?]).ok()
+}
+
 impl Etcd {
+    /// The member that leads now, as it says itself (None while no running member does).
+    pub fn leader(&self) -> Option<usize> {
+        (0..self.members.len()).find(|&i| {
+            let m = &self.members[i];
+            let st = m
+                .child
+                .as_ref()
+                .and_then(|_| member_status(&m.host, m.client));
+            let Some(st) = st else {
+                return false;
+            };
+            st["leader"].is_string() && st["leader"] == st["header"]["member_id"]
+        })
+    }
+
     /// SIGSTOP (`freeze`) or SIGCONT member `i` alone.
     pub fn freeze(&self, i: usize, freeze: bool) {
         let sig = if freeze { libc::SIGSTOP } else { libc::SIGCONT };

@@ -41,10 +41,23 @@ impl Daemon {
     /// Start it inside netns `ns` (a node of the test's own) and wait until it
     /// answers; it logs next to the socket.
     pub fn start_in(ns: &str, sock: &Path, data: &Path) -> Daemon {
-        let log = sock.with_file_name(format!("daemon-{}.log", next_id()));
+        Daemon::start_in_with(ns, sock, data, &["--log-level", "debug"])
+    }
+
+    /// [`Daemon::start_in`] with the daemon arguments `extra`. `ip netns exec` execs the
+    /// daemon, so the child's pid is the daemon's (for [`Daemon::signal`]).
+    pub fn start_in_with(ns: &str, sock: &Path, data: &Path, extra: &[&str]) -> Daemon {
         let mut cmd = Command::new("ip");
         cmd.args(["netns", "exec", ns]).arg(cnikit_exe());
-        let mut d = Daemon::spawn_with(cmd, (sock, data), &["--log-level", "debug"], &[], log);
+        Daemon::start_by(cmd, sock, data, extra)
+    }
+
+    /// Start it by `cmd` (a program and its first arguments: `cnikit`, or what runs it),
+    /// to which the daemon's arguments are added, and wait until it answers; it logs next
+    /// to the socket.
+    pub fn start_by(cmd: Command, sock: &Path, data: &Path, extra: &[&str]) -> Daemon {
+        let log = sock.with_file_name(format!("daemon-{}.log", next_id()));
+        let mut d = Daemon::spawn_with(cmd, (sock, data), extra, &[], log);
         d.wait_ready();
         d
     }

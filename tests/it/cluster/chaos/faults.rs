@@ -100,6 +100,11 @@ fn await_reclaim(w: &World, what: &str, ni: usize, owned: &[ipnet::IpNet], t0: I
                     "{what}: blocks reclaimed after {took:?} > {bound:?}"
                 ));
                 w.dump_logs(t0);
+            } else if took + Duration::from_secs(3) > bound {
+                w.say(&format!(
+                    "{what}: close to the bound; what the daemons said:"
+                ));
+                w.dump_logs(t0);
             }
             lock(&w.reclaim_times).push(ReclaimTime {
                 what: what.to_string(),
@@ -137,12 +142,14 @@ fn long_round(w: &World, rng: &mut Rng, round: usize, ni: usize, cut: Cut, full:
         std::thread::sleep(Duration::from_millis(200));
     };
     w.say(&format!("{what} (owning {owned:?})"));
+    w.timing.store(full, Ordering::SeqCst);
     let t0 = Instant::now();
     cut.apply(&w.nodes[ni], true);
     lock(&w.cuts).push((ni, t0));
     w.cut_off[ni].store(true, Ordering::SeqCst);
     if full {
         await_reclaim(w, &what, ni, &owned, t0);
+        w.timing.store(false, Ordering::SeqCst);
         // Sometimes back at once, sometimes a while later.
         std::thread::sleep(ms(rng, 0, 2500));
     } else {
@@ -201,17 +208,33 @@ pub(super) fn short_faults(w: &World, etcd: &mut Etcd, s: &Settings, done: &Atom
     while !done.load(Ordering::SeqCst) && !w.stop.load(Ordering::SeqCst) {
         let kind = rng.below(5);
         let name: &'static str = if kind < 2 {
-            let m = rng.below(etcd.member_count());
+            let n = etcd.member_count();
+            let timing = w.timing.load(Ordering::SeqCst);
+            let m = if timing {
+                // A new leader gives every lease its whole TTL again: the cut-off node's
+                // session would outlive the TTL the reclaim bound counts from the cut.
+                let Some(leader) = etcd.leader() else {
+                    continue;
+                };
+                (leader + 1 + rng.below(n - 1)) % n
+            } else {
+                rng.below(n)
+            };
             let d = ms(&mut rng, 300, 2500);
+            let which = if timing {
+                format!("{m} (a follower: a reclaim is timed)")
+            } else {
+                m.to_string()
+            };
             if kind == 0 {
-                w.say(&format!("SIGKILL etcd member {m} for {d:?}"));
+                w.say(&format!("SIGKILL etcd member {which} for {d:?}"));
                 etcd.kill(m);
                 std::thread::sleep(d);
                 etcd.restart(m);
                 etcd.wait(m);
                 "etcd-sigkill"
             } else {
-                w.say(&format!("SIGSTOP etcd member {m} for {d:?}"));
+                w.say(&format!("SIGSTOP etcd member {which} for {d:?}"));
                 etcd.freeze(m, true);
                 std::thread::sleep(d);
                 etcd.freeze(m, false);

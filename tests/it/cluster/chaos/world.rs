@@ -73,6 +73,8 @@ pub struct World<'a> {
     pub reclaim_times: Mutex<Vec<ReclaimTime>>,
     /// (round, time from the node's return until it served an ADD).
     pub return_times: Mutex<Vec<(String, Duration)>>,
+    /// A reclaim is being timed: the etcd leader is left alone meanwhile.
+    pub timing: AtomicBool,
     /// Everything stops (the end, or a thread panicked).
     pub stop: AtomicBool,
 }
@@ -101,6 +103,7 @@ impl<'a> World<'a> {
             short_rounds: Mutex::default(),
             reclaim_times: Mutex::default(),
             return_times: Mutex::default(),
+            timing: AtomicBool::new(false),
             stop: AtomicBool::new(false),
         }
     }
