@@ -95,7 +95,7 @@ async fn check(
             Some((since, _)) if spec.reclaim_after > 0 => {
                 let gone = now_ms().saturating_sub(*since) / 1000;
                 // Two looks of the reclaimer past the due time.
-                if gone > spec.reclaim_after + 4 {
+                if gone > spec.reclaim_after.saturating_add(4) {
                     out.push(finding("reclaimOverdue", Some(b.cidr), format!(
                         "block {} of node {owner}: the node has had no etcd session for {gone} s, past the pool's reclaimAfter {} s, and the block is not reclaimed: is any cnikit ipamd daemon with a session running?",
                         b.cidr, spec.reclaim_after

@@ -87,7 +87,8 @@ async fn look(node: &Node) -> Result<bool, Error> {
             Some(&(since, marker)) => {
                 for (pool, spec, claimed) in &blocks {
                     let due = spec.reclaim_after > 0
-                        && now_ms().saturating_sub(since) >= spec.reclaim_after * 1000;
+                        && now_ms().saturating_sub(since)
+                            >= spec.reclaim_after.saturating_mul(1000);
                     if due {
                         reclaim_node(node, session, (pool, n, marker), claimed).await?;
                     }
