@@ -68,8 +68,8 @@ impl Node {
         let up = u8::from(self.session.load(Relaxed) != 0);
         let help = "1 while this node holds an etcd session.";
         single(&mut out, "ipamd_cluster_session_up", "gauge", help, up);
-        let fenced = u8::from(self.standing.fenced().is_some());
-        let help = "1 while this node hands out no new address from its blocks (its session could have expired, or its blocks are not yet confirmed).";
+        let fenced = u8::from(self.fenced(&self.bindings()).is_some());
+        let help = "1 while this node hands out no new address from its blocks of pools that reclaim (its session could have expired, or its blocks are not yet confirmed).";
         single(&mut out, "ipamd_cluster_fenced", "gauge", help, fenced);
         self.render_pools(&mut out).await;
         out

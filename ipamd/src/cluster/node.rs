@@ -310,7 +310,7 @@ impl Node {
     /// Why allocation from these bindings is fenced, if it is. Only pools that reclaim on
     /// their own are: a pool reclaimed by hand alone keeps serving while etcd is away
     /// (`release-node` refuses a node with a session and is the operator's call).
-    fn fenced(&self, bindings: &[Arc<Binding>]) -> Option<String> {
+    pub(crate) fn fenced(&self, bindings: &[Arc<Binding>]) -> Option<String> {
         let reclaimable = bindings.iter().any(|b| b.reclaims.load(Ordering::SeqCst));
         if reclaimable {
             self.standing.fenced()
