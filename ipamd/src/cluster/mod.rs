@@ -133,6 +133,8 @@ pub(crate) trait LocalStore: Send + Sync + 'static {
         network: &str,
         set: RangeSet,
     ) -> impl Future<Output = Result<bool, Error>> + Send;
+    /// The networks this node has stores of.
+    fn networks(&self) -> impl Future<Output = Result<Vec<String>, Error>> + Send;
     /// Every address leased in `network` on this node.
     fn addresses(
         &self,

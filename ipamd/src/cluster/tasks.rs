@@ -64,6 +64,7 @@ async fn session_tick<S: LocalStore>(
     renew(node, ttl).await?;
     if !*adopted {
         let n = adopt_all(node).await?;
+        find_lost(node, store).await?;
         *adopted = true;
         log_at!(
             Level::Info,
@@ -148,6 +149,40 @@ async fn confirm_if_needed<S: LocalStore>(node: &Node, store: &S) -> Result<(), 
 
 fn is_ours(node: &Node, b: &Binding, c: &ClaimedBlock) -> bool {
     c.record.node == node.name() && c.record.network == b.network && c.record.reclaimed.is_none()
+}
+
+/// At start: the blocks this node holds leases in that etcd does not record as its own
+/// (lost while it was down or before a restart) are lost blocks, as if found while running.
+async fn find_lost<S: LocalStore>(node: &Node, store: &S) -> Result<(), Error> {
+    let pools = read_all(&node.etcd).await?;
+    for network in store.networks().await? {
+        let mut seen = Vec::new();
+        for addr in store.addresses(&network).await? {
+            for (pool, spec, claimed) in &pools {
+                if !spec.cidrs.iter().any(|c| c.contains(&addr)) {
+                    continue;
+                }
+                let record = claimed.iter().find(|c| c.cidr.contains(&addr));
+                let ours = record.is_some_and(|c| {
+                    c.record.node == node.name()
+                        && c.record.network == network
+                        && c.record.reclaimed.is_none()
+                });
+                let cidr = match record {
+                    Some(c) => c.cidr,
+                    None => ipnet::IpNet::new(addr, spec.block_size)
+                        .map_err(|e| Error::internal(format!("block of {addr}: {e}")))?
+                        .trunc(),
+                };
+                if !ours && !seen.contains(&(pool.clone(), cidr)) {
+                    seen.push((pool.clone(), cidr));
+                    let b = node.binding(pool, &network);
+                    lose(node, store, &b, &cidr).await;
+                }
+            }
+        }
+    }
+    Ok(())
 }
 
 /// Stop using a block etcd no longer records as this node's, for good.

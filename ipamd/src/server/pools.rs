@@ -42,6 +42,10 @@ impl LocalStore for Registry {
         }
     }
 
+    async fn networks(&self) -> Result<Vec<String>, Error> {
+        Registry::networks(self)
+    }
+
     async fn addresses(&self, network: &str) -> Result<Vec<IpAddr>, Error> {
         match self.call(network, Op::Leases).await? {
             Reply::Leases(l) => Ok(l.into_iter().map(|l| l.address).collect()),

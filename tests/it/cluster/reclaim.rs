@@ -187,7 +187,8 @@ fn a_node_cut_off_from_etcd_is_fenced_until_it_confirms_its_blocks() {
 /// Proves: a node frozen past its TTL and the pool's reclaimAfter loses its block to the
 /// reclaimer; back, it is fenced until it has renewed and confirmed, then never allocates
 /// from the lost block again (a new one instead), reports the lease it still holds there
-/// (`pool check` exits 1 naming it, /metrics), and its DEL releases that lease locally.
+/// (`pool check` exits 1 naming it, /metrics, doctor; after a restart too), and its DEL
+/// releases that lease locally.
 #[test]
 fn a_node_that_returns_after_a_reclaim_never_uses_its_lost_block() {
     let env = TestEnv::new("cluster_lost");
@@ -233,6 +234,14 @@ fn a_node_that_returns_after_a_reclaim_never_uses_its_lost_block() {
         .as_str()
         .unwrap()
         .contains(&old.to_string()));
+    // A restarted daemon finds the lost block again from its leases and etcd.
+    a.kill();
+    a.restart();
+    eventually(
+        Duration::from_secs(10),
+        "the lost block found at start",
+        || a.metric("ipamd_pool_blocks_lost{pool=\"l\"}") == 1,
+    );
     let doctor = a.doctor("pool l");
     assert_eq!(doctor["status"], "fail", "{doctor}");
     assert!(
