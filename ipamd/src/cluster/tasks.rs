@@ -188,12 +188,21 @@ async fn find_lost<S: LocalStore>(node: &Node, store: &S) -> Result<(), Error> {
 /// Stop using a block etcd no longer records as this node's, for good.
 async fn lose<S: LocalStore>(node: &Node, store: &S, b: &Binding, cidr: &ipnet::IpNet) {
     b.blocks.write().await.retain(|x| x.cidr != *cidr);
-    let mut lost = LostBlock {
-        pool: b.pool.clone(),
-        network: b.network.clone(),
-        cidr: *cidr,
-        held: 0,
-    };
+    let same = |l: &LostBlock| l.pool == b.pool && l.cidr == *cidr;
+    {
+        // The confirm pass and a usage push that found the record changed can both get
+        // here: the first one records the loss, under the lock.
+        let mut lost = lock(&node.lost);
+        if lost.iter().any(same) {
+            return;
+        }
+        lost.push(LostBlock {
+            pool: b.pool.clone(),
+            network: b.network.clone(),
+            cidr: *cidr,
+            held: 0,
+        });
+    }
     node.counters.lost.fetch_add(1, Ordering::Relaxed);
     let held: Vec<String> = match store.addresses(&b.network).await {
         Ok(addrs) => addrs
@@ -203,8 +212,9 @@ async fn lose<S: LocalStore>(node: &Node, store: &S, b: &Binding, cidr: &ipnet::
             .collect(),
         Err(e) => vec![format!("(leases unreadable: {e})")],
     };
-    lost.held = held.len();
-    lock(&node.lost).push(lost);
+    if let Some(l) = lock(&node.lost).iter_mut().find(|l| same(l)) {
+        l.held = held.len();
+    }
     log_at!(
         Level::Error,
         "pool {}: block {cidr} of network {} is no longer this node's in etcd (reclaimed while this node was cut off from etcd, or release-node --force); no new address comes from it. Its {} lease(s) here stay until their pods are deleted (DEL releases them locally), but another node may hand these addresses out: {}",
