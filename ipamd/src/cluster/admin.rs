@@ -321,6 +321,10 @@ pub(crate) async fn finish_drains(etcd: &Etcd, name: &str) -> Result<Vec<IpNet>,
             done.push(d);
         }
     }
+    // A pool keeps at least one CIDR (draining, then): its spec needs one.
+    if done.len() == spec.cidrs.len() {
+        done.pop();
+    }
     if done.is_empty() {
         return Ok(done);
     }

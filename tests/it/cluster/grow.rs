@@ -6,7 +6,8 @@ use super::*;
 /// Proves: a pool created with two CIDRs shows both; an exhausted pool (ADD fails 103)
 /// serves again within 1 s of `pool update --add-cidr` with no daemon restart; CIDRs that
 /// overlap the pool's own or another pool's are refused; `--drain-cidr` stops new leases
-/// in the CIDR's blocks, and the CIDR leaves the pool once its last lease is gone.
+/// in the CIDR's blocks, and the CIDR leaves the pool once its last lease is gone (but for
+/// the last CIDR of a pool, which stays, draining).
 #[test]
 fn a_full_pool_grows_and_drains_live() {
     let env = TestEnv::new("cluster_grow");
@@ -84,4 +85,21 @@ fn a_full_pool_grows_and_drains_live() {
     eprintln!("the drained CIDR left the pool {t:?} after its last DEL");
     assert_eq!(show(&e, "g")["draining"], json!([]));
     n.call(&env, "ADD", "c20", &conf).result();
+
+    // Draining the last CIDR: its block goes, the CIDR stays (draining) for the pool to be.
+    pool_ok(&e, "update g --drain-cidr 10.79.1.0/28");
+    for cid in ["c13", "c20"] {
+        n.call(&env, "DEL", cid, &conf).ok_silent();
+    }
+    eventually(Duration::from_secs(20), "the last block released", || {
+        show(&e, "g")["blocks"] == json!([])
+    });
+    std::thread::sleep(Duration::from_secs(3)); // a reclaimer look or two
+    let last = show(&e, "g");
+    assert_eq!(
+        (&last["cidrs"], &last["draining"]),
+        (&json!(["10.79.1.0/28"]), &json!(["10.79.1.0/28"]))
+    );
+    n.call(&env, "ADD", "c21", &conf)
+        .expect_err(103, &["pool g"]);
 }
