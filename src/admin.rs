@@ -124,10 +124,8 @@ enum IpamdCmd {
         network: Option<String>,
         #[arg(long)]
         json: bool,
-        #[arg(long, default_value = "/run/cnikit/ipamd.sock")]
-        socket: PathBuf,
-        #[arg(long, default_value = "/var/lib/cni/ipamd")]
-        data_dir: PathBuf,
+        #[command(flatten)]
+        store: pool::StoreArgs,
     },
     /// Check the lease store's files for damage; with --repair, keep the
     /// damaged files aside and rebuild the store from every valid record.
@@ -237,11 +235,10 @@ fn ipamd(command: IpamdCmd) -> Result<(), String> {
         IpamdCmd::Leases {
             network,
             json,
-            socket,
-            data_dir,
+            store,
         } => {
-            let client = ipamd::client::Client::new(&socket, &data_dir);
-            let leases = client
+            let leases = store
+                .client()
                 .leases(network.as_deref())
                 .map_err(|e| e.to_string())?;
             print_leases(&leases, json)

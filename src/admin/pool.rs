@@ -49,6 +49,22 @@ impl EtcdArgs {
     }
 }
 
+/// Where this node's leases are: the daemon's socket, or its store files without it
+/// (`ipamd leases`, `pool check`).
+#[derive(Args, Debug, Clone)]
+pub struct StoreArgs {
+    #[arg(long, default_value = ipamd::config::DEFAULT_SOCKET)]
+    pub socket: PathBuf,
+    #[arg(long, default_value = ipamd::config::DEFAULT_DATA_DIR)]
+    pub data_dir: PathBuf,
+}
+
+impl StoreArgs {
+    pub fn client(&self) -> ipamd::client::Client {
+        ipamd::client::Client::new(&self.socket, &self.data_dir)
+    }
+}
+
 /// The daemon's cluster flags; without --etcd-endpoints it serves local ranges only.
 #[derive(Args, Debug, Clone)]
 pub struct DaemonClusterArgs {
@@ -147,10 +163,8 @@ pub enum PoolCmd {
         node: Option<String>,
         #[arg(long)]
         json: bool,
-        #[arg(long, default_value = "/run/cnikit/ipamd.sock")]
-        socket: PathBuf,
-        #[arg(long, default_value = "/var/lib/cni/ipamd")]
-        data_dir: PathBuf,
+        #[command(flatten)]
+        store: StoreArgs,
         #[command(flatten)]
         etcd: EtcdArgs,
     },
@@ -213,10 +227,9 @@ pub fn run(cmd: PoolCmd) -> Result<(), String> {
             name,
             node,
             json,
-            socket,
-            data_dir,
+            store,
             etcd,
-        } => return check(&etcd, &name, node, json, (&socket, &data_dir)),
+        } => return check(&etcd, &name, node, json, &store),
         PoolCmd::Delete { name, etcd } => (etcd, PoolCommand::Delete { name }, false),
         PoolCmd::ReleaseNode {
             name,
@@ -330,13 +343,13 @@ fn check(
     name: &str,
     node: Option<String>,
     json: bool,
-    (socket, data_dir): (&std::path::Path, &std::path::Path),
+    store: &StoreArgs,
 ) -> Result<(), String> {
     let node = match node {
         Some(n) => n,
         None => ipamd::cluster::hostname().map_err(|e| e.to_string())?,
     };
-    let client = ipamd::client::Client::new(socket, data_dir);
+    let client = store.client();
     let report =
         ipamd::cluster::check_pool_store(&etcd.options()?, name, &node, || client.leases(None))
             .map_err(|e| e.to_string())?;

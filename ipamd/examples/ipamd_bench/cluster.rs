@@ -28,7 +28,10 @@ use std::time::{Duration, Instant};
 use ipamd::client::Client;
 
 use super::scale_probes::{sample, scrape};
+
+mod start;
 use super::{exec_plugin, metric, percentile, report, request, throughput_with, Args};
+pub(crate) use start::{pool_create, spawn_node, start_node, wait_node};
 
 /// Pool of steps 1 and 2: /26 blocks, as in the README's walk-through; a /12 leaves room for
 /// the ~1M addresses that allocate-only runs may take.
@@ -144,7 +147,7 @@ pub(crate) fn run(args: &Args, root: &Path) -> Result<(), String> {
     let mut kids = Children(Vec::new());
     let endpoint = start_etcd(&args.etcd, root, &mut kids)?;
     for (name, cidr, block) in [POOL, CLAIM_POOL] {
-        pool_create(&exe, &endpoint, name, cidr, block)?;
+        pool_create(&exe, &endpoint, (name, cidr, block), &[])?;
     }
     let nodes = ["node-a", "node-b", "node-c"]
         .iter()
@@ -211,63 +214,6 @@ fn etcd_healthy(port: u16) -> bool {
         .is_ok()
         && s.read_to_string(&mut out).is_ok()
         && out.contains("\"health\":\"true\"")
-}
-
-fn pool_create(exe: &Path, etcd: &str, name: &str, cidr: &str, block: u8) -> Result<(), String> {
-    let out = Command::new(exe)
-        .args([
-            "ipamd",
-            "pool",
-            "create",
-            name,
-            "--cidr",
-            cidr,
-            "--block-size",
-        ])
-        .arg(block.to_string())
-        .arg(format!("--etcd-endpoints={etcd}"))
-        .output()
-        .map_err(|e| format!("running cnikit ipamd pool create: {e}"))?;
-    if !out.status.success() {
-        return Err(format!(
-            "cnikit ipamd pool create {name} ({}): {}",
-            out.status,
-            String::from_utf8_lossy(&out.stderr).trim()
-        ));
-    }
-    Ok(())
-}
-
-fn start_node(
-    exe: &Path,
-    root: &Path,
-    name: &str,
-    etcd: &str,
-    kids: &mut Children,
-) -> Result<Node, String> {
-    let dir = root.join(name);
-    std::fs::create_dir_all(&dir).map_err(|e| format!("creating {}: {e}", dir.display()))?;
-    let node = Node {
-        name: name.to_string(),
-        sock: dir.join("ipamd.sock"),
-        data: dir.join("data"),
-        log: dir.join("daemon.log"),
-    };
-    let mut cmd = Command::new(exe);
-    // Info level: the daemon logs each block claim with its duration (step 3).
-    cmd.args(["ipamd", "daemon", "--socket"])
-        .arg(&node.sock)
-        .arg("--data-dir")
-        .arg(&node.data)
-        .args(["--log-level", "info"])
-        .arg(format!("--etcd-endpoints={etcd}"))
-        .arg(format!("--node={name}"));
-    let i = kids.spawn(cmd, &node.log)?;
-    let sock = node.sock.clone();
-    kids.wait(i, &format!("daemon {name}"), &node.log, || {
-        metric(&sock, "ipamd_cluster_session_up") == Some(1.0)
-    })?;
-    Ok(node)
 }
 
 /// Step 1: ADD + DEL of a local range and of a cluster pool (network `network`) on one

@@ -389,6 +389,16 @@ fn plugin_round_trips(
 /// One exec of `cnikit` as the `ipamd` plugin with network config `conf`, timed from spawn
 /// to exit; an error if it fails (its CNI error is on stdout).
 fn exec_plugin(exe: &Path, conf: &str, cmd: &str, cid: &str) -> Result<Duration, String> {
+    exec_plugin_answer(exe, conf, cmd, cid).map(|(took, _)| took)
+}
+
+/// [`exec_plugin`], with the plugin's answer (stdout).
+fn exec_plugin_answer(
+    exe: &Path,
+    conf: &str,
+    cmd: &str,
+    cid: &str,
+) -> Result<(Duration, String), String> {
     let t = Instant::now();
     let mut child = Command::new(exe)
         .arg0("ipamd")
@@ -412,13 +422,11 @@ fn exec_plugin(exe: &Path, conf: &str, cmd: &str, cid: &str) -> Result<Duration,
         .wait_with_output()
         .map_err(|e| format!("waiting for the plugin: {e}"))?;
     let took = t.elapsed();
+    let text = String::from_utf8_lossy(&out.stdout).into_owned();
     if !out.status.success() {
-        return Err(format!(
-            "plugin {cmd} failed: {}",
-            String::from_utf8_lossy(&out.stdout)
-        ));
+        return Err(format!("plugin {cmd} failed: {text}"));
     }
-    Ok(took)
+    Ok((took, text))
 }
 
 fn percentile(sorted: &[Duration], p: f64) -> Duration {

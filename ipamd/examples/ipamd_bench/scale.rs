@@ -36,15 +36,17 @@
 
 use std::collections::HashSet;
 use std::path::Path;
-use std::process::{Command, Stdio};
+use std::process::Command;
 use std::time::{Duration, Instant};
 
 use ipamd::client::Client;
 use ipnet::IpNet;
 
-use super::cluster::{claim_times, ms, start_etcd, Children, Node};
+use super::cluster::{
+    claim_times, ms, pool_create, spawn_node, start_etcd, wait_node, Children, Node,
+};
 use super::scale_probes::{self as probes, Etcd};
-use super::{metric, percentile, request, Args};
+use super::{exec_plugin_answer, metric, percentile, request, Args};
 
 mod steps;
 
@@ -154,7 +156,8 @@ pub(crate) fn run(args: &Args, root: &Path) -> Result<(), String> {
     let cidr = pool_cidr(s, s.nodes * per_node + seq_claims)?;
     let mut kids = Children(Vec::new());
     let endpoint = start_etcd(&args.etcd, root, &mut kids)?;
-    pool_create(&exe, &endpoint, &cidr, s)?;
+    let reclaim = [format!("--reclaim-after={}", s.reclaim_after)];
+    pool_create(&exe, &endpoint, (POOL, &cidr, s.block_size), &reclaim)?;
     let started = Instant::now();
     let (nodes, kid) = start_nodes(&exe, root, &endpoint, s, &mut kids)?;
     let etcd = Etcd::connect(&endpoint)?;
@@ -204,23 +207,6 @@ fn pool_cidr(s: &Sizes, needed: usize) -> Result<String, String> {
     Ok(format!("10.0.0.0/{prefix}"))
 }
 
-fn pool_create(exe: &Path, etcd: &str, cidr: &str, s: &Sizes) -> Result<(), String> {
-    let out = Command::new(exe)
-        .args(["ipamd", "pool", "create", POOL, "--cidr", cidr])
-        .arg(format!("--block-size={}", s.block_size))
-        .arg(format!("--reclaim-after={}", s.reclaim_after))
-        .arg(format!("--etcd-endpoints={etcd}"))
-        .output()
-        .map_err(|e| format!("running cnikit ipamd pool create: {e}"))?;
-    if !out.status.success() {
-        return Err(format!(
-            "cnikit ipamd pool create {POOL}: {}",
-            String::from_utf8_lossy(&out.stderr).trim()
-        ));
-    }
-    Ok(())
-}
-
 /// Start every daemon, then wait for each to hold its session.
 fn start_nodes(
     exe: &Path,
@@ -231,32 +217,15 @@ fn start_nodes(
 ) -> Result<(Vec<Node>, Vec<usize>), String> {
     let mut nodes = Vec::with_capacity(s.nodes);
     let mut kid = Vec::with_capacity(s.nodes);
+    let extra = [format!("--etcd-session-ttl={}", s.session_ttl)];
     for i in 0..s.nodes {
         let name = format!("node-{i:03}");
-        let dir = root.join(&name);
-        std::fs::create_dir_all(&dir).map_err(|e| format!("creating {}: {e}", dir.display()))?;
-        let node = Node {
-            name: name.clone(),
-            sock: dir.join("ipamd.sock"),
-            data: dir.join("data"),
-            log: dir.join("daemon.log"),
-        };
-        let mut cmd = Command::new(exe);
-        cmd.args(["ipamd", "daemon", "--socket"])
-            .arg(&node.sock)
-            .arg("--data-dir")
-            .arg(&node.data)
-            .args(["--log-level", "info"])
-            .arg(format!("--etcd-endpoints={etcd}"))
-            .arg(format!("--etcd-session-ttl={}", s.session_ttl))
-            .arg(format!("--node={name}"));
-        kid.push(kids.spawn(cmd, &node.log)?);
+        let (node, k) = spawn_node(exe, root, (&name, etcd), &extra, kids)?;
         nodes.push(node);
+        kid.push(k);
     }
     for (n, &i) in nodes.iter().zip(&kid) {
-        kids.wait(i, &format!("daemon {}", n.name), &n.log, || {
-            metric(&n.sock, "ipamd_cluster_session_up") == Some(1.0)
-        })?;
+        wait_node(kids, i, n)?;
     }
     Ok((nodes, kid))
 }
@@ -390,35 +359,7 @@ pub(crate) fn claims_total(nodes: &[Node]) -> f64 {
 
 /// A whole plugin ADD (exec of `cnikit` as `ipamd`): its time and its address's block.
 pub(crate) fn exec_add(exe: &Path, conf: &str, cid: &str) -> Result<(Duration, IpNet), String> {
-    use std::io::Write;
-    use std::os::unix::process::CommandExt;
-    let t = Instant::now();
-    let mut child = Command::new(exe)
-        .arg0("ipamd")
-        .env_clear()
-        .env("CNI_COMMAND", "ADD")
-        .env("CNI_CONTAINERID", cid)
-        .env("CNI_NETNS", "/var/run/netns/bench")
-        .env("CNI_IFNAME", "eth0")
-        .env("CNI_PATH", exe.parent().unwrap_or(Path::new("/")))
-        .stdin(Stdio::piped())
-        .stdout(Stdio::piped())
-        .stderr(Stdio::null())
-        .spawn()
-        .map_err(|e| format!("exec {}: {e}", exe.display()))?;
-    if let Some(mut stdin) = child.stdin.take() {
-        stdin
-            .write_all(conf.as_bytes())
-            .map_err(|e| format!("writing the config: {e}"))?;
-    }
-    let out = child
-        .wait_with_output()
-        .map_err(|e| format!("waiting for the plugin: {e}"))?;
-    let took = t.elapsed();
-    let text = String::from_utf8_lossy(&out.stdout);
-    if !out.status.success() {
-        return Err(format!("plugin ADD failed: {text}"));
-    }
+    let (took, text) = exec_plugin_answer(exe, conf, "ADD", cid)?;
     let v: serde_json::Value =
         serde_json::from_str(&text).map_err(|e| format!("plugin ADD answer: {e}: {text}"))?;
     let addr: IpNet = v["ips"][0]["address"]

@@ -5,7 +5,7 @@ use std::collections::BTreeMap;
 
 use ipnet::IpNet;
 
-use super::etcd::{patiently, Etcd, Guard, Write};
+use super::etcd::{patiently, with_etcd, Etcd, Guard, Write};
 use super::records::{encode, PoolSpec};
 use super::show::{live_nodes, not_found, read_blocks, read_pools, read_spec, show, PoolShow};
 use super::{block_key, blocks, node_key, pool_key, poolset_key, EtcdOptions};
@@ -60,14 +60,7 @@ pub enum PoolOutcome {
 
 /// Run one command against etcd, on a runtime of its own (the CLI is synchronous).
 pub fn pool_command(etcd: &EtcdOptions, cmd: PoolCommand) -> Result<PoolOutcome, Error> {
-    let rt = tokio::runtime::Builder::new_current_thread()
-        .enable_all()
-        .build()
-        .map_err(|e| Error::io("starting the tokio runtime", &e))?;
-    rt.block_on(async {
-        let etcd = Etcd::connect(etcd).await?;
-        run(&etcd, cmd).await
-    })
+    with_etcd(etcd, |etcd| async move { run(&etcd, cmd).await })
 }
 
 /// Every command waits out an election in progress (etcd answering nothing for a

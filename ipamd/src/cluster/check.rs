@@ -7,7 +7,7 @@ use std::time::Duration;
 use ipnet::IpNet;
 use serde::Serialize;
 
-use super::etcd::{patiently, Etcd};
+use super::etcd::{patiently, with_etcd, Etcd};
 use super::records::now_ms;
 use super::show::{absences, live_nodes, not_found, read_blocks, read_spec, ClaimedBlock};
 use super::{blocks, EtcdOptions};
@@ -55,12 +55,7 @@ pub fn check_pool_store(
 ) -> Result<CheckReport, Error> {
     super::check_pool(pool)?;
     super::check_node(node)?;
-    let rt = tokio::runtime::Builder::new_current_thread()
-        .enable_all()
-        .build()
-        .map_err(|e| Error::io("starting the tokio runtime", &e))?;
-    rt.block_on(async {
-        let etcd = Etcd::connect(opts).await?;
+    with_etcd(opts, |etcd| async move {
         let what = format!("pool check {pool}");
         let first = leases()?;
         let mut report = patiently(&what, || check(&etcd, pool, node, &first)).await?;
@@ -180,9 +175,7 @@ fn lost_lease_findings(
         .filter(|l| spec.cidrs.iter().any(|c| c.contains(&l.address)))
     {
         let block = claimed.iter().find(|b| b.cidr.contains(&l.address));
-        let ours = block.is_some_and(|b| {
-            b.record.node == node && b.record.network == l.network && b.record.reclaimed.is_none()
-        });
+        let ours = block.is_some_and(|b| b.record.is_owned_by(node, &l.network));
         if ours {
             continue;
         }
@@ -220,11 +213,13 @@ mod tests {
     use super::*;
     use crate::cluster::{BlockRecord, PoolSpec};
 
-    fn block(cidr: &str, node: &str, in_use: u64) -> ClaimedBlock {
-        ClaimedBlock {
-            cidr: cidr.parse().unwrap(),
-            record: BlockRecord::owned(node, "pods", in_use),
-            mod_revision: 1,
+    /// A pool of 10.0.0.0/24 in /26 blocks.
+    fn spec(reclaim_after: u64) -> PoolSpec {
+        PoolSpec {
+            cidrs: vec!["10.0.0.0/24".parse().unwrap()],
+            block_size: 26,
+            reclaim_after,
+            draining: Vec::new(),
         }
     }
 
@@ -252,16 +247,11 @@ mod tests {
 
     #[test]
     fn blocks_outside_the_pool_and_overlapping_are_found() {
-        let spec = PoolSpec {
-            cidrs: vec!["10.0.0.0/24".parse().unwrap()],
-            block_size: 26,
-            reclaim_after: 0,
-            draining: Vec::new(),
-        };
+        let spec = spec(0);
         let claimed = [
-            block("10.0.0.0/26", "a", 0),
-            block("10.0.0.0/27", "b", 0),
-            block("10.9.0.0/26", "c", 0),
+            ClaimedBlock::of("10.0.0.0/26", "a", 0),
+            ClaimedBlock::of("10.0.0.0/27", "b", 0),
+            ClaimedBlock::of("10.9.0.0/26", "c", 0),
         ];
         assert_eq!(
             kinds(&shape_findings(&spec, &claimed)),
@@ -275,17 +265,12 @@ mod tests {
 
     #[test]
     fn usage_and_lost_leases_are_found_for_this_node_only() {
-        let spec = PoolSpec {
-            cidrs: vec!["10.0.0.0/24".parse().unwrap()],
-            block_size: 26,
-            reclaim_after: 60,
-            draining: Vec::new(),
-        };
-        let mut quarantined = block("10.0.0.128/26", "", 0);
+        let spec = spec(60);
+        let mut quarantined = ClaimedBlock::of("10.0.0.128/26", "", 0);
         quarantined.record = BlockRecord::quarantined("a", 1);
         let claimed = [
-            block("10.0.0.0/26", "a", 2),
-            block("10.0.0.64/26", "b", 5),
+            ClaimedBlock::of("10.0.0.0/26", "a", 2),
+            ClaimedBlock::of("10.0.0.64/26", "b", 5),
             quarantined,
         ];
         let leases = [

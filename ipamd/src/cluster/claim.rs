@@ -194,8 +194,7 @@ impl Node {
         let mut blocks = b.blocks.write().await;
         let mut added = 0;
         for c in claimed {
-            let mine = c.record.node == self.name() && c.record.network == b.network;
-            if !mine || skip.contains(&c.cidr) {
+            if !c.record.is_owned_by(self.name(), &b.network) || skip.contains(&c.cidr) {
                 continue;
             }
             let before = Owned {

@@ -319,6 +319,20 @@ impl Etcd {
     }
 }
 
+/// Run `work` with a client of `opts` on a runtime of its own: the operator's commands
+/// are synchronous.
+pub(crate) fn with_etcd<T, F, Fut>(opts: &EtcdOptions, work: F) -> Result<T, Error>
+where
+    F: FnOnce(Etcd) -> Fut,
+    Fut: std::future::Future<Output = Result<T, Error>>,
+{
+    let rt = tokio::runtime::Builder::new_current_thread()
+        .enable_all()
+        .build()
+        .map_err(|e| Error::io("starting the tokio runtime", &e))?;
+    rt.block_on(async { work(Etcd::connect(opts).await?).await })
+}
+
 /// How long an operation that needs etcd keeps trying while etcd cannot answer (a leader
 /// election, a member restarting, a node session being renewed): longer than etcd's default
 /// 1 s election timeout, well within the plugin's 15 s wait for the daemon.

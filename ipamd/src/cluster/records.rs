@@ -107,6 +107,11 @@ impl BlockRecord {
         }
     }
 
+    /// Whether `node` allocates from this block for `network` (not quarantined).
+    pub(crate) fn is_owned_by(&self, node: &str, network: &str) -> bool {
+        self.reclaimed.is_none() && self.node == node && self.network == network
+    }
+
     pub(crate) fn quarantined(from: &str, at_ms: u64) -> BlockRecord {
         BlockRecord {
             node: String::new(),

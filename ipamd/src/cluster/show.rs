@@ -80,6 +80,18 @@ pub(crate) struct ClaimedBlock {
     pub mod_revision: i64,
 }
 
+#[cfg(test)]
+impl ClaimedBlock {
+    /// A block of network "pods" owned by `node`, as a test reads it from etcd.
+    pub(crate) fn of(cidr: &str, node: &str, in_use: u64) -> ClaimedBlock {
+        ClaimedBlock {
+            cidr: cidr.parse().expect("a block CIDR"),
+            record: BlockRecord::owned(node, "pods", in_use),
+            mod_revision: 1,
+        }
+    }
+}
+
 /// The pool's spec and its key's mod revision (what a claim or update compares).
 pub(crate) async fn read_spec(etcd: &Etcd, name: &str) -> Result<Option<(PoolSpec, i64)>, Error> {
     let Some(kv) = etcd.get(&pool_key(name)).await? else {
@@ -329,14 +341,6 @@ impl ViewCache {
 mod tests {
     use super::*;
 
-    fn block(cidr: &str, node: &str, in_use: u64) -> ClaimedBlock {
-        ClaimedBlock {
-            cidr: cidr.parse().unwrap(),
-            record: BlockRecord::owned(node, "pods", in_use),
-            mod_revision: 1,
-        }
-    }
-
     #[test]
     fn states_and_usage() {
         let spec = PoolSpec {
@@ -348,12 +352,12 @@ mod tests {
             reclaim_after: 60,
             draining: vec!["10.0.1.0/24".parse().unwrap()],
         };
-        let mut q = block("10.0.0.128/26", "", 0);
+        let mut q = ClaimedBlock::of("10.0.0.128/26", "", 0);
         q.record = BlockRecord::quarantined("n3", 1_000);
         let claimed = vec![
-            block("10.0.1.0/26", "n1", 5),
-            block("10.0.0.64/26", "n2", 30),
-            block("10.0.0.0/26", "n1", 31),
+            ClaimedBlock::of("10.0.1.0/26", "n1", 5),
+            ClaimedBlock::of("10.0.0.64/26", "n2", 30),
+            ClaimedBlock::of("10.0.0.0/26", "n1", 31),
             q,
         ];
         let live: HashSet<String> = ["n1".to_string()].into();

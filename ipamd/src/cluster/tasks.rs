@@ -17,7 +17,7 @@ use std::time::{Duration, Instant};
 use super::etcd::Write;
 use super::node::{count_in, lock, Binding, LostBlock, Node, Owned};
 use super::records::{encode, BlockRecord};
-use super::show::{read_all, read_blocks, read_spec, ClaimedBlock};
+use super::show::{read_all, read_blocks, read_spec};
 use super::{absent_key, block_key, node_key, LocalStore};
 use crate::log::Level;
 use crate::{log_at, Error};
@@ -131,7 +131,7 @@ async fn confirm_if_needed<S: LocalStore>(node: &Node, store: &S) -> Result<(), 
         let owned: Vec<Owned> = b.blocks.read().await.clone();
         for o in owned {
             match claimed.iter().find(|c| c.cidr == o.cidr) {
-                Some(c) if is_ours(node, &b, c) => {
+                Some(c) if c.record.is_owned_by(node.name(), &b.network) => {
                     set(&b, &o.cidr, |x| x.mod_revision = c.mod_revision).await;
                 }
                 _ => lose(node, store, &b, &o.cidr).await,
@@ -147,10 +147,6 @@ async fn confirm_if_needed<S: LocalStore>(node: &Node, store: &S) -> Result<(), 
     Ok(())
 }
 
-fn is_ours(node: &Node, b: &Binding, c: &ClaimedBlock) -> bool {
-    c.record.node == node.name() && c.record.network == b.network && c.record.reclaimed.is_none()
-}
-
 /// At start: the blocks this node holds leases in that etcd does not record as its own
 /// (lost while it was down or before a restart) are lost blocks, as if found while running.
 async fn find_lost<S: LocalStore>(node: &Node, store: &S) -> Result<(), Error> {
@@ -163,11 +159,7 @@ async fn find_lost<S: LocalStore>(node: &Node, store: &S) -> Result<(), Error> {
                     continue;
                 }
                 let record = claimed.iter().find(|c| c.cidr.contains(&addr));
-                let ours = record.is_some_and(|c| {
-                    c.record.node == node.name()
-                        && c.record.network == network
-                        && c.record.reclaimed.is_none()
-                });
+                let ours = record.is_some_and(|c| c.record.is_owned_by(node.name(), &network));
                 let cidr = match record {
                     Some(c) => c.cidr,
                     None => ipnet::IpNet::new(addr, spec.block_size)
@@ -349,7 +341,7 @@ async fn recheck<S: LocalStore>(
     let current = node.etcd.get(&key).await?;
     let ours = current.as_ref().and_then(|kv| {
         let r: BlockRecord = serde_json::from_slice(&kv.value).ok()?;
-        (r.node == node.name() && r.network == b.network && r.reclaimed.is_none())
+        r.is_owned_by(node.name(), &b.network)
             .then_some(kv.mod_revision)
     });
     match ours {
