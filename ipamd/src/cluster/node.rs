@@ -214,9 +214,12 @@ impl Node {
             for b in &bindings {
                 guards.push(b.blocks.read().await);
             }
-            // A binding whose blocks all drain has nothing to allocate from either.
+            let sets: Vec<RangeSet> = (bindings.iter().zip(&guards))
+                .map(|(b, g)| b.range_set(g))
+                .collect();
+            // No block, or every block draining: nothing to allocate from.
             let empty: Vec<usize> = (0..bindings.len())
-                .filter(|&i| bindings[i].range_set(&guards[i]).is_empty())
+                .filter(|&i| sets[i].is_empty())
                 .collect();
             if !empty.is_empty() {
                 let seen: Vec<u64> = empty
@@ -236,9 +239,6 @@ impl Node {
             let seen: Vec<u64> = bindings
                 .iter()
                 .map(|b| b.generation.load(Ordering::SeqCst))
-                .collect();
-            let sets: Vec<RangeSet> = (bindings.iter().zip(&guards))
-                .map(|(b, g)| b.range_set(g))
                 .collect();
             let attempt = AllocateRequest {
                 range_sets: sets.clone(),
