@@ -36,8 +36,8 @@ const LOOK_EVERY: Duration = Duration::from_secs(2);
 /// How soon a look that failed is tried again (as the session loop does). A look is
 /// several etcd calls (the role, the pools and blocks, the sessions, the markers, the
 /// writes) and fails whole if one does: while members restart, the calls the client sends
-/// to one fail for a second or two after it is back, and waiting a whole [`LOOK_EVERY`]
-/// after each such failure let reclaims overrun their bound (the chaos test: 19 s).
+/// to one fail for a second or two after it is back, and a whole [`LOOK_EVERY`] after each
+/// such failure would push reclaims past their bound.
 const LOOK_AGAIN: Duration = Duration::from_millis(500);
 
 pub(crate) async fn reclaim_loop<S: LocalStore>(node: Arc<Node>, store: Weak<S>) {
