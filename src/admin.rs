@@ -228,6 +228,7 @@ fn ipamd(command: IpamdCmd) -> Result<(), String> {
                 services: ipamd::service::Services::new()
                     .with(crate::firewall::service::Firewall::default()),
                 cluster: cluster.options()?,
+                block_routes: cluster.block_routes(),
             })
             .map_err(|e| e.to_string())
         }

@@ -5,6 +5,8 @@
 //! - [`cni`]: the protocol (environment, configuration, versions and result
 //!   layouts, errors → codes, delegation, the plugin runner); no netlink.
 //! - [`netlink`]: blocking rtnetlink and netfilter sockets, netns, sysctls.
+//! - [`block_routes`]: the host's routes to other nodes' pool blocks (the ipamd
+//!   daemon's `--route-blocks`).
 //! - [`firewall`]: nftables over netlink (portmap, masquerade, MAC spoof check).
 //! - [`dhcp`]: the DHCP client and its lease daemon service (the `dhcp` plugin's work).
 //! - [`plugins`]: one module per plugin, each reading ADD/CHECK/DEL/STATUS/GC.
@@ -13,6 +15,7 @@
 //! - [`admin`]: the `cnikit` subcommands.
 
 pub mod admin;
+pub mod block_routes;
 pub mod cni;
 pub mod dhcp;
 pub mod firewall;

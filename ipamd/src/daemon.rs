@@ -31,6 +31,8 @@ pub struct DaemonOptions {
     pub services: Services,
     /// Join the cluster pools in etcd (`--etcd-endpoints`, `--node`).
     pub cluster: Option<crate::cluster::ClusterOptions>,
+    /// With a cluster: keep routes to other nodes' blocks through this (`--route-blocks`).
+    pub block_routes: Option<Arc<dyn crate::cluster::RouteSync>>,
 }
 
 impl Default for DaemonOptions {
@@ -43,6 +45,7 @@ impl Default for DaemonOptions {
             allowed_gid: None,
             services: Services::new(),
             cluster: None,
+            block_routes: None,
         }
     }
 }
@@ -169,6 +172,7 @@ struct Prepared {
     registry: Arc<Registry>,
     services: Services,
     cluster: Option<crate::cluster::ClusterOptions>,
+    block_routes: Option<Arc<dyn crate::cluster::RouteSync>>,
     _instance_lock: File,
 }
 
@@ -240,6 +244,7 @@ fn prepare(opts: DaemonOptions, store_opts: StoreOptions) -> Result<Prepared, Er
         registry,
         services: opts.services,
         cluster: opts.cluster,
+        block_routes: opts.block_routes,
         _instance_lock: instance_lock,
     })
 }
@@ -255,7 +260,7 @@ impl Prepared {
             let listener = tokio::net::UnixListener::from_std(self.listener)
                 .map_err(|e| Error::io("registering the listener", &e))?;
             if let Some(c) = self.cluster {
-                server::start_cluster(&self.registry, c).await?;
+                server::start_cluster(&self.registry, c, self.block_routes).await?;
             }
             systemd::notify("READY=1");
             log_at!(Level::Info, "ready");

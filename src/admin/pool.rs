@@ -79,14 +79,24 @@ pub struct DaemonClusterArgs {
     /// Give a block back to its pool after it held no lease for this long.
     #[arg(long, default_value_t = ipamd::cluster::DEFAULT_BLOCK_RELEASE_AFTER)]
     pub block_release_after: u64,
+    /// Keep a route in the main table to every other node's blocks via that node's
+    /// address (nodes on one L2 segment; docs/cluster-pools.md).
+    #[arg(long)]
+    pub route_blocks: bool,
+    /// This node's address that other nodes route its blocks to; at most one per family
+    /// (default with --route-blocks: the address on the default route's interface).
+    #[arg(long = "node-address")]
+    pub node_addresses: Vec<std::net::IpAddr>,
 }
 
 impl DaemonClusterArgs {
     /// None when no etcd is configured.
     pub fn options(&self) -> Result<Option<ClusterOptions>, String> {
         if self.etcd.etcd_endpoints.is_empty() {
-            if self.node.is_some() {
-                return Err("--node needs --etcd-endpoints".into());
+            if self.node.is_some() || self.route_blocks || !self.node_addresses.is_empty() {
+                return Err(
+                    "--node, --route-blocks and --node-address need --etcd-endpoints".into(),
+                );
             }
             return Ok(None);
         }
@@ -108,7 +118,25 @@ impl DaemonClusterArgs {
             node,
             session_ttl: Duration::from_secs(self.etcd_session_ttl),
             block_release_after: Duration::from_secs(self.block_release_after),
+            node_addresses: self.node_addresses()?,
         }))
+    }
+}
+
+impl DaemonClusterArgs {
+    /// The addresses published with the session: given, or found with --route-blocks.
+    fn node_addresses(&self) -> Result<Vec<std::net::IpAddr>, String> {
+        crate::block_routes::check_node_addresses(&self.node_addresses)?;
+        match (self.node_addresses.is_empty(), self.route_blocks) {
+            (true, true) => crate::block_routes::default_node_addresses(),
+            _ => Ok(self.node_addresses.clone()),
+        }
+    }
+
+    /// The kernel side of --route-blocks, when asked for.
+    pub fn block_routes(&self) -> Option<std::sync::Arc<dyn ipamd::cluster::RouteSync>> {
+        self.route_blocks
+            .then(|| std::sync::Arc::new(crate::block_routes::KernelRoutes) as _)
     }
 }
 

@@ -225,6 +225,7 @@ fn run(flags: &Flags) -> Result<(), String> {
         allowed_gid: None,
         services: ipamd::service::Services::new().with(service),
         cluster: None,
+        block_routes: None,
     })
     .map_err(|e| e.to_string());
     if let Some(p) = pidfile {

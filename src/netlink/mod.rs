@@ -25,6 +25,8 @@
 //! - `sysctl.rs`: `net/ipv4/ip_forward` style keys of the current netns.
 //! - `tc.rs`: qdiscs, u32 redirect filters and ifb links (bandwidth).
 //! - `vlan.rs`: 802.1Q links and VRF devices, with their VLAN id and table (vlan, vrf).
+//! - `proto_route.rs`: the main table's routes of one protocol number, an owner's own
+//!   (the daemon's routes to other nodes' blocks).
 //! - `rule.rs`, `route_table.rs`: policy rules and routes of any table, moved whole
 //!   between tables (sbr).
 //! - `move_link.rs`: an existing link moved into another netns, renamed and
@@ -55,6 +57,7 @@ mod linkops;
 mod move_link;
 mod netfilter;
 mod netns;
+mod proto_route;
 mod route;
 mod route_table;
 mod rule;
@@ -79,6 +82,7 @@ pub use link_setup::LinkSetup;
 pub(crate) use netfilter::Events;
 pub use netfilter::Netfilter;
 pub use netns::NetNs;
+pub use proto_route::ProtoRoute;
 pub use route::Route;
 pub use route_table::{TableRoute, MAIN_TABLE};
 pub use rule::Rule;

@@ -65,7 +65,7 @@ impl Route {
     }
 
     /// The header and attributes shared by add and delete.
-    fn message(&self) -> RouteMessage {
+    pub(super) fn message(&self) -> RouteMessage {
         let table = self.table.unwrap_or(MAIN_TABLE);
         let mut msg = RouteMessage::default();
         msg.header.address_family = self.family();
@@ -104,7 +104,7 @@ impl Route {
 
     /// Route from one RTM_NEWROUTE; None for other tables and non-unicast
     /// entries (local, broadcast, unreachable ...).
-    fn decode(payload: &[u8]) -> Option<Route> {
+    pub(super) fn decode(payload: &[u8]) -> Option<Route> {
         let header = RouteHeader::parse(payload).ok()?;
         if header.kind != RouteType::Unicast {
             return None;

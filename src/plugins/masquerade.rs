@@ -33,40 +33,58 @@ pub fn check_backend(
     }
 }
 
-/// The addresses of `result` and the subnets they belong to.
-fn keys(result: &CniResult) -> (Vec<IpAddr>, Vec<IpNet>) {
+/// The addresses of `result`, and the destinations they reach unmasqueraded: the
+/// subnets they belong to and the network's `ipMasqExclude` (e.g. a cluster pool's
+/// CIDRs, whose other blocks are pods on other nodes).
+fn keys(result: &CniResult, exclude: &[IpNet]) -> (Vec<IpAddr>, Vec<IpNet>) {
     let addrs = result.ips.iter().map(|ip| ip.address.addr()).collect();
-    let subnets = result.ips.iter().map(|ip| ip.address.trunc()).collect();
+    let own = result.ips.iter().map(|ip| ip.address.trunc());
+    let subnets = own.chain(exclude.iter().map(IpNet::trunc)).collect();
     (addrs, subnets)
 }
 
 /// [`keys`] of the addresses of the pod's interface `ifname` only
 /// ([`CniResult::ips_on`]): the result a chain hands CHECK may list other
 /// plugins' interfaces too, whose addresses this plugin's ADD never saw.
-fn pod_keys(prev: &CniResult, ifname: &str) -> (Vec<IpAddr>, Vec<IpNet>) {
-    prev.ips_on(ifname)
+fn pod_keys(prev: &CniResult, ifname: &str, exclude: &[IpNet]) -> (Vec<IpAddr>, Vec<IpNet>) {
+    let (addrs, mut subnets): (Vec<IpAddr>, Vec<IpNet>) = prev
+        .ips_on(ifname)
         .map(|ip| (ip.address.addr(), ip.address.trunc()))
-        .unzip()
+        .unzip();
+    subnets.extend(exclude.iter().map(IpNet::trunc));
+    (addrs, subnets)
 }
 
 /// ADD: masquerade what `result`'s addresses send anywhere but to their
 /// subnets (one atomic batch; nothing to do without addresses).
-pub fn add(fw: &dyn Firewall, req: &Request, result: &CniResult) -> Result<(), Error> {
-    send(fw, req, keys(result), |att, addrs, subnets| masq::Op::Add {
-        att,
-        addrs,
-        subnets,
+pub fn add(
+    fw: &dyn Firewall,
+    req: &Request,
+    result: &CniResult,
+    exclude: &[IpNet],
+) -> Result<(), Error> {
+    send(fw, req, keys(result, exclude), |att, addrs, subnets| {
+        masq::Op::Add {
+            att,
+            addrs,
+            subnets,
+        }
     })
 }
 
 /// CHECK: what `add` made from `prev` (the ADD's result) is still there and
 /// this attachment's; a mismatch names what is missing (CNI code 100, as
 /// portmap's CHECK). Nothing to check without addresses: ADD made nothing.
-pub fn check(fw: &dyn Firewall, req: &Request, prev: &CniResult) -> Result<(), Error> {
+pub fn check(
+    fw: &dyn Firewall,
+    req: &Request,
+    prev: &CniResult,
+    exclude: &[IpNet],
+) -> Result<(), Error> {
     send(
         fw,
         req,
-        pod_keys(prev, req.ifname()),
+        pod_keys(prev, req.ifname(), exclude),
         |att, addrs, subnets| masq::Op::Check {
             att,
             addrs,
@@ -101,12 +119,12 @@ pub fn undo(fw: &dyn Firewall, req: &Request) -> Result<(), Error> {
 /// DEL: with a prevResult that has addresses, by the keys ADD made from
 /// them (the cost does not grow with the pods on the node); without one, by
 /// tag, which also works when the netns (and the veth with it) is gone.
-pub fn del(fw: &dyn Firewall, req: &Request) -> Result<(), Error> {
+pub fn del(fw: &dyn Firewall, req: &Request, exclude: &[IpNet]) -> Result<(), Error> {
     let att = req.attachment();
     let prev = req.conf.prev_result.as_ref().filter(|p| !p.ips.is_empty());
     let op = match prev {
         Some(prev) => {
-            let (addrs, subnets) = keys(prev);
+            let (addrs, subnets) = keys(prev, exclude);
             masq::Op::DelKeys {
                 att,
                 addrs,

@@ -228,6 +228,7 @@ fn start_daemon(sock: &Path, data: &Path) -> Result<DaemonHandle, String> {
         allowed_gid: (uid != 0).then_some(gid),
         services: ipamd::service::Services::new(),
         cluster: None,
+        block_routes: None,
     })
     .map_err(|e| format!("starting the daemon: {e}"))
 }

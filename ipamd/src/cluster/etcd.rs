@@ -9,7 +9,7 @@ use std::time::{Duration, Instant};
 
 use etcd_client::{
     Certificate, Client, Compare, CompareOp, ConnectOptions, DeleteOptions, GetOptions, Identity,
-    KeyValue, PutOptions, TlsOptions, Txn, TxnOp, TxnResponse,
+    KeyValue, PutOptions, TlsOptions, Txn, TxnOp, TxnResponse, WatchOptions, WatchStream,
 };
 
 use super::EtcdOptions;
@@ -200,6 +200,25 @@ impl Etcd {
         let opts = GetOptions::new().with_prefix();
         let resp = self.call("list", prefix, c.get(prefix, Some(opts))).await?;
         Ok(resp.kvs().iter().map(Kv::from).collect())
+    }
+
+    /// Every key under `prefix`, and the store's revision they were read at (a watch
+    /// from the next revision misses nothing).
+    pub(crate) async fn list_at(&self, prefix: &str) -> Result<(Vec<Kv>, i64), Error> {
+        let mut c = self.client.kv_client();
+        let opts = GetOptions::new().with_prefix();
+        let resp = self.call("list", prefix, c.get(prefix, Some(opts))).await?;
+        let revision = resp.header().map_or(0, |h| h.revision());
+        Ok((resp.kvs().iter().map(Kv::from).collect(), revision))
+    }
+
+    /// Watch every key under `prefix` from revision `from`. Only starting it is bounded:
+    /// the stream lives until etcd or the caller ends it.
+    pub(crate) async fn watch(&self, prefix: &str, from: i64) -> Result<WatchStream, Error> {
+        let mut c = self.client.watch_client();
+        let opts = WatchOptions::new().with_prefix().with_start_revision(from);
+        self.call("watch", prefix, c.watch(prefix, Some(opts)))
+            .await
     }
 
     /// Create `key` on `lease` if it is absent; whether it was created.

@@ -71,6 +71,15 @@ impl Node {
         let fenced = u8::from(self.fenced(&self.bindings()).is_some());
         let help = "1 while this node hands out no new address from its blocks of pools that reclaim (its session could have expired, or its blocks are not yet confirmed).";
         single(&mut out, "ipamd_cluster_fenced", "gauge", help, fenced);
+        let help = "Routes to other nodes' blocks this node keeps (--route-blocks).";
+        let routes = self.counters.routes.load(Relaxed);
+        single(
+            &mut out,
+            "ipamd_cluster_block_routes",
+            "gauge",
+            help,
+            routes,
+        );
         self.render_pools(&mut out).await;
         out
     }

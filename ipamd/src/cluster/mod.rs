@@ -8,7 +8,7 @@
 //! /cnikit/pools/<pool>                {"cidr","cidrs","blockSize","reclaimAfter","draining"}
 //! /cnikit/pools/<pool>/blocks/<cidr>  {"node","network","inUse"}  a block a node owns, or
 //!                                     {"node":"","reclaimed":{"from","atMs"}}  quarantined
-//! /cnikit/nodes/<node>                {"node","pid","since"}  the node's session, on its lease
+//! /cnikit/nodes/<node>                {"node","pid","since","addresses"}  the session, on its lease
 //! /cnikit/absent/<node>               {"sinceMs"}   the reclaimer saw the node's session gone
 //! /cnikit/reclaimer                   {"node"}      the one daemon reclaiming, on its lease
 //! /cnikit/poolset                     a counter every pool create/update bumps
@@ -37,7 +37,8 @@
 //! error mapping, metrics), `blocks` (block arithmetic), `admin` (`cnikit ipamd pool …`),
 //! `show` (a pool's blocks, states and usage), `check` (`pool check`), `node` (the daemon's
 //! view: owned blocks, claims), `fence` (the session's standing), `tasks` (session
-//! keep-alive, usage push, release of empty blocks), `reclaim` (the reclaimer), `metrics`.
+//! keep-alive, usage push, release of empty blocks), `reclaim` (the reclaimer), `routes`
+//! (`--route-blocks`: routes to other nodes' blocks), `metrics`.
 
 mod admin;
 mod blocks;
@@ -49,6 +50,7 @@ mod metrics;
 mod node;
 mod reclaim;
 mod records;
+mod routes;
 mod show;
 mod tasks;
 
@@ -63,7 +65,8 @@ use crate::Error;
 pub use admin::{pool_command, PoolCommand, PoolOutcome};
 pub use check::{check_pool_store, CheckReport};
 pub(crate) use node::Node;
-pub use records::{BlockRecord, PoolSpec, Reclaimed};
+pub use records::{BlockRecord, PoolSpec, Reclaimed, Session};
+pub use routes::{BlockRoute, RouteSync, SyncOutcome};
 pub use show::{BlockShow, PoolShow, Usage};
 pub(crate) use tasks::spawn;
 
@@ -112,6 +115,9 @@ pub struct ClusterOptions {
     pub session_ttl: Duration,
     /// A block with no lease in it for this long goes back to the pool.
     pub block_release_after: Duration,
+    /// Published with the session: where other nodes route this node's blocks (at most
+    /// one address per family).
+    pub node_addresses: Vec<std::net::IpAddr>,
 }
 
 /// The store the daemon allocates from: the cluster code runs the lease operations through

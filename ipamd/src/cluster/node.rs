@@ -113,6 +113,15 @@ pub(crate) struct Counters {
     pub releases: AtomicU64,
     pub lost: AtomicU64,
     pub reclaimed: AtomicU64,
+    /// Routes to other nodes' blocks in place after the last reconcile (a gauge).
+    pub routes: AtomicU64,
+}
+
+impl Counters {
+    pub(crate) fn set_routes(&self, n: usize) {
+        self.routes
+            .store(u64::try_from(n).unwrap_or(u64::MAX), Ordering::Relaxed);
+    }
 }
 
 /// A block etcd no longer records as this node's (reclaimed while the node was cut off,

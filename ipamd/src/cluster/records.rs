@@ -125,6 +125,21 @@ impl BlockRecord {
     }
 }
 
+/// `/cnikit/nodes/<node>`: the node's session, on its etcd lease. `addresses` are where
+/// other nodes route this node's blocks (`--route-blocks`): at most one per family.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "camelCase")]
+pub struct Session {
+    pub node: String,
+    #[serde(default)]
+    pub pid: u32,
+    /// Seconds since the epoch when the session began.
+    #[serde(default)]
+    pub since: u64,
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub addresses: Vec<std::net::IpAddr>,
+}
+
 /// `/cnikit/absent/<node>`: since when the reclaimer has seen the node hold blocks without a
 /// session. Written by the reclaimer only while the session key is absent; deleted by the
 /// node in the transaction that starts its next session, so it never outlives an absence.

@@ -6,6 +6,7 @@
 //!   take back the blocks etcd records as this node's (a restart); each tick also reads
 //!   the specs of the pools in use (a drain takes effect within a third of the TTL);
 //! - the reclaimer (`reclaim`);
+//! - with `--route-blocks`, the routes to other nodes' blocks (`routes`);
 //! - usage: every [`SYNC_EVERY`], count each owned block's leases in the local store and
 //!   write changed counts to the block records (compare-and-swap on their revision), and
 //!   give back blocks that stayed empty for --block-release-after.
@@ -16,7 +17,7 @@ use std::time::{Duration, Instant};
 
 use super::etcd::Write;
 use super::node::{count_in, lock, Binding, LostBlock, Node, Owned};
-use super::records::{encode, BlockRecord};
+use super::records::{encode, now_ms, BlockRecord, Session};
 use super::show::{read_all, read_blocks, read_spec};
 use super::{absent_key, block_key, node_key, LocalStore};
 use crate::log::Level;
@@ -28,7 +29,14 @@ pub(crate) const SYNC_EVERY: Duration = Duration::from_secs(2);
 const SESSION_RETRY: Duration = Duration::from_millis(500);
 
 /// Start the loops; they hold the store only weakly.
-pub(crate) fn spawn<S: LocalStore>(node: Arc<Node>, store: Weak<S>) {
+pub(crate) fn spawn<S: LocalStore>(
+    node: Arc<Node>,
+    store: Weak<S>,
+    routes: Option<Arc<dyn super::RouteSync>>,
+) {
+    if let Some(sync) = routes {
+        tokio::spawn(super::routes::route_loop(Arc::clone(&node), sync));
+    }
     tokio::spawn(session_loop(Arc::clone(&node), store.clone()));
     tokio::spawn(super::reclaim::reclaim_loop(
         Arc::clone(&node),
@@ -98,18 +106,16 @@ async fn renew(node: &Node, ttl: u64) -> Result<(), Error> {
         .etcd
         .grant(i64::try_from(ttl).unwrap_or(i64::MAX))
         .await?;
-    let value = serde_json::json!({
-        "node": node.name(),
-        "pid": std::process::id(),
-        "since": std::time::SystemTime::now()
-            .duration_since(std::time::UNIX_EPOCH)
-            .map(|d| d.as_secs())
-            .unwrap_or(0),
-    });
+    let value = Session {
+        node: node.name().to_string(),
+        pid: std::process::id(),
+        since: now_ms() / 1000,
+        addresses: node.opts.node_addresses.clone(),
+    };
     // The absence marker goes with the same write: it never outlives the absence, so a
     // later absence starts its own count.
     let writes = vec![
-        Write::Put(node_key(node.name()), value.to_string().into_bytes(), lease),
+        Write::Put(node_key(node.name()), encode(&value)?, lease),
         Write::Delete(absent_key(node.name())),
     ];
     let key = node_key(node.name());

@@ -7,7 +7,7 @@ use std::net::IpAddr;
 use std::sync::Arc;
 
 use crate::api::{AllocateRequest, AllocateResponse, Allocation, LeaseKey, StatusRequest};
-use crate::cluster::{ClusterOptions, LocalStore, Node};
+use crate::cluster::{ClusterOptions, LocalStore, Node, RouteSync};
 use crate::config::RangeSet;
 use crate::store::{unexpected, Op, Reply};
 use crate::{Error, ErrorKind};
@@ -56,9 +56,13 @@ impl LocalStore for Registry {
 
 /// Join the cluster: set up the etcd client and start the session and usage loops. Runs on
 /// the daemon's runtime before it listens; never waits for etcd itself.
-pub(crate) async fn start(reg: &Arc<Registry>, opts: ClusterOptions) -> Result<(), Error> {
+pub(crate) async fn start(
+    reg: &Arc<Registry>,
+    opts: ClusterOptions,
+    routes: Option<Arc<dyn RouteSync>>,
+) -> Result<(), Error> {
     let node = Arc::new(Node::new(opts).await?);
-    crate::cluster::spawn(Arc::clone(&node), Arc::downgrade(reg));
+    crate::cluster::spawn(Arc::clone(&node), Arc::downgrade(reg), routes);
     reg.cluster
         .set(node)
         .map_err(|_| Error::internal("the cluster node was started twice"))

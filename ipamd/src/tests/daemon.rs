@@ -21,6 +21,7 @@ pub(super) fn daemon_opts(dir: &Path) -> DaemonOptions {
         allowed_gid: None,
         services: crate::service::Services::new(),
         cluster: None,
+        block_routes: None,
     }
 }
 

@@ -45,7 +45,7 @@ pub(super) fn apply_add(
     result: &CniResult,
 ) -> Result<(), Error> {
     if conf.ip_masq {
-        masquerade::add(fw, req, result)?;
+        masquerade::add(fw, req, result, &conf.ip_masq_exclude)?;
     }
     if conf.macspoofchk {
         let att = req.attachment();
@@ -66,7 +66,7 @@ pub(super) fn del(fw: &dyn Firewall, req: &Request, conf: &Conf) -> Result<(), E
     let att = req.attachment();
     let prev = req.conf.prev_result.as_ref();
     if conf.ip_masq {
-        masquerade::del(fw, req)?;
+        masquerade::del(fw, req, &conf.ip_masq_exclude)?;
     }
     if conf.macspoofchk {
         let op = match prev.and_then(|p| spoof_guard(p, &conf.bridge, req.ifname())) {

@@ -60,6 +60,28 @@ fn add_masquerades_every_address_except_to_its_subnet() {
     );
 }
 
+/// `ipMasqExclude` (a cluster pool's CIDRs): pod-to-pod traffic between nodes keeps its
+/// source; DEL by keys names the same structures ADD used.
+#[test]
+fn ip_masq_exclude_joins_the_subnets_kept_unmasqueraded() {
+    let fw = Arc::new(Recording::default());
+    let extra = json!({"ipMasq": true, "ipMasqExclude": ["10.244.0.0/16", "fd00:244::/104"]});
+    let (req, c) = request(Command::Add, extra);
+    let res = result(&["10.244.1.2/26"]);
+    apply_add(&*fw, &req, &c, "veth1", None, &res).expect("add");
+    assert_eq!(
+        fw.taken(),
+        vec![firewall::Request::from(masq::Op::Add {
+            att: att(),
+            addrs: vec!["10.244.1.2".parse().unwrap()],
+            subnets: ["10.244.1.0/26", "10.244.0.0/16", "fd00:244::/104"]
+                .iter()
+                .map(|n| n.parse().unwrap())
+                .collect(),
+        })]
+    );
+}
+
 #[test]
 fn add_without_firewall_keys_or_addresses_asks_for_nothing() {
     let fw = Arc::new(Recording::default());
@@ -209,7 +231,7 @@ fn check_asks_for_the_masquerade_of_the_pods_addresses() {
                 {"address": "fd00::2/64"}]}))
     .expect("result");
     let (req, _) = request(Command::Check, json!({"ipMasq": true}));
-    masquerade::check(&*fw, &req, &prev).expect("check");
+    masquerade::check(&*fw, &req, &prev, &[]).expect("check");
     assert_eq!(
         fw.taken(),
         vec![firewall::Request::from(masq::Op::Check {
@@ -218,7 +240,7 @@ fn check_asks_for_the_masquerade_of_the_pods_addresses() {
             subnets: vec!["10.1.0.0/24".parse().unwrap(), "fd00::/64".parse().unwrap()],
         })]
     );
-    masquerade::check(&*fw, &req, &result(&[])).expect("nothing to check");
+    masquerade::check(&*fw, &req, &result(&[]), &[]).expect("nothing to check");
     assert_eq!(fw.taken(), vec![]);
 }
 
@@ -232,7 +254,7 @@ fn a_missing_masquerade_fails_check_with_code_100() {
         ..Recording::default()
     });
     let (req, _) = request(Command::Check, json!({"ipMasq": true}));
-    let err = crate::plugins::masquerade::check(&*fw, &req, &result(&["10.1.0.2/24"]))
+    let err = crate::plugins::masquerade::check(&*fw, &req, &result(&["10.1.0.2/24"]), &[])
         .expect_err("a mismatch");
     assert_eq!(err.code, 100);
     assert!(err.msg.contains("masq4-x"), "{}", err.msg);

@@ -47,6 +47,10 @@ struct Conf {
     /// `iptables` or `nftables` in the reference; cnikit masquerades with nftables.
     #[serde(default)]
     ip_masq_backend: Option<String>,
+    /// Destinations never masqueraded besides the pod's own subnets (cnikit's; e.g. a
+    /// cluster pool's CIDRs, so pod-to-pod traffic between nodes keeps its source).
+    #[serde(default)]
+    ip_masq_exclude: Vec<ipnet::IpNet>,
     #[serde(default)]
     mtu: Option<u32>,
     #[serde(default)]
@@ -273,7 +277,7 @@ impl Plugin for Bridge {
         found.check_iface_state(&prev)?;
         if conf.ip_masq {
             let fw = self.firewall.for_call(req, &conf);
-            masquerade::check(&*fw, req, &prev)?;
+            masquerade::check(&*fw, req, &prev, &conf.ip_masq_exclude)?;
         }
         Ok(())
     }

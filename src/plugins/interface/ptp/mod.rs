@@ -39,6 +39,10 @@ struct Conf {
     /// `iptables` or `nftables` in the reference; cnikit masquerades with nftables.
     #[serde(default)]
     ip_masq_backend: Option<String>,
+    /// Destinations never masqueraded besides the pod's own subnets (cnikit's; e.g. a
+    /// cluster pool's CIDRs, so pod-to-pod traffic between nodes keeps its source).
+    #[serde(default)]
+    ip_masq_exclude: Vec<ipnet::IpNet>,
     #[serde(default)]
     mtu: Option<u32>,
     /// The ipamd daemon that applies ipMasq (see firewall/backend.rs).
@@ -133,7 +137,7 @@ impl Plugin for Ptp {
         routing::check_pod_routes(&mut found.nl, &prev, found.pos)?;
         if conf.ip_masq {
             let fw = self.firewall.for_call(req, &conf);
-            masquerade::check(&*fw, req, &prev)?;
+            masquerade::check(&*fw, req, &prev, &conf.ip_masq_exclude)?;
         }
         Ok(())
     }
@@ -146,7 +150,7 @@ impl Plugin for Ptp {
         let ipam = ipam_if_configured(req, Command::Del);
         let fw = self.firewall.for_call(req, &conf);
         let rules = match conf.ip_masq {
-            true => masquerade::del(&*fw, req),
+            true => masquerade::del(&*fw, req, &conf.ip_masq_exclude),
             false => Ok(()),
         };
         // The veth, with the gateway address and host route on its host end.
@@ -237,7 +241,7 @@ impl Pod<'_> {
         route_host(self.host, &pair, hops)?;
         result.interfaces = self.interfaces();
         if conf.ip_masq {
-            masquerade::add(fw, req, &result)?;
+            masquerade::add(fw, req, &result, &conf.ip_masq_exclude)?;
         }
         Ok(result)
     }
