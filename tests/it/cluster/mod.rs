@@ -8,6 +8,7 @@
 //! - [`tls`]: an etcd that requires client certificates;
 //! - [`reclaim`]: dead nodes' blocks reclaimed and quarantined, fencing, `pool check`;
 //! - [`grow`]: CIDRs added to and drained from a pool live;
+//! - [`routing`]: `--route-blocks`: pods on three nodes of one L2 segment reach each other;
 //! - [`chaos`]: 4 nodes, each in its own network namespace ([`netns`]), under concurrent
 //!   ADD/DEL while daemons and members are killed and stopped and nodes are cut off from
 //!   etcd past `reclaimAfter` and return: no address reused, reclaim times bounded.
@@ -19,6 +20,7 @@ mod netns;
 mod nodes;
 mod pool_cli;
 mod reclaim;
+mod routing;
 mod tls;
 
 use crate::support::*;

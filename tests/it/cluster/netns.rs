@@ -5,7 +5,8 @@
 //! socket is a file) and the other nodes are not.
 //!
 //! Addresses: 198.18.N.0/24 (the benchmarking range; nothing else uses it here), one N
-//! per [`Lan`]: members .1–.9 on the bridge, nodes .10 and up.
+//! per [`Lan`]: members .1–.9 on the bridge, nodes .10 and up; and fd18:N::/64, the
+//! bridge ::1, nodes ::10 and up. Every node's default routes go via the bridge.
 
 use super::*;
 use std::sync::atomic::{AtomicBool, AtomicU8};
@@ -31,6 +32,9 @@ impl Lan {
         for m in &members {
             ip(&["addr", "add", &format!("{m}/24"), "dev", &bridge]);
         }
+        // The nodes' default gateway in both families (the first member's address).
+        let v6 = format!("{}::1/64", v6_net(&net));
+        ip(&["addr", "add", &v6, "dev", &bridge, "nodad"]);
         Lan {
             bridge,
             net,
@@ -62,7 +66,13 @@ impl Lan {
         let n = &ns.name;
         ip(&["-n", n, "link", "set", &inner, "name", "eth0"]);
         ip(&["-n", n, "addr", "add", &format!("{addr}/24"), "dev", "eth0"]);
+        let v6 = format!("{}::{}/64", v6_net(&self.net), 10 + i);
+        ip(&["-n", n, "addr", "add", &v6, "dev", "eth0", "nodad"]);
         ip(&["-n", n, "link", "set", "eth0", "up"]);
+        // A node's look: its default routes go out of eth0.
+        ip(&["-n", n, "route", "add", "default", "via", &self.members[0]]);
+        let gw6 = format!("{}::1", v6_net(&self.net));
+        ip(&["-n", n, "-6", "route", "add", "default", "via", &gw6]);
         let dir = env.dir(&format!("node-{name}"));
         let mut extra: Vec<String> = extra.iter().map(|s| s.to_string()).collect();
         extra.extend([
@@ -85,6 +95,12 @@ impl Lan {
         n.restart();
         n
     }
+}
+
+/// The IPv6 /64 of the Lan on "198.18.N": "fd18:N:" (each node's eth0 ::10+i, the
+/// bridge ::1).
+fn v6_net(net: &str) -> String {
+    format!("fd18:{}", net.rsplit('.').next().unwrap_or("0"))
 }
 
 /// A node whose daemon runs in its own network namespace.
