@@ -4,7 +4,9 @@
 //!
 //! The protocol number is the whole ownership model: a reconcile lists only routes of that
 //! protocol, deletes only those, and adds without replacing, so a route someone else made
-//! to the same destination is never touched (it is reported instead).
+//! to the same destination is never touched (it is reported instead). The one other thing
+//! it changes is a stale gateway address of another node's block on a local bridge
+//! ([`clear_stale_gateways`]).
 
 use crate::netlink::{ErrorKind, Netlink, ProtoRoute};
 use ipamd::cluster::{BlockRoute, RouteSync, SyncOutcome};
@@ -51,6 +53,7 @@ fn reconcile(nl: &mut Netlink, want: &[BlockRoute]) -> crate::netlink::Result<Sy
             }
         }
     }
+    out.cleared = clear_stale_gateways(nl, want)?;
     let have = nl.routes_of_protocol(PROTOCOL)?;
     let mut kept = BTreeSet::new();
     for r in &have {
@@ -89,6 +92,41 @@ fn reconcile(nl: &mut Netlink, want: &[BlockRoute]) -> crate::netlink::Result<Sy
     out.installed = kept.len();
     out.unreachable = unreachable.into_iter().collect();
     Ok(out)
+}
+
+/// Removes the gateway address a bridge here kept of a block another node owns now (the
+/// block's first usable address with the block's prefix, which only a bridge network on
+/// a cluster pool puts there: the bridge plugin never removes a gateway address). It
+/// makes the block a connected network here, so the traffic to the new owner's pods
+/// would go to the local bridge instead of the route. The addresses removed.
+fn clear_stale_gateways(
+    nl: &mut Netlink,
+    others: &[BlockRoute],
+) -> crate::netlink::Result<Vec<IpNet>> {
+    let blocks: BTreeSet<IpNet> = others.iter().map(|r| r.dst).collect();
+    let mut cleared = Vec::new();
+    for (index, addr) in nl.all_addresses()? {
+        if blocks.contains(&addr.trunc()) && Some(addr.addr()) == gateway_of(&addr.trunc()) {
+            match nl.del_address(index, addr) {
+                Ok(()) => cleared.push(addr),
+                Err(e) if e.kind == ErrorKind::NotFound => {}
+                Err(e) => return Err(e),
+            }
+        }
+    }
+    Ok(cleared)
+}
+
+/// A cluster block's gateway: its first usable address (ipamd's `cluster/blocks.rs`).
+fn gateway_of(block: &IpNet) -> Option<IpAddr> {
+    match block {
+        IpNet::V4(n) => u32::from(n.network())
+            .checked_add(1)
+            .map(|a| IpAddr::V4(a.into())),
+        IpNet::V6(n) => u128::from(n.network())
+            .checked_add(1)
+            .map(|a| IpAddr::V6(a.into())),
+    }
 }
 
 /// Whether `addr` is on a connected network here: the kernel's route to it has no gateway

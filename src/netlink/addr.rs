@@ -23,10 +23,14 @@ fn family_of(ip: IpAddr) -> AddressFamily {
 /// A permanent address of `index` from one RTM_NEWADDR, or None to skip it
 /// (other link, or a dynamic / SLAAC address the kernel manages itself).
 fn decode_address(payload: &[u8], index: u32) -> Option<IpNet> {
+    decode_any_address(payload)
+        .filter(|(i, _)| *i == index)
+        .map(|(_, net)| net)
+}
+
+/// A permanent address of any link from one RTM_NEWADDR: (link index, address).
+fn decode_any_address(payload: &[u8]) -> Option<(u32, IpNet)> {
     let header = AddressHeader::parse(payload).ok()?;
-    if header.index != index {
-        return None;
-    }
     let attrs: Vec<AddressAttribute> = NlasIterator::new(payload.get(ADDR_HEADER_LEN..)?)
         .filter_map(|nla| nla.ok())
         .filter_map(|nla| AddressAttribute::parse(&nla).ok())
@@ -44,7 +48,8 @@ fn decode_address(payload: &[u8], index: u32) -> Option<IpNet> {
         AddressAttribute::Address(ip) => Some(*ip),
         _ => None,
     });
-    IpNet::new(local.or(address)?, header.prefix_len).ok()
+    let net = IpNet::new(local.or(address)?, header.prefix_len).ok()?;
+    Some((header.index, net))
 }
 
 /// IFA_FLAGS (32 bit) supersedes the 8 bit header flags when present.
@@ -122,6 +127,16 @@ impl Netlink {
         Ok(replies
             .iter()
             .filter_map(|r| decode_address(&r.payload, index))
+            .collect())
+    }
+
+    /// The permanent addresses of every link: (link index, address). One dump; for the
+    /// daemon's periodic work, never on a plugin's path.
+    pub fn all_addresses(&mut self) -> Result<Vec<(u32, IpNet)>> {
+        let replies = self.link_addresses(AddressFamily::Unspec, 0)?;
+        Ok(replies
+            .iter()
+            .filter_map(|r| decode_any_address(&r.payload))
             .collect())
     }
 

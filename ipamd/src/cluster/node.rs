@@ -199,6 +199,16 @@ impl Node {
         n
     }
 
+    /// The blocks this node allocates from now, as it knows them itself (ahead of any
+    /// watch of etcd: a claim adds its block here before the ADD that needed it returns).
+    pub(crate) async fn owned_cidrs(&self) -> std::collections::BTreeSet<IpNet> {
+        let mut all = std::collections::BTreeSet::new();
+        for b in self.bindings() {
+            all.extend(b.blocks.read().await.iter().map(|o| o.cidr));
+        }
+        all
+    }
+
     /// ADD from cluster pools: one address per pool, from this node's blocks, claiming a
     /// block when a pool has none with room.
     pub(crate) async fn allocate<S: LocalStore>(

@@ -51,12 +51,16 @@ pub struct SyncOutcome {
     pub unreachable: Vec<IpAddr>,
     /// Destinations another route (not cnikit's) holds already: left alone.
     pub taken: Vec<IpNet>,
+    /// Gateway addresses of other nodes' blocks a local bridge still had, removed.
+    pub cleared: Vec<IpNet>,
 }
 
 /// The kernel side of `--route-blocks`, given by the binary.
 pub trait RouteSync: Send + Sync + fmt::Debug + 'static {
     /// Make the routes of cnikit's protocol in the main table exactly `want`, touching
-    /// no other route. Blocking; called on a blocking thread.
+    /// no other route, and remove from local links the gateway addresses of the blocks in
+    /// `want` (a bridge keeps them after its node gave the block back). Blocking; called
+    /// on a blocking thread.
     fn sync(&self, want: &[BlockRoute]) -> Result<SyncOutcome, String>;
 }
 
@@ -186,7 +190,15 @@ struct Reported {
 }
 
 async fn reconcile(node: &Node, sync: &Arc<dyn RouteSync>, want: &[BlockRoute], r: &mut Reported) {
-    let (s, w) = (Arc::clone(sync), want.to_vec());
+    // A block this node has just claimed may still be another's in the watched map (its
+    // release and the claim are in flight): never route it away or clear its gateway.
+    let mine = node.owned_cidrs().await;
+    let w: Vec<BlockRoute> = want
+        .iter()
+        .filter(|b| !mine.contains(&b.dst))
+        .cloned()
+        .collect();
+    let s = Arc::clone(sync);
     let outcome = tokio::task::spawn_blocking(move || s.sync(&w))
         .await
         .unwrap_or_else(|e| Err(format!("the route sync stopped: {e}")));
@@ -213,6 +225,9 @@ async fn reconcile(node: &Node, sync: &Arc<dyn RouteSync>, want: &[BlockRoute], 
             o.removed,
             o.installed
         );
+    }
+    for g in &o.cleared {
+        log_at!(Level::Info, "node {name}: removed {g}, a gateway address of a block another node owns now, from a local link (it kept the block's traffic here)");
     }
     for a in &o.unreachable {
         if r.unreachable.insert(*a) {

@@ -188,11 +188,59 @@ fn pods_reach_pods_on_other_nodes_through_block_routes() {
     );
     drop(node_server);
 
+    stale_gateways_are_cleared(&e, &nodes, &pods);
     unreachable_address_is_reported(&env, &lan, &e, &nodes);
     reclaim_and_restart(&env, &e, &nodes, &mut pods);
     for (i, p) in pods.iter().enumerate() {
         del_pod(&env, &nodes[i], p);
     }
+}
+
+/// Node 0's bridge still has the gateway addresses of node 1's blocks (as after node 0
+/// gave those blocks back and node 1 claimed them: the bridge plugin never removes a
+/// gateway): they would keep node 1's pods' traffic on node 0's bridge. Node 0's daemon
+/// removes them and routes the blocks to node 1 (here at its restart, which reconciles
+/// like the claim's watch event does).
+fn stale_gateways_are_cleared(e: &str, nodes: &[NsNode], pods: &[Pod]) {
+    let (here, owner) = (&nodes[0], &nodes[1]);
+    let blocks = blocks_of(e, &owner.node.name);
+    let gateways: Vec<String> = blocks.iter().map(|b| gateway(b)).collect();
+    for g in &gateways {
+        ip(&[
+            "-n",
+            &here.ns.name,
+            "addr",
+            "add",
+            g,
+            "dev",
+            "cni0",
+            "nodad",
+        ]);
+    }
+    here.kill();
+    here.restart();
+    let via = vec![lan_addr(owner, "-4"), lan_addr(owner, "-6")];
+    within(
+        Duration::from_secs(5),
+        "stale gateways cleared, blocks routed",
+        || {
+            let addrs = ip(&["-n", &here.ns.name, "addr", "show", "dev", "cni0"]);
+            let gone = gateways.iter().all(|g| !addrs.contains(g.as_str()));
+            gone && routes_to(here, &blocks, &via)
+        },
+    );
+    assert_ping(&pods[0].ns.name, &pods[1].v4);
+    assert_ping(&pods[0].ns.name, &pods[1].v6);
+}
+
+/// A block's gateway (its first usable address) with the block's prefix.
+fn gateway(block: &str) -> String {
+    let net: ipnet::IpNet = block.parse().expect("block");
+    let first = match net.network() {
+        IpAddr::V4(a) => IpAddr::V4((u32::from(a) + 1).into()),
+        IpAddr::V6(a) => IpAddr::V6((u128::from(a) + 1).into()),
+    };
+    format!("{first}/{}", net.prefix_len())
 }
 
 /// A node whose published address has no connected route on the others: its blocks are
