@@ -5,7 +5,9 @@ use super::route::{Route, MAIN_TABLE};
 use super::{Netlink, Result};
 use ipnet::IpNet;
 use netlink_packet_core::{NLM_F_CREATE, NLM_F_EXCL};
-use netlink_packet_route::route::{RouteHeader, RouteProtocol, RouteScope, RouteType};
+use netlink_packet_route::route::{
+    RouteHeader, RouteMessage, RouteProtocol, RouteScope, RouteType,
+};
 use netlink_packet_route::RouteNetlinkMessage;
 use std::net::IpAddr;
 
@@ -37,36 +39,38 @@ impl Netlink {
     /// a route to `dst` with the same metric already there (anyone's) is
     /// `ErrorKind::AlreadyExists`.
     pub fn add_protocol_route(&mut self, proto: u8, route: &ProtoRoute) -> Result<()> {
-        let mut r = Route::new(route.dst);
-        r.gateway = route.gateway;
-        r.table = Some(MAIN_TABLE);
-        let mut msg = r.message();
-        msg.header.protocol = RouteProtocol::from(proto);
+        let (r, mut msg) = route.message(proto);
         msg.header.kind = RouteType::Unicast;
         msg.header.scope = match route.gateway {
             Some(_) => RouteScope::Universe,
             None => RouteScope::Link,
         };
-        self.request(
-            RouteNetlinkMessage::NewRoute(msg),
-            NLM_F_CREATE | NLM_F_EXCL,
-        )
-        .map(drop)
-        .map_err(|f| f.context(&format!("add route {r} proto {proto}")))
+        let flags = NLM_F_CREATE | NLM_F_EXCL;
+        self.request(RouteNetlinkMessage::NewRoute(msg), flags)
+            .map(drop)
+            .map_err(|f| f.context(&format!("add route {r} proto {proto}")))
     }
 
     /// Deletes the route of protocol `proto` to `dst` via its gateway: the kernel matches
     /// the protocol too, so another owner's route to the same place stays.
     pub fn del_protocol_route(&mut self, proto: u8, route: &ProtoRoute) -> Result<()> {
-        let mut r = Route::new(route.dst);
-        r.gateway = route.gateway;
-        r.table = Some(MAIN_TABLE);
-        let mut msg = r.message();
-        msg.header.protocol = RouteProtocol::from(proto);
+        let (r, mut msg) = route.message(proto);
         msg.header.scope = RouteScope::NoWhere;
         self.request(RouteNetlinkMessage::DelRoute(msg), 0)
             .map(drop)
             .map_err(|f| f.context(&format!("delete route {r} proto {proto}")))
+    }
+}
+
+impl ProtoRoute {
+    /// The route as a main-table [`Route`] (for messages) and its message with `proto`.
+    fn message(&self, proto: u8) -> (Route, RouteMessage) {
+        let mut r = Route::new(self.dst);
+        r.gateway = self.gateway;
+        r.table = Some(MAIN_TABLE);
+        let mut msg = r.message();
+        msg.header.protocol = RouteProtocol::from(proto);
+        (r, msg)
     }
 }
 
