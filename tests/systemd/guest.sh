@@ -7,6 +7,8 @@ set -uo pipefail
 . /root/common.sh
 # shellcheck source=tests/systemd/dhcp.sh
 . /root/dhcp.sh
+# shellcheck source=tests/systemd/cluster.sh
+. /root/cluster.sh
 
 # ------------------------------------------------------------------ install
 t "dpkg -i next to containernetworking-plugins and podman" dpkg -i /root/cnikit.deb
@@ -135,6 +137,9 @@ teq "its last exit status" 0 "$(prop $unit ExecMainStatus)"
 t "no error in its journal (the hardening lets it work)" bash -c "! journalctl -u $unit -p warning --no-pager -q | grep ."
 # shellcheck disable=SC2086 # one pid a word
 kill $servers 2>/dev/null
+
+# ------------------------------------------------------------------ cluster pools
+cluster_mode
 
 # ------------------------------------------------------------------ stopped
 t "systemctl stop ipamd.socket ipamd.service" systemctl stop ipamd.socket ipamd.service

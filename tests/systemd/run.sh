@@ -15,6 +15,8 @@
 #    via 127.0.0.1: put back by cnikit-firewall-restore.service while the daemon is stopped,
 #    by the daemon (or the unit, whichever is first) while it runs, and by the daemon alone
 #    after an `nft flush ruleset` by hand;
+#  - cluster pools (tests/systemd/cluster.sh): the drop-in of docs/cluster-pools.md against
+#    Debian's etcd on the node, started at boot, reaches etcd and keeps --route-blocks routes;
 #  - `systemctl stop` of socket and service: the plugins fall back to in-process cleanly;
 #  - dhcp (tests/systemd/dhcp.sh): cnikit-dhcp.socket enabled at /run/cni/dhcp.sock, the
 #    lease daemon socket-activated by a macvlan+dhcp ADD against dnsmasq in a netns, its
@@ -36,7 +38,7 @@ cd "$(dirname "$0")/../.."
 [ "$(id -u)" = 0 ] || { echo "tests/systemd/run.sh: run as root" >&2; exit 1; }
 
 CACHE=/var/cache/cnikit-systemd
-INCLUDE=systemd,systemd-sysv,dbus,iproute2,nftables,curl,containernetworking-plugins,podman,dnsmasq-base
+INCLUDE=systemd,systemd-sysv,dbus,iproute2,nftables,curl,containernetworking-plugins,podman,dnsmasq-base,etcd-server
 # Named by what it holds, so a changed package list builds a new one.
 ROOTFS_TAR=$CACHE/bookworm-$(echo "$INCLUDE" | sha256sum | cut -c1-12).tar
 mkdir -p "$CACHE"
@@ -124,7 +126,8 @@ for part in $PARTS; do
   t0=$SECONDS
   case "$part" in
     install)
-      boot_node install tests/systemd/common.sh tests/systemd/guest.sh tests/systemd/dhcp.sh &&
+      boot_node install tests/systemd/common.sh tests/systemd/guest.sh tests/systemd/dhcp.sh \
+        tests/systemd/cluster.sh &&
         in_node /bin/bash /root/guest.sh || rc=1
       ;;
     upgrade)
