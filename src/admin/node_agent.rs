@@ -128,7 +128,7 @@ fn write_lists(from: &Path, to: &Path) -> Result<(), String> {
 /// exist. Dot names are skipped: a ConfigMap volume keeps its data under `..data` and
 /// timestamped `..2024_…` directories, and each key is a link into them, so the links are
 /// followed here (they are the kubelet's, in this container's own mount).
-fn read_lists(dir: &Path) -> Result<Option<Vec<(String, Vec<u8>)>>, String> {
+fn read_lists(dir: &Path) -> Result<Option<Vec<List>>, String> {
     let entries = match std::fs::read_dir(dir) {
         Ok(e) => e,
         Err(e) if e.kind() == std::io::ErrorKind::NotFound => return Ok(None),
@@ -148,6 +148,9 @@ fn read_lists(dir: &Path) -> Result<Option<Vec<(String, Vec<u8>)>>, String> {
     }
     Ok(Some(lists))
 }
+
+/// A list's file name and bytes.
+type List = (String, Vec<u8>);
 
 #[derive(Debug, PartialEq)]
 enum ListKind {
@@ -193,7 +196,7 @@ fn check_list(bytes: &[u8], kind: ListKind) -> Result<(), String> {
         return Err("no \"name\": a network list names its network".into());
     }
     match kind {
-        ListKind::List if !v["plugins"].as_array().is_some_and(|p| !p.is_empty()) => {
+        ListKind::List if v["plugins"].as_array().is_none_or(|p| p.is_empty()) => {
             Err("a .conflist needs a non-empty \"plugins\" array".into())
         }
         ListKind::Single if !v["type"].is_string() => {

@@ -18,7 +18,17 @@
 # address and the default route. Images are built from busybox-static (plus the suite's
 # std-only `cri-echo` server) and imported with `ctr`.
 #
-# Env: CNIKIT=PATH use this binary (default: target/release/cnikit, built/updated first)
+# Last, mode node-agent: the DaemonSet's pod (contrib/kubernetes/cnikit.yaml) as kubelet runs
+# it, from the image contrib/kubernetes/build-image makes in the setup (offline, ≈ 1 s), with
+# the manifest's capabilities and hostPID, over an older cnikit in the bin dir; pods networked
+# through what it installed, then with it gone (docs/kubernetes.md, "How it is tested").
+#
+# Env: CNIKIT=PATH use this binary (default: contrib/static-build's, built/updated first;
+#        the DaemonSet's image needs a static one)
+#      AGENT_IMAGE=PATH the DaemonSet's image archive (default: built from $CNIKIT)
+#      AGENT_CAPS=A,B AGENT_HOST_PID=true|false the agent's capabilities and hostPID instead
+#        of the manifest's     AGENT_ONLY=1 run only mode node-agent (both: to find out
+#        which settings the agent needs)
 #      KEEP=1 keep the work dir   CRI_LOG=1 print containerd's log at the end
 #      TIMEOUT=900 seconds for everything inside the namespace
 #      CRI_TRACE=1 log every bridge/portmap/loopback call (CNI_* env, stdin, result) through a
@@ -319,7 +329,9 @@ fi
 start_containerd "$WORK/bin" "$WORK/net.d" 1
 ctr -a "$SOCK" -n k8s.io images import --snapshotter native "$WORK/image.tar" > /dev/null
 : > "$WORK/results.txt"
-for mode in inproc daemon; do
+modes=(inproc daemon)
+[ "${AGENT_ONLY:-0}" = 1 ] && modes=()
+for mode in "${modes[@]}"; do
   echo "== mode $mode"
   # each mode starts from a bare node: its first pods create the bridges and the nft table
   ip link del cri0 2> /dev/null || true

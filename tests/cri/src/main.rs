@@ -51,7 +51,13 @@ async fn main() {
             "--name" => name = v,
             "--host-network" => host_network = v == "true",
             "--agent-image" => agent.image = v,
-            "--caps" => agent.caps = v.split(',').map(String::from).collect(),
+            "--caps" => {
+                agent.caps = v
+                    .split(',')
+                    .filter(|c| !c.is_empty())
+                    .map(String::from)
+                    .collect()
+            }
             "--host-pid" => agent.host_pid = v == "true",
             "--host-bin" => agent.bin_dir = v,
             "--host-conf" => agent.conf_dir = v,
