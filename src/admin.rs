@@ -4,14 +4,16 @@
 mod docs;
 mod doctor;
 mod firewall;
+mod install;
+mod ipamd_daemon;
+mod node_agent;
 mod pool;
 
 use crate::cni::Version;
 use crate::plugins;
 use clap::{CommandFactory, Parser, Subcommand};
 use std::ffi::OsString;
-use std::os::unix::fs::MetadataExt;
-use std::path::{Path, PathBuf};
+use std::path::PathBuf;
 
 #[derive(Parser)]
 #[command(
@@ -42,6 +44,10 @@ enum Cmd {
     },
     /// Print the build version.
     Version,
+    /// A CNI DaemonSet's container: install the plugins into the host's bin dir, write
+    /// the mounted network list into the host's conf dir, then run the ipamd daemon
+    /// (docs/kubernetes.md).
+    NodeAgent(node_agent::NodeAgentArgs),
     /// Run a network configuration list like a container runtime (libcni)
     /// does: ADD, CHECK, DEL, GC, STATUS.
     Net(crate::runtime::cli::NetArgs),
@@ -96,23 +102,7 @@ enum DhcpCmd {
 #[derive(Subcommand)]
 enum IpamdCmd {
     /// Run the lease daemon (HTTP over a unix socket).
-    Daemon {
-        #[arg(long, default_value = "/run/cnikit/ipamd.sock")]
-        socket: PathBuf,
-        #[arg(long, default_value = "/var/lib/cni/ipamd")]
-        data_dir: PathBuf,
-        /// Free leases recorded under a previous boot ID at start.
-        #[arg(long, default_value_t = true, num_args = 0..=1, default_missing_value = "true", action = clap::ArgAction::Set)]
-        reclaim_previous_boot: bool,
-        #[arg(long, default_value = "info")]
-        log_level: String,
-        /// Also accept clients of this group id (root is always accepted).
-        #[arg(long)]
-        allowed_gid: Option<u32>,
-        /// Cluster pools in etcd (--etcd-endpoints, --node, …).
-        #[command(flatten)]
-        cluster: pool::DaemonClusterArgs,
-    },
+    Daemon(ipamd_daemon::DaemonArgs),
     /// Cluster-wide address pools in etcd: create, show, delete, release-node.
     Pool {
         #[command(subcommand)]
@@ -179,7 +169,8 @@ pub fn main(args: Vec<OsString>) -> i32 {
             println!("cnikit {}", env!("CARGO_PKG_VERSION"));
             Ok(())
         }
-        Some(Cmd::Install { dir, force, copy }) => install(&dir, force, copy),
+        Some(Cmd::Install { dir, force, copy }) => install::run(&dir, force, copy),
+        Some(Cmd::NodeAgent(args)) => node_agent::run(args),
         Some(Cmd::Ipamd { command }) => ipamd(command),
         Some(Cmd::Net(args)) => crate::runtime::cli::run(args),
         Some(Cmd::Dhcp {
@@ -205,33 +196,7 @@ pub fn main(args: Vec<OsString>) -> i32 {
 
 fn ipamd(command: IpamdCmd) -> Result<(), String> {
     match command {
-        IpamdCmd::Daemon {
-            socket,
-            data_dir,
-            reclaim_previous_boot,
-            log_level,
-            allowed_gid,
-            cluster,
-        } => {
-            // Puts back what others remove of the pods' firewall state, for
-            // as long as the daemon runs (`firewall/watch.rs`).
-            crate::firewall::watch::start()
-                .map_err(|e| format!("cannot start the firewall watch: {e}"))?;
-            ipamd::daemon::run(ipamd::daemon::DaemonOptions {
-                socket,
-                data_dir,
-                reclaim_previous_boot,
-                log_level,
-                allowed_gid,
-                // The daemon also applies the plugins' firewall changes: its
-                // netfilter socket never closes (see firewall/service.rs).
-                services: ipamd::service::Services::new()
-                    .with(crate::firewall::service::Firewall::default()),
-                cluster: cluster.options()?,
-                block_routes: cluster.block_routes(),
-            })
-            .map_err(|e| e.to_string())
-        }
+        IpamdCmd::Daemon(args) => ipamd_daemon::run(args),
         IpamdCmd::Pool { command } => pool::run(command),
         IpamdCmd::Leases {
             network,
@@ -314,125 +279,4 @@ fn print_leases(leases: &[ipamd::api::LeaseInfo], json: bool) -> Result<(), Stri
         );
     }
     Ok(())
-}
-
-/// Make DIR/<plugin> → this binary for every plugin. Idempotent: what an
-/// earlier install made is left alone or redone; anything else needs --force.
-///
-/// With `copy`, the binary is copied once, as DIR/cnikit, and every plugin
-/// name is a hard link to that copy: one copy of the binary on the host, not
-/// one per plugin, and all the names in one directory share its filesystem.
-fn install(dir: &Path, force: bool, copy: bool) -> Result<(), String> {
-    let me = std::env::current_exe()
-        .and_then(|p| p.canonicalize())
-        .map_err(|e| format!("cannot find the running binary: {e}"))?;
-    std::fs::create_dir_all(dir).map_err(|e| format!("cannot create {}: {e}", dir.display()))?;
-    if copy {
-        let main = dir.join("cnikit");
-        install_copy(&me, &main, force)?;
-        println!("{} = copy of {}", main.display(), me.display());
-        for name in plugins::NAMES {
-            let target = dir.join(name);
-            install_hard_link(&me, &main, &target, force)?;
-            println!("{} = hard link of {}", target.display(), main.display());
-        }
-        return Ok(());
-    }
-    for name in plugins::NAMES {
-        let target = dir.join(name);
-        install_one(&me, &target, force)?;
-        println!("{} -> {}", target.display(), me.display());
-    }
-    Ok(())
-}
-
-fn install_one(me: &Path, target: &Path, force: bool) -> Result<(), String> {
-    if let Ok(meta) = std::fs::symlink_metadata(target) {
-        if meta.file_type().is_symlink() && links_to(target, me) {
-            return Ok(());
-        }
-        refuse_unless(force, target)?;
-        std::fs::remove_file(target)
-            .map_err(|e| format!("cannot remove {}: {e}", target.display()))?;
-    }
-    std::os::unix::fs::symlink(me, target)
-        .map_err(|e| format!("cannot create {}: {e}", target.display()))
-}
-
-/// DIR/cnikit: a regular file with our contents (it may be the running binary
-/// itself). A symlink to us is ours too, and becomes a copy.
-fn install_copy(me: &Path, main: &Path, force: bool) -> Result<(), String> {
-    if let Ok(meta) = std::fs::symlink_metadata(main) {
-        if meta.is_file() && same_contents(me, main) {
-            return Ok(());
-        }
-        if !(meta.file_type().is_symlink() && links_to(main, me)) {
-            refuse_unless(force, main)?;
-        }
-    }
-    put_in_place(main, |tmp| std::fs::copy(me, tmp).map(drop))
-        .map_err(|e| format!("cannot create {}: {e}", main.display()))
-}
-
-/// DIR/<plugin>: a hard link of DIR/cnikit. What is ours in another form (a
-/// symlink to us, or a separate copy of us) is replaced without --force.
-fn install_hard_link(me: &Path, main: &Path, target: &Path, force: bool) -> Result<(), String> {
-    if let Ok(meta) = std::fs::symlink_metadata(target) {
-        let main_meta =
-            std::fs::metadata(main).map_err(|e| format!("cannot read {}: {e}", main.display()))?;
-        if meta.is_file() && (meta.dev(), meta.ino()) == (main_meta.dev(), main_meta.ino()) {
-            return Ok(());
-        }
-        let ours = if meta.file_type().is_symlink() {
-            links_to(target, me)
-        } else {
-            meta.is_file() && same_contents(me, target)
-        };
-        if !ours {
-            refuse_unless(force, target)?;
-        }
-    }
-    put_in_place(target, |tmp| std::fs::hard_link(main, tmp)).map_err(|e| {
-        format!(
-            "cannot link {} to {}: {e}",
-            target.display(),
-            main.display()
-        )
-    })
-}
-
-fn refuse_unless(force: bool, target: &Path) -> Result<(), String> {
-    if force {
-        return Ok(());
-    }
-    Err(format!(
-        "{} already exists and is not a cnikit link; move it away or pass --force to replace it",
-        target.display()
-    ))
-}
-
-fn links_to(link: &Path, me: &Path) -> bool {
-    link.canonicalize().ok().as_deref() == Some(me)
-}
-
-fn same_contents(a: &Path, b: &Path) -> bool {
-    let len = |p: &Path| std::fs::metadata(p).map(|m| m.len());
-    matches!((len(a), len(b)), (Ok(x), Ok(y)) if x == y)
-        && matches!((std::fs::read(a), std::fs::read(b)), (Ok(x), Ok(y)) if x == y)
-}
-
-/// Makes `target` with `make`, under a temporary name beside it that is then
-/// renamed over it: a runtime never execs a half-written file, nor finds the
-/// name missing. Nothing is left behind on failure.
-fn put_in_place(
-    target: &Path,
-    make: impl FnOnce(&Path) -> std::io::Result<()>,
-) -> std::io::Result<()> {
-    let tmp = target.with_extension("cnikit-tmp");
-    let _ = std::fs::remove_file(&tmp);
-    make(&tmp)
-        .and_then(|()| std::fs::rename(&tmp, target))
-        .inspect_err(|_| {
-            let _ = std::fs::remove_file(&tmp);
-        })
 }

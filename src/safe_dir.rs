@@ -154,6 +154,11 @@ pub(crate) fn read_at(dir: &OwnedFd, name: &str, max: u64) -> io::Result<Option<
 /// Replace `name` in `dir` with `bytes`, mode 0600, atomically: a temporary file of
 /// ours is written and renamed over it, so a reader sees the old or the new content.
 pub(crate) fn write_at(dir: &OwnedFd, name: &str, bytes: &[u8]) -> io::Result<()> {
+    write_at_mode(dir, name, bytes, 0o600)
+}
+
+/// [`write_at`] with another mode, for files others must read (a CNI conf dir's lists).
+pub(crate) fn write_at_mode(dir: &OwnedFd, name: &str, bytes: &[u8], mode: u32) -> io::Result<()> {
     use std::io::Write;
     let tmp_name = format!(".{name}.tmp");
     let (c, tmp) = (entry_name(name)?, entry_name(&tmp_name)?);
@@ -161,7 +166,7 @@ pub(crate) fn write_at(dir: &OwnedFd, name: &str, bytes: &[u8]) -> io::Result<()
     unlink_at(dir, &tmp_name)?;
     let flags = libc::O_WRONLY | libc::O_CREAT | libc::O_EXCL | libc::O_NOFOLLOW | libc::O_CLOEXEC;
     // SAFETY: a NUL-terminated name relative to a directory descriptor we own.
-    let fd = unsafe { libc::openat(dir.as_raw_fd(), tmp.as_ptr(), flags, 0o600 as libc::c_uint) };
+    let fd = unsafe { libc::openat(dir.as_raw_fd(), tmp.as_ptr(), flags, mode as libc::c_uint) };
     if fd < 0 {
         return Err(io::Error::last_os_error());
     }
@@ -170,7 +175,7 @@ pub(crate) fn write_at(dir: &OwnedFd, name: &str, bytes: &[u8]) -> io::Result<()
     let written = (|| {
         // Explicit whatever the umask was.
         // SAFETY: fchmod of a descriptor we own.
-        if unsafe { libc::fchmod(file.as_raw_fd(), 0o600) } != 0 {
+        if unsafe { libc::fchmod(file.as_raw_fd(), mode) } != 0 {
             return Err(io::Error::last_os_error());
         }
         file.write_all(bytes)?;

@@ -18,7 +18,17 @@
 # address and the default route. Images are built from busybox-static (plus the suite's
 # std-only `cri-echo` server) and imported with `ctr`.
 #
-# Env: CNIKIT=PATH use this binary (default: target/release/cnikit, built/updated first)
+# Last, mode node-agent: the DaemonSet's pod (contrib/kubernetes/cnikit.yaml) as kubelet runs
+# it, from the image contrib/kubernetes/build-image makes in the setup (offline, ≈ 1 s), with
+# the manifest's capabilities and hostPID, over an older cnikit in the bin dir; pods networked
+# through what it installed, then with it gone (docs/kubernetes.md, "How it is tested").
+#
+# Env: CNIKIT=PATH use this binary (default: contrib/static-build's, built/updated first;
+#        the DaemonSet's image needs a static one)
+#      AGENT_IMAGE=PATH the DaemonSet's image archive (default: built from $CNIKIT)
+#      AGENT_CAPS=A,B AGENT_HOST_PID=true|false the agent's capabilities and hostPID instead
+#        of the manifest's     AGENT_ONLY=1 run only mode node-agent (both: to find out
+#        which settings the agent needs)
 #      KEEP=1 keep the work dir   CRI_LOG=1 print containerd's log at the end
 #      TIMEOUT=900 seconds for everything inside the namespace
 #      CRI_TRACE=1 log every bridge/portmap/loopback call (CNI_* env, stdin, result) through a
@@ -45,12 +55,12 @@ if [ "${1:-}" != --inner ]; then
     DEBIAN_FRONTEND=noninteractive apt-get install -y --no-install-recommends "${need[@]}" > /dev/null
   fi
   if [ -z "${CNIKIT:-}" ]; then
-    CNIKIT=$ROOT/target/release/cnikit
-    cargo build -q --release -p cnikit
+    # static, as tests/run's: the DaemonSet's image (below) holds nothing but this binary
+    CNIKIT=$(contrib/static-build)
   fi
   cargo build -q -p cnikit-cri-suite
-  SUITE=$ROOT/target/debug/cnikit-cri-suite
-  ECHO=$ROOT/target/debug/cri-echo
+  SUITE=${CARGO_TARGET_DIR:-$ROOT/target}/debug/cnikit-cri-suite
+  ECHO=${CARGO_TARGET_DIR:-$ROOT/target}/debug/cri-echo
 
   WORK=$(mktemp -d /tmp/cnikit-cri.XXXXXX)
   export WORK SUITE ROOT
@@ -107,6 +117,13 @@ EOF
     > "$WORK/img/manifest.json"
   tar -C "$WORK/img" -cf "$WORK/image.tar" manifest.json "$cfg.json" layer.tar
   rm -rf "$WORK/img"
+  # ---- the DaemonSet's image (contrib/kubernetes/build-image: offline, ≈ 1 s), unless given
+  if [ -z "${AGENT_IMAGE:-}" ] && [ "${1:-}" != --measure ]; then
+    AGENT_IMAGE=$WORK/cnikit-image.tar
+    CNIKIT=$CNIKIT OUT=$AGENT_IMAGE contrib/kubernetes/build-image > /dev/null ||
+      AGENT_IMAGE= # the node-agent scenario then fails: no image
+  fi
+  export AGENT_IMAGE
 
   rc=0
   # a pid namespace: when its first process ends, containerd, shims and pods end with it
@@ -312,7 +329,9 @@ fi
 start_containerd "$WORK/bin" "$WORK/net.d" 1
 ctr -a "$SOCK" -n k8s.io images import --snapshotter native "$WORK/image.tar" > /dev/null
 : > "$WORK/results.txt"
-for mode in inproc daemon; do
+modes=(inproc daemon)
+[ "${AGENT_ONLY:-0}" = 1 ] && modes=()
+for mode in "${modes[@]}"; do
   echo "== mode $mode"
   # each mode starts from a bare node: its first pods create the bridges and the nft table
   ip link del cri0 2> /dev/null || true
@@ -328,5 +347,48 @@ for mode in inproc daemon; do
   "$SUITE" kind "${COMMON[@]}" --mode "$mode" --network kindnet | tee -a "$WORK/results.txt" || true
   [ $mode = daemon ] && stop_daemon
 done
+stop_containerd
+
+# ---- the DaemonSet's pod (contrib/kubernetes/cnikit.yaml) as kubelet runs it, on a node
+#      whose CNI dirs hold only an older cnikit (a copy of other bytes, hard links of it)
+echo "== mode node-agent"
+YAML=$ROOT/contrib/kubernetes/cnikit.yaml
+H=$WORK/node
+mkdir -p "$H/bin" "$H/net.d"
+cp "$WORK/bin/cnikit" "$H/bin/cnikit"
+printf 'an older build' >> "$H/bin/cnikit"
+for p in bridge portmap loopback; do ln "$H/bin/cnikit" "$H/bin/$p"; done
+ip link del cri0 2> /dev/null || true
+nft delete table inet cnikit 2> /dev/null || true
+# what the pod spec says: image, capabilities, hostPID, the ConfigMap's list (AGENT_CAPS and
+# AGENT_HOST_PID override the manifest's, to find out which are needed)
+IMG=$(sed -n 's/^ *image: \(cnikit:[^ ]*\)$/\1/p' "$YAML")
+CAPS=${AGENT_CAPS-$(grep -o 'add: \[[^]]*\]' "$YAML" | head -1 | sed 's/add: \[\(.*\)\]/\1/; s/ //g')}
+HOST_PID=${AGENT_HOST_PID:-$(grep -q '^ *hostPID: true' "$YAML" && echo true || echo false)}
+LIST=$(sed -n 's/^  \([^ #][^:]*\.conflist\): |$/\1/p' "$YAML" | head -1)
+# the ConfigMap's volume as kubelet lays it out: the key a link into ..data, a link to a
+# timestamped directory holding the data
+CM=$H/configmap
+mkdir -p "$CM/..2025_01_01_00_00_00.000000001"
+awk -v key="  $LIST: |" '$0 == key { on = 1; next }
+  on && /^    / { print substr($0, 5); next } on && /^$/ { print; next } on { exit }' "$YAML" \
+  > "$CM/..2025_01_01_00_00_00.000000001/$LIST"
+ln -s ..2025_01_01_00_00_00.000000001 "$CM/..data"
+ln -s "..data/$LIST" "$CM/$LIST"
+NET=$(jq -r .name "$CM/$LIST")
+start_containerd "$H/bin" "$H/net.d" 3
+if [ -n "${AGENT_IMAGE:-}" ] &&
+  ctr -a "$SOCK" -n k8s.io images import --snapshotter native "$AGENT_IMAGE" > /dev/null; then
+  echo "ctr import names it: $(ctr -a "$SOCK" -n k8s.io images ls -q | grep cnikit | tr '\n' ' ')"
+  echo "the manifest's image: $IMG; capabilities $CAPS; hostPID $HOST_PID; $LIST: network $NET"
+  "$SUITE" node-agent "${COMMON[@]}" --mode node-agent --network "$NET" --agent-image "$IMG" \
+    --caps "$CAPS" --host-pid "$HOST_PID" --host-bin "$H/bin" --host-conf "$H/net.d" \
+    --net-conf "$CM" --list "$LIST" | tee -a "$WORK/results.txt" || true
+  echo "the agent's log (CRI format):"
+  sed 's/^/  /' "$WORK/ctd/logs/cnikit-agent/cnikit.log" 2> /dev/null | tail -40 || true
+else
+  echo "FAIL - [node-agent] the image (contrib/kubernetes/build-image) builds and imports" |
+    tee -a "$WORK/results.txt"
+fi
 stop_containerd
 # the outer script counts the ok/FAIL lines in results.txt

@@ -46,6 +46,7 @@ mod ipvlan;
 mod log_file;
 mod loopback;
 mod macvlan;
+mod node_agent;
 mod portmap;
 mod protocol;
 mod ptp;

@@ -132,16 +132,7 @@ impl Cri {
 
     /// RunPodSandbox only (what the measurement times).
     pub async fn run_sandbox(&self, spec: &PodSpec) -> R<String> {
-        let req = RunPodSandboxRequest {
-            config: Some(self.sandbox_config(spec)),
-            runtime_handler: String::new(),
-        };
-        let resp = self
-            .call("RunPodSandbox", |mut rt| async move {
-                rt.run_pod_sandbox(req).await
-            })
-            .await?;
-        Ok(resp.pod_sandbox_id)
+        self.run_sandbox_with(self.sandbox_config(spec)).await
     }
 
     /// RunPodSandbox, then the echo server container (`cri-echo serve` on the container ports).
@@ -189,6 +180,75 @@ impl Cri {
         .await?;
         pod.ips = self.pod_ips(&pod.id).await?;
         Ok(pod)
+    }
+
+    /// RunPodSandbox with `config` as given (the caller chose its namespaces).
+    pub async fn run_sandbox_with(&self, config: PodSandboxConfig) -> R<String> {
+        let req = RunPodSandboxRequest {
+            config: Some(config),
+            runtime_handler: String::new(),
+        };
+        let resp = self
+            .call("RunPodSandbox", |mut rt| async move {
+                rt.run_pod_sandbox(req).await
+            })
+            .await?;
+        Ok(resp.pod_sandbox_id)
+    }
+
+    /// CreateContainer + StartContainer of `config` in sandbox `pod` (made from `sandbox`).
+    pub async fn start_container(
+        &self,
+        pod: &str,
+        sandbox: PodSandboxConfig,
+        config: ContainerConfig,
+    ) -> R<String> {
+        let req = CreateContainerRequest {
+            pod_sandbox_id: pod.into(),
+            config: Some(config),
+            sandbox_config: Some(sandbox),
+        };
+        let c = self
+            .call("CreateContainer", |mut rt| async move {
+                rt.create_container(req).await
+            })
+            .await?;
+        let req = StartContainerRequest {
+            container_id: c.container_id.clone(),
+        };
+        self.call("StartContainer", |mut rt| async move {
+            rt.start_container(req).await
+        })
+        .await?;
+        Ok(c.container_id)
+    }
+
+    /// StopContainer as kubelet sends it (SIGTERM, SIGKILL after `timeout` seconds).
+    pub async fn stop_container(&self, id: &str, timeout: i64) -> R<()> {
+        let req = StopContainerRequest {
+            container_id: id.into(),
+            timeout,
+        };
+        self.call("StopContainer", |mut rt| async move {
+            rt.stop_container(req).await
+        })
+        .await?;
+        Ok(())
+    }
+
+    /// The container's state (ContainerState as i32) and exit code.
+    pub async fn container_state(&self, id: &str) -> R<(i32, i32)> {
+        let req = ContainerStatusRequest {
+            container_id: id.into(),
+            verbose: false,
+        };
+        let st = self
+            .call("ContainerStatus", |mut rt| async move {
+                rt.container_status(req).await
+            })
+            .await?;
+        let st = st.status.unwrap_or_default();
+        Ok((st.state, st.exit_code))
     }
 
     /// The pod's addresses as PodSandboxStatus reports them (primary first).

@@ -7,6 +7,9 @@
 //!   cnikit-cri-suite measure      OPTS --count N --label L       RunPodSandbox/StopPodSandbox/
 //!                     [--host-network true]                      RemovePodSandbox latencies
 //!   cnikit-cri-suite wait-network --socket S --name NAME         until containerd loaded NAME
+//!   cnikit-cri-suite node-agent   OPTS --network NAME --agent-image I --caps A,B
+//!                     --host-pid BOOL --host-bin D --host-conf D --net-conf D --list FILE
+//!                                                                the DaemonSet's pod (node_agent.rs)
 //!
 //! OPTS: --socket S --image I --cgroup-parent P --node-ip IP --log-dir D --cnikit PATH
 
@@ -14,6 +17,7 @@ mod checks;
 mod cri;
 mod kind;
 mod measure;
+mod node_agent;
 #[allow(dead_code)] // serve is cri-echo's
 mod probe;
 mod scenarios;
@@ -30,6 +34,7 @@ async fn main() {
     let mut env = Env::default();
     let (mut count, mut label, mut name) = (50usize, String::from("cnikit"), String::new());
     let mut host_network = false;
+    let mut agent = node_agent::Agent::default();
     for pair in args[1..].chunks(2) {
         let v = pair.get(1).cloned().unwrap_or_else(|| usage());
         match pair[0].as_str() {
@@ -45,6 +50,19 @@ async fn main() {
             "--label" => label = v,
             "--name" => name = v,
             "--host-network" => host_network = v == "true",
+            "--agent-image" => agent.image = v,
+            "--caps" => {
+                agent.caps = v
+                    .split(',')
+                    .filter(|c| !c.is_empty())
+                    .map(String::from)
+                    .collect()
+            }
+            "--host-pid" => agent.host_pid = v == "true",
+            "--host-bin" => agent.bin_dir = v,
+            "--host-conf" => agent.conf_dir = v,
+            "--net-conf" => agent.net_conf = v,
+            "--list" => agent.list = v,
             _ => usage(),
         }
     }
@@ -70,6 +88,10 @@ async fn main() {
             scenarios::hostport_pod(&cri, &mut rep, &env.network, &env.node_ip, &env.cnikit).await;
             scenarios::conflicting_pod(&cri, &mut rep, &env.cnikit).await;
         }
+        "node-agent" => {
+            let (net, node) = (&env.network, &env.node_ip);
+            node_agent::node_agent(&cri, &mut rep, &agent, net, node).await
+        }
         "dualstack" => scenarios::dualstack_pod(&cri, &mut rep, &env.network, &env.cnikit).await,
         "kind" => {
             let (net, node) = (&env.network, &env.node_ip);
@@ -92,6 +114,6 @@ async fn main() {
 }
 
 fn usage() -> ! {
-    eprintln!("usage: cnikit-cri-suite suite|dualstack|kind|measure|wait-network [--option value]... (see src/main.rs)");
+    eprintln!("usage: cnikit-cri-suite suite|dualstack|kind|node-agent|measure|wait-network [--option value]... (see src/main.rs)");
     std::process::exit(2)
 }
