@@ -74,6 +74,7 @@ pub const KEYS: &[&str] = &[
     "ip6",
     "ipMasq",
     "ipMasqBackend",
+    "ipMasqExclude",
     "ipRanges",
     "ipam",
     "ips",
