@@ -2,7 +2,9 @@
 
 use std::fs::{DirBuilder, File};
 use std::os::unix::fs::{DirBuilderExt, PermissionsExt};
-use std::os::unix::net::{UnixListener as StdListener, UnixStream as StdStream};
+use std::os::unix::net::{
+    UnixDatagram as StdDatagram, UnixListener as StdListener, UnixStream as StdStream,
+};
 use std::path::{Path, PathBuf};
 use std::sync::Arc;
 use std::thread::JoinHandle;
@@ -33,6 +35,8 @@ pub struct DaemonOptions {
     pub cluster: Option<crate::cluster::ClusterOptions>,
     /// With a cluster: keep routes to other nodes' blocks through this (`--route-blocks`).
     pub block_routes: Option<Arc<dyn crate::cluster::RouteSync>>,
+    /// Receive plugin processes' reports of their calls for /metrics (`plugin_calls`).
+    pub plugin_calls: bool,
 }
 
 impl Default for DaemonOptions {
@@ -46,6 +50,7 @@ impl Default for DaemonOptions {
             services: Services::new(),
             cluster: None,
             block_routes: None,
+            plugin_calls: true,
         }
     }
 }
@@ -173,6 +178,8 @@ struct Prepared {
     services: Services,
     cluster: Option<crate::cluster::ClusterOptions>,
     block_routes: Option<Arc<dyn crate::cluster::RouteSync>>,
+    /// The socket plugins report their calls to, and its path (removed at exit).
+    plugin_calls: Option<(StdDatagram, PathBuf)>,
     _instance_lock: File,
 }
 
@@ -238,6 +245,10 @@ fn prepare(opts: DaemonOptions, store_opts: StoreOptions) -> Result<Prepared, Er
     listener
         .set_nonblocking(true)
         .map_err(|e| Error::io("making the listener non-blocking", &e))?;
+    let plugin_calls = match opts.plugin_calls {
+        true => bind_plugin_calls(&opts.socket, opts.allowed_gid),
+        false => None,
+    };
     Ok(Prepared {
         listener,
         bound_path,
@@ -245,6 +256,7 @@ fn prepare(opts: DaemonOptions, store_opts: StoreOptions) -> Result<Prepared, Er
         services: opts.services,
         cluster: opts.cluster,
         block_routes: opts.block_routes,
+        plugin_calls,
         _instance_lock: instance_lock,
     })
 }
@@ -261,6 +273,18 @@ impl Prepared {
                 .map_err(|e| Error::io("registering the listener", &e))?;
             if let Some(c) = self.cluster {
                 server::start_cluster(&self.registry, c, self.block_routes).await?;
+            }
+            if let Some((sock, _)) = self.plugin_calls.as_ref() {
+                match sock
+                    .try_clone()
+                    .and_then(tokio::net::UnixDatagram::from_std)
+                {
+                    Ok(s) => drop(tokio::spawn(server::receive_plugin_calls(
+                        s,
+                        Arc::clone(&self.registry),
+                    ))),
+                    Err(e) => log_at!(Level::Warn, "plugin call reports: {e}"),
+                }
             }
             systemd::notify("READY=1");
             log_at!(Level::Info, "ready");
@@ -295,6 +319,9 @@ impl Prepared {
             Ok(())
         });
         if let Some(p) = &self.bound_path {
+            let _ = std::fs::remove_file(p);
+        }
+        if let Some((_, p)) = &self.plugin_calls {
             let _ = std::fs::remove_file(p);
         }
         // In-flight requests are answered; let the writers finish their queues.
@@ -343,6 +370,49 @@ fn bind(path: &Path, allowed_gid: Option<u32>) -> Result<StdListener, Error> {
     }
     log_at!(Level::Info, "listening on {}", path.display());
     Ok(listener)
+}
+
+/// The datagram socket plugins report their calls to, beside the API socket and with its
+/// mode. A report is only counted, so a socket that cannot be made costs the metrics,
+/// not the daemon: logged, and None.
+fn bind_plugin_calls(
+    api_socket: &Path,
+    allowed_gid: Option<u32>,
+) -> Option<(StdDatagram, PathBuf)> {
+    let path = crate::plugin_calls::socket_beside(api_socket);
+    let made = (|| -> std::io::Result<StdDatagram> {
+        use std::os::unix::fs::FileTypeExt;
+        // A stale socket of an earlier daemon goes (this one holds the instance lock); a
+        // file of another kind is someone else's and stays.
+        if let Ok(meta) = std::fs::symlink_metadata(&path) {
+            if !meta.file_type().is_socket() {
+                return Err(std::io::Error::new(
+                    std::io::ErrorKind::AlreadyExists,
+                    "not a socket",
+                ));
+            }
+            std::fs::remove_file(&path)?;
+        }
+        let sock = StdDatagram::bind(&path)?;
+        let mode = if allowed_gid.is_some() { 0o660 } else { 0o600 };
+        std::fs::set_permissions(&path, std::fs::Permissions::from_mode(mode))?;
+        if let Some(gid) = allowed_gid {
+            std::os::unix::fs::chown(&path, None, Some(gid))?;
+        }
+        sock.set_nonblocking(true)?;
+        Ok(sock)
+    })();
+    match made {
+        Ok(sock) => Some((sock, path)),
+        Err(e) => {
+            log_at!(
+                Level::Warn,
+                "no plugin call reports: cannot bind {}: {e}",
+                path.display()
+            );
+            None
+        }
+    }
 }
 
 fn unavailable(context: String, e: &std::io::Error) -> Error {

@@ -36,6 +36,7 @@ pub mod hostlocal;
 mod journal;
 pub mod log;
 mod peer;
+pub mod plugin_calls;
 mod pool;
 mod prometheus;
 mod repair_hint;

@@ -20,6 +20,10 @@ pub(crate) struct DaemonArgs {
     /// Also accept clients of this group id (root is always accepted).
     #[arg(long)]
     allowed_gid: Option<u32>,
+    /// Do not receive the plugins' reports of their calls (no `ipamd_plugin_*` series;
+    /// the plugins then send to a socket that is not there, which costs them nothing).
+    #[arg(long)]
+    no_plugin_metrics: bool,
     /// Cluster pools in etcd (--etcd-endpoints, --node, …).
     #[command(flatten)]
     cluster: pool::DaemonClusterArgs,
@@ -33,6 +37,7 @@ pub(crate) fn run(args: DaemonArgs) -> Result<(), String> {
         reclaim_previous_boot,
         log_level,
         allowed_gid,
+        no_plugin_metrics,
         cluster,
     } = args;
     // Puts back what others remove of the pods' firewall state, for
@@ -50,6 +55,7 @@ pub(crate) fn run(args: DaemonArgs) -> Result<(), String> {
             .with(crate::firewall::service::Firewall::default()),
         cluster: cluster.options()?,
         block_routes: cluster.block_routes(),
+        plugin_calls: !no_plugin_metrics,
     })
     .map_err(|e| e.to_string())
 }

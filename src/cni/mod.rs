@@ -3,6 +3,7 @@
 //! netlink; plugins receive a [`Request`] and return the current result model.
 
 pub mod args;
+mod call_report;
 pub mod config;
 pub mod delegate;
 pub mod env;

@@ -2,6 +2,7 @@
 //! allows the verb, call the plugin, print the result or the error object.
 
 use super::args::CniArgs;
+use super::call_report::CallFacts;
 use super::config::NetConf;
 use super::env::{Command, Env};
 use super::error::{Code, Error};
@@ -157,8 +158,10 @@ pub trait Plugin: Sync {
 /// Entry point for a plugin process (`name` is the plugin's name, for the
 /// log); returns the exit code. `after_reply` runs once the reply is written
 /// and flushed and the log finished: the caller's work that must not keep
-/// the runtime waiting for the reply.
+/// the runtime waiting for the reply. Then the call's report goes to the ipamd daemon
+/// (`call_report.rs`), which never waits either.
 pub fn main(name: &str, plugin: &dyn Plugin, ctx: Context, after_reply: impl FnOnce()) -> i32 {
+    let started = std::time::Instant::now();
     install_panic_hook(None);
     let stdin = read_stdin();
     // Known only once stdin is read; nothing is written to stderr before.
@@ -169,7 +172,7 @@ pub fn main(name: &str, plugin: &dyn Plugin, ctx: Context, after_reply: impl FnO
     if log.is_some() {
         install_panic_hook(log.clone());
     }
-    let (outcome, version) = run(plugin, ctx, stdin);
+    let (outcome, version, facts) = run(plugin, ctx, stdin);
     let mut stdout = std::io::stdout().lock();
     let (code, failure) = match outcome {
         Ok(Some(text)) => {
@@ -188,26 +191,31 @@ pub fn main(name: &str, plugin: &dyn Plugin, ctx: Context, after_reply: impl FnO
         log.finish(failure.as_ref().map_or(Ok(()), Err));
     }
     after_reply();
+    let cni_code = failure.as_ref().map_or(0, |e| e.code);
+    facts.send(name, cni_code, started.elapsed());
     code
 }
 
-/// Returns what to print, and the version to label an error with.
+/// Returns what to print, the version to label an error with, and what the call's
+/// report says of it.
 fn run(
     plugin: &dyn Plugin,
     ctx: Context,
     stdin: Result<Vec<u8>, Error>,
-) -> (Result<Option<String>, Error>, Version) {
+) -> (Result<Option<String>, Error>, Version, CallFacts) {
+    let no_conf = CallFacts::without_conf(&ctx.daemon_socket);
     // The command decides how strict we are with stdin, so peek at it first.
     let command = std::env::var("CNI_COMMAND").ok();
     if command.as_deref() == Some("VERSION") {
         return (
             Ok(Some(version_answer(&stdin.unwrap_or_default()))),
             Version::LATEST,
+            no_conf,
         );
     }
     let bytes = match stdin {
         Ok(b) => b,
-        Err(e) => return (Err(e), Version::LATEST),
+        Err(e) => return (Err(e), Version::LATEST, no_conf),
     };
     // An error about the configuration is still labelled with the version it
     // declares, when it declares one cnikit knows.
@@ -219,10 +227,11 @@ fn run(
     };
     let conf = match parsed {
         Ok(c) => c,
-        Err(e) => return (Err(e), declared.unwrap_or(Version::LATEST)),
+        Err(e) => return (Err(e), declared.unwrap_or(Version::LATEST), no_conf),
     };
     let version = conf.version;
-    (dispatch(plugin, conf, ctx), version)
+    let facts = CallFacts::of(&conf, &ctx.daemon_socket);
+    (dispatch(plugin, conf, ctx), version, facts)
 }
 
 fn dispatch(plugin: &dyn Plugin, conf: NetConf, ctx: Context) -> Result<Option<String>, Error> {

@@ -226,6 +226,7 @@ fn run(flags: &Flags) -> Result<(), String> {
         services: ipamd::service::Services::new().with(service),
         cluster: None,
         block_routes: None,
+        plugin_calls: false,
     })
     .map_err(|e| e.to_string());
     if let Some(p) = pidfile {

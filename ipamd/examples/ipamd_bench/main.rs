@@ -229,6 +229,7 @@ fn start_daemon(sock: &Path, data: &Path) -> Result<DaemonHandle, String> {
         services: ipamd::service::Services::new(),
         cluster: None,
         block_routes: None,
+        plugin_calls: true,
     })
     .map_err(|e| format!("starting the daemon: {e}"))
 }

@@ -4,6 +4,7 @@ mod conns;
 mod http;
 mod ipam;
 mod metrics;
+mod plugin_calls;
 mod pools;
 mod registry;
 mod routes;
@@ -27,6 +28,7 @@ use crate::service::Services;
 use conns::Conns;
 
 pub(crate) use http::decode as decode_body;
+pub(crate) use plugin_calls::receive as receive_plugin_calls;
 pub(crate) use pools::start as start_cluster;
 pub(crate) use registry::Registry;
 #[cfg(test)]

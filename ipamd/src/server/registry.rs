@@ -74,6 +74,8 @@ pub(crate) struct Registry {
     opts: StoreOptions,
     open: Arc<Mutex<Open>>,
     pub(crate) metrics: Metrics,
+    /// What plugin processes reported of their calls (`plugin_calls`).
+    pub(crate) plugin_calls: super::plugin_calls::PluginCalls,
     pub(crate) allowed_gid: Option<u32>,
     /// This node's cluster-pool state, when the daemon runs with --etcd-endpoints.
     pub(crate) cluster: std::sync::OnceLock<Arc<crate::cluster::Node>>,
@@ -216,6 +218,7 @@ impl Registry {
             opts,
             open: Arc::new(Mutex::new(Open::default())),
             metrics: Metrics::default(),
+            plugin_calls: super::plugin_calls::PluginCalls::default(),
             allowed_gid,
             cluster: std::sync::OnceLock::new(),
         }

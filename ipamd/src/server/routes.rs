@@ -38,6 +38,7 @@ pub(crate) async fn handle(
         (Method::GET, "/healthz") => text(StatusCode::OK, "text/plain", "ok\n".into()),
         (Method::GET, "/metrics") => {
             let mut body = reg.metrics.render(&reg.usage());
+            reg.plugin_calls.render(&mut body);
             body.push_str(&super::pools::render(&reg).await);
             text(StatusCode::OK, "text/plain; version=0.0.4", body)
         }

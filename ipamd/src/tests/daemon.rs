@@ -22,6 +22,7 @@ pub(super) fn daemon_opts(dir: &Path) -> DaemonOptions {
         services: crate::service::Services::new(),
         cluster: None,
         block_routes: None,
+        plugin_calls: true,
     }
 }
 

@@ -12,6 +12,7 @@ mod concurrency;
 mod config;
 mod daemon;
 mod integrity;
+mod plugin_calls;
 
 use crate::support::*;
 use serde_json::{json, Value};
