@@ -17,6 +17,7 @@ struct Running {
     cnikit: PathBuf,
     log: Option<PathBuf>,
     level: &'static str,
+    extra: Vec<String>,
 }
 
 static DAEMON: Mutex<Option<Running>> = Mutex::new(None);
@@ -26,32 +27,44 @@ fn slot() -> std::sync::MutexGuard<'static, Option<Running>> {
 }
 
 /// Start the daemon (unless one runs) and wait until it accepts. Its stderr
-/// goes to `log` (appended, so a restarted daemon adds to it) or ours.
+/// goes to `log` (appended, so a restarted daemon adds to it) or ours; `extra` are more
+/// of its flags.
 ///
 /// The daemon gets SIGKILL when the thread that started it ends
 /// (PR_SET_PDEATHSIG is per thread), so call this from the main thread.
-pub fn start(cnikit: &Path, log: Option<&Path>) -> Result<(), String> {
-    start_at(cnikit, log, "warn")
+pub fn start(cnikit: &Path, log: Option<&Path>, extra: &[String]) -> Result<(), String> {
+    start_at(cnikit, log, "warn", extra)
 }
 
 /// [`start`] with the daemon logging at `level`: the repair benchmark reads
 /// the info line each repair writes.
-pub fn start_at(cnikit: &Path, log: Option<&Path>, level: &'static str) -> Result<(), String> {
+pub fn start_at(
+    cnikit: &Path,
+    log: Option<&Path>,
+    level: &'static str,
+    extra: &[String],
+) -> Result<(), String> {
     let mut slot = slot();
     if slot.is_some() {
         return Ok(());
     }
-    *slot = Some(spawn(cnikit, log, level)?);
+    *slot = Some(spawn(cnikit, log, level, extra)?);
     drop(slot);
     wait_listening(Duration::from_secs(10))
 }
 
-fn spawn(cnikit: &Path, log: Option<&Path>, level: &'static str) -> Result<Running, String> {
+fn spawn(
+    cnikit: &Path,
+    log: Option<&Path>,
+    level: &'static str,
+    extra: &[String],
+) -> Result<Running, String> {
     let mut cmd = Command::new(cnikit);
     cmd.args(["ipamd", "daemon", "--log-level", level, "--socket"])
         .arg(SOCKET)
         .arg("--data-dir")
         .arg(DATA_DIR)
+        .args(extra)
         .stdin(Stdio::null())
         .stdout(Stdio::null());
     if let Some(path) = log {
@@ -78,6 +91,7 @@ fn spawn(cnikit: &Path, log: Option<&Path>, level: &'static str) -> Result<Runni
         cnikit: cnikit.to_path_buf(),
         log: log.map(Path::to_path_buf),
         level,
+        extra: extra.to_vec(),
     })
 }
 
@@ -120,7 +134,7 @@ pub fn restart(signal: libc::c_int, pause: Duration) -> Result<Restarted, String
     let status = kill_and_wait(&mut old.child, signal)?;
     let exit = t0.elapsed();
     std::thread::sleep(pause);
-    let new = spawn(&old.cnikit, old.log.as_deref(), old.level)?;
+    let new = spawn(&old.cnikit, old.log.as_deref(), old.level, &old.extra)?;
     let new_pid = new.child.id();
     *slot = Some(new);
     drop(slot);

@@ -69,6 +69,10 @@ struct Args {
     /// containernetworking/plugins unpacked), for `--impls upstream`.
     #[arg(long)]
     upstream_dir: Option<PathBuf>,
+    /// A flag for the cnikit-daemon set's `cnikit ipamd daemon` (repeat for several),
+    /// e.g. `--daemon-arg=--no-plugin-metrics` to measure the plugins' call reports.
+    #[arg(long = "daemon-arg", allow_hyphen_values = true)]
+    daemon_args: Vec<String>,
     /// No progress bar.
     #[arg(long)]
     quiet: bool,
@@ -154,11 +158,12 @@ fn run(args: &Args) -> Result<(), String> {
         (true, Some(dir)) => Some(dir.as_path()),
         (true, None) => return Err("--impls upstream needs --upstream-dir DIR".into()),
     };
-    let plugins = locate_plugins(
+    let mut plugins = locate_plugins(
         args.cnikit.as_deref(),
         reference.then_some(args.reference_dir.as_path()),
         upstream,
     )?;
+    plugins.daemon_args.clone_from(&args.daemon_args);
     let plan = plan(args);
     check_resident(args.resident, &plan)?;
     let out = prepare_out_dir(&args.out)?;
@@ -271,6 +276,7 @@ fn locate_plugins(
         cnikit_bin,
         reference_dir: dir_or_none(reference_dir),
         upstream_dir: dir_or_none(upstream_dir),
+        daemon_args: Vec::new(),
     })
 }
 

@@ -91,6 +91,8 @@ pub struct Plugins {
     pub cnikit_bin: PathBuf,
     pub reference_dir: PathBuf,
     pub upstream_dir: PathBuf,
+    /// More flags of the cnikit-daemon set's daemon (`--daemon-arg`).
+    pub daemon_args: Vec<String>,
 }
 
 impl Setup {
@@ -98,7 +100,7 @@ impl Setup {
         match imp {
             Impl::Floor => Floor::new().map(Setup::Floor),
             Impl::CnikitDaemon => {
-                daemon::start(&plugins.cnikit_bin, None)?;
+                daemon::start(&plugins.cnikit_bin, None, &plugins.daemon_args)?;
                 Chain::new(variant, imp, plugins).map(|c| Setup::Chain(Box::new(c)))
             }
             Impl::Cnikit | Impl::Reference | Impl::Upstream => {

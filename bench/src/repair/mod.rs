@@ -129,7 +129,7 @@ fn node_turn(
     if imp == Impl::CnikitDaemon {
         // Info: the level of the daemon's line about each repair.
         let _ = std::fs::remove_file(&log);
-        daemon::start_at(&plugins.cnikit_bin, Some(&log), "info")?;
+        daemon::start_at(&plugins.cnikit_bin, Some(&log), "info", &[])?;
     }
     let key = (Variant::Full, imp);
     let setup = Setup::new(key.0, imp, plugins)?;

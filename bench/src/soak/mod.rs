@@ -139,7 +139,7 @@ pub fn run(args: &SoakArgs, plugins: &Plugins, out: &Path) -> Result<bool, Strin
     let _ = std::fs::remove_file(&log);
     // From this (the main) thread: the daemon dies with the thread that
     // started it, and the main thread does every restart too.
-    daemon::start(&plugins.cnikit_bin, Some(&log))?;
+    daemon::start(&plugins.cnikit_bin, Some(&log), &[])?;
     let setup = Setup::new(Variant::Full, Impl::CnikitDaemon, plugins)?;
     let sh = Shared {
         start: Instant::now(),
