@@ -27,9 +27,10 @@ fn traversal_name(mode: Mode, test: &str) {
         .map(|e| e.file_name())
         .collect();
     assert!(
-        listing
-            .iter()
-            .all(|n| n == "data" || n == "d.sock" || n.to_string_lossy().starts_with("daemon-")),
+        listing.iter().all(|n| n == "data"
+            || n == "d.sock"
+            || n == "plugin-calls.sock"
+            || n.to_string_lossy().starts_with("daemon-")),
         "unexpected files next to dataDir: {listing:?}"
     );
     if mode == Mode::Daemon {

@@ -75,6 +75,10 @@ fn host_veth(r: &Value) -> &str {
 /// The pod's routes (`dst via gw dev dev` strings) ptp makes for one address
 /// `addr` with gateway `gw` in `subnet`, with IPAM's default route.
 fn pod_routes(subnet: &str, gw: &str, default: &str) -> BTreeSet<String> {
+    // As `ip` prints it: "fdcb:125:0::/64" is "fdcb:125::/64".
+    let subnet = subnet
+        .parse::<ipnet::IpNet>()
+        .map_or(subnet.to_string(), |n| n.to_string());
     [
         format!("{default} via {gw} dev eth0"),
         format!("{subnet} via {gw} dev eth0"),
