@@ -10,7 +10,7 @@ mod conf;
 mod site;
 
 use crate::cni::{CniResult, Error, Plugin, Request};
-use crate::netlink::{Link, NetNs, Netlink};
+use crate::netlink::{IpvlanMode, Link, NetNs, Netlink};
 use crate::plugins::link_owner;
 use crate::plugins::pod_netns::{is_own_netns, netns_for_del, open_netns};
 use conf::Shaping;
@@ -33,6 +33,7 @@ impl Plugin for Bandwidth {
         })?;
         let ns = open_netns(req.netns())?;
         let mut site = existing_site(&ns, req, &result)?;
+        refuse_unshapeable_ingress(&site, shaping)?;
         if let Some(ifb) = site.shape(req, shaping)? {
             result.interfaces.push(ifb);
         }
@@ -101,6 +102,27 @@ impl Plugin for Bandwidth {
         let steps: Vec<_> = doomed.map(|i| delete_link(&mut host, &i.link)).collect();
         Error::all(steps)
     }
+}
+
+/// An ipvlan in mode l3s hands what arrives for the pod to its interface at
+/// the IP layer (the master's rx handler passes it up, and an l3mdev hook
+/// moves it to the pod's interface), past tc's ingress hook on that
+/// interface: an ingress limit there would never shape anything, so it is
+/// refused rather than accepted and ignored.
+fn refuse_unshapeable_ingress(site: &Site, shaping: Shaping) -> Result<(), Error> {
+    if site.layout == Layout::InPod
+        && site.dev.ipvlan_mode == Some(IpvlanMode::L3s)
+        && shaping.ingress.is_some()
+    {
+        return Err(Error::invalid_config(format!(
+            "ingressRate: {} in netns {} is an ipvlan in mode l3s, whose received packets \
+             bypass tc's ingress hook, so traffic to the pod cannot be shaped there; use mode \
+             l2 or l3, or limit only egressRate",
+            site.dev.name,
+            site.sandbox
+        )));
+    }
+    Ok(())
 }
 
 /// ADD's and CHECK's site: the pod's `CNI_IFNAME` must exist.
