@@ -26,6 +26,16 @@ pub(super) fn macvlan(net: &str, master: &str, ipam: Option<Value>) -> Kind {
     }
 }
 
+/// A macvlan pod (no IPAM) on a new master, of a new network named
+/// `bw<tag>-…`: the network's name and the pod.
+fn macvlan_pod<'e>(env: &'e TestEnv, tag: &str) -> (String, Pod<'e>) {
+    let net = format!("bw{tag}-{}", short_hash());
+    let (master, _) = env.veth_pair();
+    let kind = macvlan(&net, &master, None);
+    let pod = env.pod(kind.plugin, &kind.conf);
+    (net, pod)
+}
+
 /// Every kind without a host end this kernel makes, each on a new network:
 /// (network, kind).
 fn kinds(env: &TestEnv) -> Vec<(String, Kind)> {
@@ -180,10 +190,7 @@ fn every_kind_without_a_host_end_is_shaped_in_its_pod() {
 #[test]
 fn check_and_del_of_a_pod_shaped_in_its_netns() {
     let env = TestEnv::new("bw-in-pod-check");
-    let net = format!("bwc-{}", short_hash());
-    let (master, _) = env.veth_pair();
-    let kind = macvlan(&net, &master, None);
-    let pod = env.pod(kind.plugin, &kind.conf);
+    let (net, pod) = macvlan_pod(&env, "c");
     let ns = pod.ns.name.clone();
     let conf = bw_conf(&net, both_ways(), &pod.result);
     let bw = pod.chained("bandwidth", &conf);
@@ -236,10 +243,7 @@ fn check_and_del_of_a_pod_shaped_in_its_netns() {
 #[test]
 fn gc_leaves_pods_shaped_in_their_netns() {
     let env = TestEnv::new("bw-in-pod-gc");
-    let net = format!("bwg-{}", short_hash());
-    let (master, _) = env.veth_pair();
-    let kind = macvlan(&net, &master, None);
-    let pod = env.pod(kind.plugin, &kind.conf);
+    let (net, pod) = macvlan_pod(&env, "g");
     let conf = merged(
         bw_conf(&net, both_ways(), &pod.result),
         json!({"cniVersion": "1.1.0"}),
@@ -267,10 +271,7 @@ fn gc_leaves_pods_shaped_in_their_netns() {
 #[test]
 fn a_failed_add_in_the_pod_leaves_nothing() {
     let env = TestEnv::new("bw-in-pod-failed");
-    let net = format!("bwf-{}", short_hash());
-    let (master, _) = env.veth_pair();
-    let kind = macvlan(&net, &master, None);
-    let pod = env.pod(kind.plugin, &kind.conf);
+    let (net, pod) = macvlan_pod(&env, "f");
     let ns = Some(pod.ns.name.as_str());
     tc_ok_in(
         ns,
@@ -299,31 +300,14 @@ fn a_failed_add_in_the_pod_leaves_nothing() {
 #[test]
 fn every_failure_point_of_an_add_in_the_pod_leaves_nothing() {
     let env = TestEnv::new("bw-in-pod-fault");
-    let net = format!("bwx-{}", short_hash());
-    let (master, _) = env.veth_pair();
-    let kind = macvlan(&net, &master, None);
-    let pod = env.pod(kind.plugin, &kind.conf);
+    let (net, pod) = macvlan_pod(&env, "x");
     let ns = Some(pod.ns.name.as_str());
     let bw = pod.chained("bandwidth", &bw_conf(&net, both_ways(), &pod.result));
-    for n in 1..100 {
-        let out = bw
-            .call("ADD")
-            .env("CNIKIT_FAULT_NETLINK", &n.to_string())
-            .run();
-        if out.success() {
-            assert!(n > 8, "only {} failure points", n - 1);
-            eprintln!("bandwidth ADD in a pod: {} failure points", n - 1);
-            bw.del();
-            pod.del();
-            return;
-        }
-        let e = out.err();
-        assert!(e.msg.contains("injected failure"), "at {n}: {e:?}");
+    walk_add_failures(&bw, "bandwidth ADD in a pod", |n| {
         let q = qdiscs_in(ns, "eth0");
         assert!(q.is_empty(), "at {n}: {q:?}");
         let links = link_names(ns);
         assert_eq!(links.len(), 2, "at {n}: {links:?}");
-        bw.del();
-    }
-    panic!("bandwidth ADD still failing after 100 injected failures");
+    });
+    pod.del();
 }

@@ -224,6 +224,31 @@ fn bandwidth_makes_what_the_reference_makes() {
     }
 }
 
+/// Fails each kernel request of `bw`'s ADD in turn (fault injection) until
+/// one succeeds: each failed ADD must report the injected failure and pass
+/// `leaves_nothing(n)`, and the runtime's DEL after it must succeed. There
+/// must be more than 8 failure points (`what` names them on stderr).
+#[cfg(feature = "fault-injection")]
+pub(super) fn walk_add_failures(bw: &Attachment, what: &str, leaves_nothing: impl Fn(usize)) {
+    for n in 1..100 {
+        let out = bw
+            .call("ADD")
+            .env("CNIKIT_FAULT_NETLINK", &n.to_string())
+            .run();
+        if out.success() {
+            assert!(n > 8, "only {} failure points", n - 1);
+            eprintln!("{what}: {} failure points, each failed once", n - 1);
+            bw.del();
+            return;
+        }
+        let e = out.err();
+        assert!(e.msg.contains("injected failure"), "at {n}: {e:?}");
+        leaves_nothing(n);
+        bw.del();
+    }
+    panic!("{what} still failing after 100 injected failures");
+}
+
 /// Seconds a transfer of `bytes` took, as f64.
 fn secs(d: Duration) -> f64 {
     d.as_secs_f64()

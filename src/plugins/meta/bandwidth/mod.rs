@@ -53,10 +53,11 @@ impl Plugin for Bandwidth {
     }
 
     // ---------------------------------------------------------------- DEL
-    /// The site's ifb and qdiscs while the pod's interface exists; the host
-    /// ifb by its name in any case but the pod's (no netns or prevResult
-    /// needed: it also removes one the reference made). A pod shaped inside
-    /// its netns whose netns is gone needs nothing: it all went with it.
+    /// The site's ifb and qdiscs while the pod's interface exists. Unless
+    /// that site was the host veth, also the host ifb of the reference's
+    /// name, found by name alone: with the netns gone it is all a veth
+    /// layout leaves (and it also removes one the reference made), while a
+    /// pod shaped inside its netns needs nothing then: it went with the netns.
     fn del(&self, req: &Request) -> Result<(), Error> {
         let shaping = req.conf_or_del_fallback(Shaping::load, Shaping::everything)?;
         let att = req.attachment();
@@ -73,8 +74,10 @@ impl Plugin for Bandwidth {
             }
         };
         if !host_ifb_done {
-            let mut host = Netlink::open()?;
-            steps.push(release_ifb(&mut host, &host_ifb_name(&att), &att));
+            let released = Netlink::open()
+                .map_err(Error::from)
+                .and_then(|mut host| release_ifb(&mut host, &host_ifb_name(&att), &att));
+            steps.push(released);
         }
         Error::all(steps)
     }
@@ -118,8 +121,7 @@ fn refuse_unshapeable_ingress(site: &Site, shaping: Shaping) -> Result<(), Error
             "ingressRate: {} in netns {} is an ipvlan in mode l3s, whose received packets \
              bypass tc's ingress hook, so traffic to the pod cannot be shaped there; use mode \
              l2 or l3, or limit only egressRate",
-            site.dev.name,
-            site.sandbox
+            site.dev.name, site.sandbox
         )));
     }
     Ok(())
