@@ -13,7 +13,7 @@
 # script exits non-zero on any failure or if the guest never reports (timeout).
 #
 # Nothing is installed into /boot or /lib/modules: the kernel .deb is only unpacked, under $W.
-# Env: W=/var/cache/cnikit-vm (kernel cache + work dir)  MEM=768  ACCEL=tcg|kvm  TIMEOUT=420
+# Env: W=/var/cache/cnikit-vm (kernel cache + work dir)  MEM=768  ACCEL=tcg|kvm  TIMEOUT=600
 #      CNIKIT=path (default: target/release/cnikit, brought up to date by `cargo build --release`)
 #      KFORMAT=pvh|bzimage  VERBOSE=1
 # Usage: tests/vm/run.sh            (as root; the console log is kept in $W/console.log)
@@ -23,7 +23,7 @@ ROOT=$PWD
 W=${W:-/var/cache/cnikit-vm}
 MEM=${MEM:-768}
 ACCEL=${ACCEL:-tcg}   # /dev/kvm on these machines is nested PVM and cannot run a stock kernel
-TIMEOUT=${TIMEOUT:-420}
+TIMEOUT=${TIMEOUT:-600}
 CNIKIT_GIVEN=${CNIKIT:+1}
 CNIKIT=${CNIKIT:-$ROOT/target/release/cnikit}
 if [ "$ACCEL" = kvm ]; then ACCEL_ARGS="-enable-kvm -cpu host"; else ACCEL_ARGS="-accel tcg -cpu max"; fi
