@@ -99,7 +99,7 @@ iperf_bps() {
   ip netns exec bws iperf3 -s -1 -p 5201 > /dev/null 2>&1 &
   _s=$!
   for _ in 1 2 3 4 5 6 7 8 9 10; do
-    timeout 20 ip netns exec bwp iperf3 -c 10.60.0.2 -p 5201 -t 2 -O 1 -J "$@" > /tmp/iperf.json 2> /dev/null && break
+    timeout 20 ip netns exec bwp iperf3 -c 10.60.0.2 -p 5201 -t 2 -O 1 -J "$@" > /tmp/iperf.json 2> /tmp/iperf.err && break
     sleep 0.3
   done
   kill $_s 2> /dev/null; wait $_s 2> /dev/null
@@ -120,7 +120,7 @@ else
     teq "$V $rate: tc reads eth0's rate back" $((rate / 8)) "$(tbf_rate bwp eth0)"
     teq "$V $rate: tc reads the ifb's rate back" $((rate / 8)) "$(tbf_rate bwp "$_ifb")"
     _out=$(iperf_bps); _in=$(iperf_bps -R)
-    [ -n "$_out$_in" ] || sed 's/^/    iperf3: /' /tmp/iperf.json | grep -iE 'error|refused' | head -3
+    [ -n "$_out$_in" ] || { ip netns exec bwp ping -c 1 -W 2 10.60.0.2; head -c 400 /tmp/iperf.json; cat /tmp/iperf.err; } 2>&1 | sed 's/^/    iperf3: /' | head -12
     echo "    ipvlan l2: configured $rate bit/s, achieved egress $_out, ingress $_in bit/s"
     t "$V $rate: egress (iperf3 from the pod) within 10 %: $_out" within $rate "$_out"
     t "$V $rate: ingress (iperf3 -R, to the pod) within 10 %: $_in" within $rate "$_in"
