@@ -99,11 +99,12 @@ iperf_bps() {
   ip netns exec bws iperf3 -s -1 -p 5201 > /dev/null 2>&1 &
   _s=$!
   for _ in 1 2 3 4 5 6 7 8 9 10; do
-    timeout 20 ip netns exec bwp iperf3 -c 10.60.0.2 -p 5201 -t 2 -O 1 -J "$@" > /tmp/iperf.json 2> /tmp/iperf.err && break
+    timeout 20 /sbin/ip netns exec bwp iperf3 -c 10.60.0.2 -p 5201 -t 2 -O 1 -J "$@" > /tmp/iperf.json 2> /tmp/iperf.err && break
     sleep 0.3
   done
   kill $_s 2> /dev/null; wait $_s 2> /dev/null
-  # end.sum_received.bits_per_second (iperf3 indents its JSON with tabs)
+  # end.sum_received.bits_per_second (iperf3 indents its JSON with tabs); busybox timeout
+  # would run its own ip applet, hence /sbin/ip
   tr -d ' \n\t' < /tmp/iperf.json | grep -o '"sum_received":{[^}]*}' | grep -o '"bits_per_second":[0-9.e+]*' | cut -d: -f2 | cut -d. -f1
 }
 # within RATE BPS: BPS is within ±10 % of RATE
