@@ -8,11 +8,12 @@
 # NIC, and (multihome.sh) sbr after ptp + macvlan, tap, and vlan + static through cnitool and
 # `cnikit net`, and (dhcp.sh) the dhcp IPAM plugin and its daemon with ipvlan l2/l3 and macvlan
 # against dnsmasq; like a real node the guest host has its own eth0 (address, default route) and
-# the pods get eth0 too. The guest reports `N passed, M failed` on the serial console; this
+# the pods get eth0 too; (bandwidth.sh) bandwidth shaped inside the pods' netns on ipvlan,
+# dummy and vlan, with iperf3 measuring an ipvlan pod's rates both ways. The guest reports `N passed, M failed` on the serial console; this
 # script exits non-zero on any failure or if the guest never reports (timeout).
 #
 # Nothing is installed into /boot or /lib/modules: the kernel .deb is only unpacked, under $W.
-# Env: W=/var/cache/cnikit-vm (kernel cache + work dir)  MEM=768  ACCEL=tcg|kvm  TIMEOUT=420
+# Env: W=/var/cache/cnikit-vm (kernel cache + work dir)  MEM=768  ACCEL=tcg|kvm  TIMEOUT=600
 #      CNIKIT=path (default: target/release/cnikit, brought up to date by `cargo build --release`)
 #      KFORMAT=pvh|bzimage  VERBOSE=1
 # Usage: tests/vm/run.sh            (as root; the console log is kept in $W/console.log)
@@ -22,7 +23,7 @@ ROOT=$PWD
 W=${W:-/var/cache/cnikit-vm}
 MEM=${MEM:-768}
 ACCEL=${ACCEL:-tcg}   # /dev/kvm on these machines is nested PVM and cannot run a stock kernel
-TIMEOUT=${TIMEOUT:-420}
+TIMEOUT=${TIMEOUT:-600}
 CNIKIT_GIVEN=${CNIKIT:+1}
 CNIKIT=${CNIKIT:-$ROOT/target/release/cnikit}
 if [ "$ACCEL" = kvm ]; then ACCEL_ARGS="-enable-kvm -cpu host"; else ACCEL_ARGS="-accel tcg -cpu max"; fi
@@ -38,6 +39,7 @@ command -v depmod >/dev/null || need+=(kmod)
 command -v bridge >/dev/null && command -v tc >/dev/null || need+=(iproute2)
 command -v nft >/dev/null || need+=(nftables)
 command -v dnsmasq >/dev/null || need+=(dnsmasq-base)
+command -v iperf3 >/dev/null || need+=(iperf3)
 command -v xz >/dev/null || need+=(xz-utils)
 if [ ${#need[@]} -gt 0 ]; then
   echo "installing: ${need[*]}"
@@ -99,6 +101,7 @@ copy_with_libs /usr/sbin/bridge /sbin/bridge   # `bridge -j vlan show`
 copy_with_libs /usr/sbin/tc /sbin/tc           # `tc -j qdisc show`; shadows busybox tc
 copy_with_libs /usr/sbin/nft /sbin/nft         # `nft -j list set`
 copy_with_libs /usr/sbin/dnsmasq /sbin/dnsmasq # dhcp.sh's DHCP server (udhcpd keys leases by MAC only)
+copy_with_libs /usr/bin/iperf3 /bin/iperf3     # bandwidth.sh's rates (libiperf, libcrypto, libsctp)
 rm -f "$I/bin/ip" "$I/bin/bridge" "$I/bin/tc"
 copy_with_libs "$CNIKIT" /cni/cnikit           # symlinks are made in the guest by `cnikit install`
 # The reference plugins (Debian containernetworking-plugins), for comparisons: bridge VLANs,
@@ -113,6 +116,7 @@ install -m755 "$ROOT/tests/vm/links.sh" "$I/links.sh"
 install -m755 "$ROOT/tests/vm/hostdev.sh" "$I/hostdev.sh"
 install -m755 "$ROOT/tests/vm/multihome.sh" "$I/multihome.sh"
 install -m755 "$ROOT/tests/vm/dhcp.sh" "$I/dhcp.sh"
+install -m755 "$ROOT/tests/vm/bandwidth.sh" "$I/bandwidth.sh"
 # libcni's cnitool (static Go), when tests/interop/cnitool.sh built it: multihome.sh runs
 # vlan + static through it (and skips that part without it)
 CNITOOL=/var/cache/cnikit-interop/bin/cnitool
@@ -153,6 +157,7 @@ while read -r ko; do insmod "$ko" || echo "insmod $ko FAILED"; done < /modules.o
 ip link set lo up
 . /guest.sh
 . /links.sh
+. /bandwidth.sh
 . /multihome.sh
 . /dhcp.sh
 . /hostdev.sh

@@ -230,25 +230,11 @@ fn every_failure_point_of_an_add_leaves_nothing() {
     let (net, pod, veth) = pod_on_network(&env);
     let ifb = ifb_name(&net, &pod.id);
     let bw = pod.chained("bandwidth", &bw_conf(&net, both_ways(), &pod.result));
-    for n in 1..100 {
-        let out = bw
-            .call("ADD")
-            .env("CNIKIT_FAULT_NETLINK", &n.to_string())
-            .run();
-        if out.success() {
-            assert!(n > 8, "only {} failure points", n - 1);
-            eprintln!("bandwidth ADD: {} failure points, each failed once", n - 1);
-            bw.del();
-            pod.del();
-            return;
-        }
-        let e = out.err();
-        assert!(e.msg.contains("injected failure"), "at {n}: {e:?}");
+    walk_add_failures(&bw, "bandwidth ADD", |n| {
         assert!(qdiscs(&veth).is_empty(), "at {n}: {:?}", qdiscs(&veth));
         assert!(link(None, &ifb).is_none(), "at {n}: {ifb} is left");
-        bw.del();
-    }
-    panic!("bandwidth ADD still failing after 100 injected failures");
+    });
+    pod.del();
 }
 
 /// Proves: the ifb is named after network and container only (as the

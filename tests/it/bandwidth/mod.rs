@@ -2,9 +2,13 @@
 //! and ifb as Debian's reference plugin makes (side by side), shaping that
 //! really slows a TCP transfer down in both directions, DEL (with and
 //! without the netns), CHECK, GC, the capability and its Go-named keys, and
-//! a failed ADD that leaves nothing.
+//! a failed ADD that leaves nothing. Interfaces without a host end
+//! (macvlan, tap, host-device, …) shaped inside their pod: `in_pod`; rates
+//! measured with iperf3: `rates`.
 
+mod in_pod;
 mod lifecycle;
+mod rates;
 
 use crate::support::*;
 use serde_json::{json, Value};
@@ -57,16 +61,24 @@ pub(super) fn host_veth(result: &Value) -> String {
 
 /// `tc ARGS`, which must succeed; its stdout.
 pub(super) fn tc_ok(args: &[&str]) -> String {
-    let (ok, out, err) = sh("tc", args);
-    assert!(ok, "tc {args:?}: {err}");
+    tc_ok_in(None, args)
+}
+
+/// `tc ARGS` in netns `ns` (None: the test host), which must succeed; its stdout.
+pub(super) fn tc_ok_in(ns: Option<&str>, args: &[&str]) -> String {
+    let mut full = ns.map_or(vec![], |n| vec!["-n", n]);
+    full.extend_from_slice(args);
+    let (ok, out, err) = sh("tc", &full);
+    assert!(ok, "tc {full:?}: {err}");
     out
 }
 
-/// `tc -j ARGS`, parsed (an empty answer is an empty list).
-pub(super) fn tc(args: &[&str]) -> Vec<Value> {
+/// `tc -j ARGS` in netns `ns` (None: the test host), parsed (an empty
+/// answer is an empty list).
+pub(super) fn tc_in(ns: Option<&str>, args: &[&str]) -> Vec<Value> {
     let mut full = vec!["-j"];
     full.extend_from_slice(args);
-    let out = tc_ok(&full);
+    let out = tc_ok_in(ns, &full);
     if out.trim().is_empty() {
         return Vec::new();
     }
@@ -78,15 +90,26 @@ pub(super) fn tc(args: &[&str]) -> Vec<Value> {
 
 /// The qdiscs of `dev` other than the kernel's default, without counters.
 pub(super) fn qdiscs(dev: &str) -> Vec<Value> {
-    tc(&["qdisc", "show", "dev", dev])
+    qdiscs_in(None, dev)
+}
+
+/// The qdiscs of `dev` in netns `ns` other than the kernel's defaults
+/// (noqueue; a tap's fq_codel or pfifo_fast has no handle).
+pub(super) fn qdiscs_in(ns: Option<&str>, dev: &str) -> Vec<Value> {
+    tc_in(ns, &["qdisc", "show", "dev", dev])
         .into_iter()
-        .filter(|q| q["kind"] != "noqueue")
+        .filter(|q| q["kind"] != "noqueue" && q["handle"] != "0:")
         .collect()
 }
 
 /// The filters under the ingress qdisc of `dev` that carry options.
 pub(super) fn ingress_filters(dev: &str) -> Vec<Value> {
-    tc(&["filter", "show", "dev", dev, "ingress"])
+    ingress_filters_in(None, dev)
+}
+
+/// The filters under the ingress qdisc of `dev` in netns `ns` that carry options.
+pub(super) fn ingress_filters_in(ns: Option<&str>, dev: &str) -> Vec<Value> {
+    tc_in(ns, &["filter", "show", "dev", dev, "ingress"])
         .into_iter()
         .filter(|f| f["options"]["actions"].is_array())
         .collect()
@@ -199,6 +222,31 @@ fn bandwidth_makes_what_the_reference_makes() {
     for pod in [&a, &b] {
         pod.del();
     }
+}
+
+/// Fails each kernel request of `bw`'s ADD in turn (fault injection) until
+/// one succeeds: each failed ADD must report the injected failure and pass
+/// `leaves_nothing(n)`, and the runtime's DEL after it must succeed. There
+/// must be more than 8 failure points (`what` names them on stderr).
+#[cfg(feature = "fault-injection")]
+pub(super) fn walk_add_failures(bw: &Attachment, what: &str, leaves_nothing: impl Fn(usize)) {
+    for n in 1..100 {
+        let out = bw
+            .call("ADD")
+            .env("CNIKIT_FAULT_NETLINK", &n.to_string())
+            .run();
+        if out.success() {
+            assert!(n > 8, "only {} failure points", n - 1);
+            eprintln!("{what}: {} failure points, each failed once", n - 1);
+            bw.del();
+            return;
+        }
+        let e = out.err();
+        assert!(e.msg.contains("injected failure"), "at {n}: {e:?}");
+        leaves_nothing(n);
+        bw.del();
+    }
+    panic!("{what} still failing after 100 injected failures");
 }
 
 /// Seconds a transfer of `bytes` took, as f64.
