@@ -73,20 +73,6 @@ pub fn delete_links(host: &mut Netlink, links: &[Link]) -> Result<(), Error> {
     Error::all(steps.collect::<Vec<_>>())
 }
 
-#[cfg(test)]
-mod tests {
-    use super::*;
-
-    #[test]
-    fn a_network_prefix_does_not_match_a_longer_network_name() {
-        let a = Attachment::new("pods", "c1", "eth0");
-        assert_eq!(alias("bridge", &a), "cnikit bridge pods/c1/eth0");
-        let other = alias("bridge", &Attachment::new("pods2", "c1", "eth0"));
-        assert!(!other.starts_with(&network_alias_prefix("bridge", "pods")));
-        assert!(alias("bridge", &a).starts_with(&network_alias_prefix("bridge", "pods")));
-    }
-}
-
 /// GC of a plugin whose attachments each own a host veth named `plugin`'s (bridge, ptp).
 /// The veths of attachments not in the valid list go first, so that no address IPAM
 /// then frees is still held by a stale interface; then IPAM's GC; then `firewall_gc`,
@@ -100,4 +86,18 @@ pub fn gc_stale_veths(
     let ipam = ipam_if_configured(req, Command::Gc);
     let rules = firewall_gc();
     Error::all([links, ipam, rules])
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn a_network_prefix_does_not_match_a_longer_network_name() {
+        let a = Attachment::new("pods", "c1", "eth0");
+        assert_eq!(alias("bridge", &a), "cnikit bridge pods/c1/eth0");
+        let other = alias("bridge", &Attachment::new("pods2", "c1", "eth0"));
+        assert!(!other.starts_with(&network_alias_prefix("bridge", "pods")));
+        assert!(alias("bridge", &a).starts_with(&network_alias_prefix("bridge", "pods")));
+    }
 }
