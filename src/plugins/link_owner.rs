@@ -6,8 +6,9 @@
 //! it, GC would free a gone pod's address while its veth still held it on the
 //! bridge, and the next pod given that address would share it.
 
-use crate::cni::{Attachment, Error, Request};
+use crate::cni::{Attachment, Command, Error, Request};
 use crate::netlink::{Link, Netlink};
+use crate::plugins::ipam_delegation::ipam_if_configured;
 
 /// The alias that marks a link as `plugin`'s, made for `att`.
 pub fn alias(plugin: &str, att: &Attachment) -> String {
@@ -70,6 +71,21 @@ pub fn delete_links(host: &mut Netlink, links: &[Link]) -> Result<(), Error> {
         other => other.map_err(Error::from),
     });
     Error::all(steps.collect::<Vec<_>>())
+}
+
+/// GC of a plugin whose attachments each own a host veth named `plugin`'s (bridge, ptp).
+/// The veths of attachments not in the valid list go first, so that no address IPAM
+/// then frees is still held by a stale interface; then IPAM's GC; then `firewall_gc`,
+/// the plugin's firewall state. The spec: continue past individual errors, report them.
+pub fn gc_stale_veths(
+    req: &Request,
+    plugin: &str,
+    firewall_gc: impl FnOnce() -> Result<(), Error>,
+) -> Result<(), Error> {
+    let links = remove_stale(req, "veth", plugin);
+    let ipam = ipam_if_configured(req, Command::Gc);
+    let rules = firewall_gc();
+    Error::all([links, ipam, rules])
 }
 
 #[cfg(test)]

@@ -48,49 +48,10 @@ pub struct Ipv6Setup<'a> {
     pub mac: Option<&'a str>,
 }
 
-/// Fill in gateway-less default routes and address the container interface:
-/// addresses, link up, then routes (gateway-less routes use the family's gateway).
-pub fn configure_iface(
-    ns: &NetNs,
-    nl: &mut Netlink,
-    index: u32,
-    ifname: &str,
-    result: &CniResult,
-    enable_dad: bool,
-) -> Result<(), Error> {
-    let v6 = Ipv6Setup {
-        dad: enable_dad,
-        ..Ipv6Setup::default()
-    };
-    configure_iface_with(ns, nl, index, ifname, result, v6)
-}
-
-/// [`configure_iface`] with the IPv6 setup `v6`.
-pub fn configure_iface_with(
-    ns: &NetNs,
-    nl: &mut Netlink,
-    index: u32,
-    ifname: &str,
-    result: &CniResult,
-    v6: Ipv6Setup,
-) -> Result<(), Error> {
-    address_iface_with(ns, nl, index, ifname, result, v6)?;
-    route_iface(nl, index, result)
-}
-
-/// The first half of [`configure_iface_with`]: IPv6 made ready (or kept off),
-/// the addresses, the link up.
-pub fn address_iface(
-    ns: &NetNs,
-    nl: &mut Netlink,
-    index: u32,
-    ifname: &str,
-    result: &CniResult,
-    v6: Ipv6Setup,
-) -> Result<(), Error> {
-    address_iface_with(ns, nl, index, ifname, result, v6)
-}
-
+/// The first half of addressing and routing the container interface (the second is
+/// [`route_iface`]; ptp puts its own routes between them): IPv6 made ready (or kept
+/// off), the addresses, the link up.
+///
 /// Every interface the plugins address gets no IPv6 link-local address from the
 /// kernel (IFLA_INET6_ADDR_GEN_MODE none, over netlink, before it goes up or, where it
 /// cannot be ready before that request is done, with its up). One with no
@@ -102,7 +63,7 @@ pub fn address_iface(
 /// made them unique; a tentative address would drop the pod's first second of traffic)
 /// unless `enabledad` asks for it: so no `/proc/sys` write and no visit to the pod's
 /// netns for `accept_dad` or `disable_ipv6`, which spun on the RTNL at 32 pods at once.
-fn address_iface_with(
+pub fn address_iface(
     ns: &NetNs,
     nl: &mut Netlink,
     index: u32,
@@ -142,7 +103,7 @@ fn address_iface_with(
     Ok(())
 }
 
-/// The second half of [`configure_iface`]: `result`'s routes through link
+/// The second half, after [`address_iface`]: `result`'s routes through link
 /// `index`, a gateway-less one via its family's gateway.
 pub fn route_iface(nl: &mut Netlink, index: u32, result: &CniResult) -> Result<(), Error> {
     for route in &result.routes {

@@ -27,37 +27,22 @@
 set -euo pipefail
 cd "$(dirname "$0")/../.."
 ROOT=$PWD
-SELF=$ROOT/tests/interop/cnitool.sh
 
 # =====================================================================================
 # helpers shared by the outer script and the phases
 # =====================================================================================
 # shellcheck source=tests/interop/harness.sh
 . "$ROOT/tests/interop/harness.sh"
-RES=${RES:-}          # results file (one line per test), set by the outer script
 
 if [ "${1:-}" != --phase ]; then
   # ===================================================================================
   # outer script: tools, builds, phases, comparisons, summary
   # ===================================================================================
-  [ "$(id -u)" = 0 ] || { echo "tests/interop/cnitool.sh: run as root (namespaces, links, nftables)" >&2; exit 1; }
-  T_START=$SECONDS
-  RC=${RC:-/var/cache/cnikit-interop}
-  CNIKIT=${CNIKIT:-$ROOT/target/release/cnikit}
   export PORTMAP=${PORTMAP:-1}
-  export DEBIAN_FRONTEND=noninteractive
-  prepare_run golang-go golang-github-appc-cni-dev dpkg-dev containernetworking-plugins nftables iptables jq iproute2 busybox-static util-linux
-
-  # ---- cnitool (tests/interop/harness.sh)
-  build_cnitool "$RC"
-
-  if "$WORK/bin/cnikit" net --help > /dev/null 2>&1; then export HAVE_NET=1; else export HAVE_NET=0; fi
+  # ---- packages, cnitool, `cnikit net` (tests/interop/harness.sh)
+  start_run "namespaces, links, nftables" golang-go golang-github-appc-cni-dev dpkg-dev containernetworking-plugins nftables iptables jq iproute2 busybox-static util-linux
   echo "cnitool: $CNITOOL; cnikit: $("$WORK/bin/cnikit" version 2> /dev/null || echo '?'); cnikit net: $HAVE_NET; portmap: $PORTMAP; work: $WORK"
 
-  phase() { # NAME ARGS...: one isolated host namespace per phase
-    echo "== $*"
-    unshare --net --mount --propagation private -- bash "$SELF" --phase "$@" || bad "phase $* exited $?"
-  }
   for v in 0.3.1 0.4.0 1.0.0; do
     phase attach cnitool ours bridge $v
     phase attach cnitool ref bridge $v
@@ -115,23 +100,14 @@ if [ "${1:-}" != --phase ]; then
     done
   done
 
-  ok=$(grep -c '^ok - ' "$RES" || true)
-  failed=$(grep -c '^FAIL - ' "$RES" || true)
-  skipped=$(grep -c '^skip - ' "$RES" || true)
-  echo "== summary ($((SECONDS - T_START)) s)"
-  grep -E '^(FAIL|skip|  note)' "$RES" || true
-  [ "${KEEP:-0}" = 1 ] && echo "work dir kept: $WORK" || rm -rf "$WORK"
-  echo "interop: $ok passed, $failed failed, $skipped skipped"
-  [ "$failed" = 0 ]
-  exit
+  finish_run interop
 fi
 
 # =====================================================================================
 # a phase, inside its own network + mount namespace
 # =====================================================================================
 shift
-for d in /run/netns /var/lib/cni /run/cnikit; do mkdir -p "$d"; mount -t tmpfs tmpfs "$d"; done
-ip link set lo up
+isolate_phase
 BB=/bin/busybox
 PIDS=()
 trap 'for p in "${PIDS[@]}"; do kill "$p" 2> /dev/null || true; done' EXIT

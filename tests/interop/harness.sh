@@ -1,6 +1,11 @@
 #!/usr/bin/env bash
 # Sourced by the interop suites (cnitool.sh, multus.sh): the result helpers every phase
-# uses, and cnitool built from Debian's libcni into a cache both suites share.
+# uses, cnitool built from Debian's libcni into a cache both suites share, and the steps
+# both suites' outer scripts and phases take alike (start_run, phase, finish_run,
+# isolate_phase).
+# Sourced with ROOT the work tree, from tests/interop/<suite>.sh: SELF is that suite.
+SELF=$ROOT/tests/interop/$(basename "$0")
+RES=${RES:-}          # results file (one line per test), set by the outer script
 
 pass() { echo "ok - $*" | tee -a "$RES"; }
 bad() { echo "FAIL - $*" | tee -a "$RES"; }
@@ -74,4 +79,50 @@ build_cnitool() {
     echo "built cnitool (libcni $CNIVER) in $((SECONDS - T0)) s"
   fi
   export CNITOOL=$RC/bin/cnitool
+}
+
+# start_run WHY PKG...: the outer script's start, as root (WHY: what needs it): the
+# defaults of RC and CNIKIT, the packages and work dir (prepare_run), cnitool
+# (build_cnitool), and whether the binary has `cnikit net` (exports HAVE_NET, 1 or 0).
+start_run() {
+  local why=$1; shift
+  [ "$(id -u)" = 0 ] || { echo "${SELF#"$ROOT/"}: run as root ($why)" >&2; exit 1; }
+  T_START=$SECONDS
+  RC=${RC:-/var/cache/cnikit-interop}
+  CNIKIT=${CNIKIT:-$ROOT/target/release/cnikit}
+  export DEBIAN_FRONTEND=noninteractive
+  prepare_run "$@"
+  build_cnitool "$RC"
+  if "$WORK/bin/cnikit" net --help > /dev/null 2>&1; then export HAVE_NET=1; else export HAVE_NET=0; fi
+}
+
+# phase NAME ARGS...: the suite ($SELF) run again as `--phase NAME ARGS...` in a network
+# and mount namespace of its own; a phase that exits non-zero is a failure.
+phase() {
+  echo "== $*"
+  unshare --net --mount --propagation private -- bash "$SELF" --phase "$@" || bad "phase $* exited $?"
+}
+
+# isolate_phase: in a phase's namespace, tmpfs on the state dirs, so that nothing of the
+# machine's is read or left; loopback up.
+isolate_phase() {
+  local d
+  for d in /run/netns /var/lib/cni /run/cnikit; do mkdir -p "$d"; mount -t tmpfs tmpfs "$d"; done
+  ip link set lo up
+}
+
+# finish_run LABEL: the summary of the results file (failures, skips and notes, each
+# once with its count), the work dir removed unless KEEP=1, "LABEL: N passed, M failed,
+# K skipped"; exits non-zero on any failure.
+finish_run() {
+  local ok failed skipped
+  ok=$(grep -c '^ok - ' "$RES" || true)
+  failed=$(grep -c '^FAIL - ' "$RES" || true)
+  skipped=$(grep -c '^skip - ' "$RES" || true)
+  echo "== summary ($((SECONDS - T_START)) s)"
+  grep -E '^(FAIL|skip|  note)' "$RES" | sort | uniq -c | sed 's/^ *1 //' || true
+  [ "${KEEP:-0}" = 1 ] && echo "work dir kept: $WORK" || rm -rf "$WORK"
+  echo "$1: $ok passed, $failed failed, $skipped skipped"
+  [ "$failed" = 0 ] && exit 0
+  exit 1
 }

@@ -36,30 +36,20 @@
 set -euo pipefail
 cd "$(dirname "$0")/../.."
 ROOT=$PWD
-SELF=$ROOT/tests/interop/multus.sh
 
 # =====================================================================================
 # helpers shared by the outer script and the phases
 # =====================================================================================
 # shellcheck source=tests/interop/harness.sh
 . "$ROOT/tests/interop/harness.sh"
-RES=${RES:-}          # results file (one line per test), set by the outer script
 
 if [ "${1:-}" != --phase ]; then
   # ===================================================================================
   # outer script: tools, cnitool, phases, comparisons, summary
   # ===================================================================================
-  [ "$(id -u)" = 0 ] || { echo "tests/interop/multus.sh: run as root (namespaces, links)" >&2; exit 1; }
-  T_START=$SECONDS
-  RC=${RC:-/var/cache/cnikit-interop}
-  CNIKIT=${CNIKIT:-$ROOT/target/release/cnikit}
-  export DEBIAN_FRONTEND=noninteractive
-  prepare_run golang-go golang-github-appc-cni-dev dpkg-dev containernetworking-plugins jq iproute2 busybox-static util-linux
-
-  # ---- cnitool (tests/interop/harness.sh), in the cache tests/interop/cnitool.sh uses
-  build_cnitool "$RC"
-
-  if "$WORK/bin/cnikit" net --help > /dev/null 2>&1; then HAVE_NET=1; else HAVE_NET=0; fi
+  # ---- packages, cnitool in the cache tests/interop/cnitool.sh uses, `cnikit net`
+  # (tests/interop/harness.sh)
+  start_run "namespaces, links" golang-go golang-github-appc-cni-dev dpkg-dev containernetworking-plugins jq iproute2 busybox-static util-linux
   echo "cnitool: $CNITOOL; cnikit: $("$WORK/bin/cnikit" version 2> /dev/null || echo '?'); cnikit net: $HAVE_NET; work: $WORK"
 
   SCENS=(macvlan hostdev sbr)
@@ -73,10 +63,6 @@ if [ "${1:-}" != --phase ]; then
   if [ "$HAVE_NET" = 1 ]; then RUNTIMES+=(net); else skip "cnikit net is not in this binary: only cnitool runs"; fi
   VERSIONS=(0.4.0 1.0.0)
 
-  phase() { # NAME ARGS...: one isolated node namespace per phase
-    echo "== $*"
-    unshare --net --mount --propagation private -- bash "$SELF" --phase "$@" || bad "phase $* exited $?"
-  }
   for scen in "${SCENS[@]}"; do
     for v in "${VERSIONS[@]}"; do
       for runtime in "${RUNTIMES[@]}"; do
@@ -131,23 +117,14 @@ if [ "${1:-}" != --phase ]; then
     done
   done
 
-  ok=$(grep -c '^ok - ' "$RES" || true)
-  failed=$(grep -c '^FAIL - ' "$RES" || true)
-  skipped=$(grep -c '^skip - ' "$RES" || true)
-  echo "== summary ($((SECONDS - T_START)) s)"
-  grep -E '^(FAIL|skip|  note)' "$RES" | sort | uniq -c | sed 's/^ *1 //' || true
-  [ "${KEEP:-0}" = 1 ] && echo "work dir kept: $WORK" || rm -rf "$WORK"
-  echo "interop multus: $ok passed, $failed failed, $skipped skipped"
-  [ "$failed" = 0 ]
-  exit
+  finish_run "interop multus"
 fi
 
 # =====================================================================================
 # a phase, inside its own network + mount namespace: the node
 # =====================================================================================
 shift
-for d in /run/netns /var/lib/cni /run/cnikit; do mkdir -p "$d"; mount -t tmpfs tmpfs "$d"; done
-ip link set lo up
+isolate_phase
 BB=/bin/busybox
 PIDS=()
 trap 'for p in "${PIDS[@]}"; do kill "$p" 2> /dev/null || true; done' EXIT

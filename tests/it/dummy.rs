@@ -50,13 +50,8 @@ fn without_kernel_support_add_fails_cleanly_and_status_is_not_available() {
         env.ipam(Ipam::HostLocal, nets.v4_ranges()),
         static_ipam(&nets),
     ] {
-        let att = env.new_attachment("dummy", "nok", &conf("1.0.0", Some(ipam.clone())));
-        att.try_add().expect_err(101, &["dummy", "CONFIG_DUMMY"]);
-        assert_only_lo(&att.ns, "failed ADD");
-        if ipam["type"] != "static" {
-            assert_eq!(env.lease_count(&ipam, NET), 0, "{ipam}");
-        }
-        att.del_twice();
+        let c = conf("1.0.0", Some(ipam));
+        assert_add_unsupported(&env, "dummy", &c, NET, &["dummy", "CONFIG_DUMMY"]);
     }
     let status = conf("1.1.0", Some(env.ipam(Ipam::Ipamd, nets.v4_ranges())));
     env.plugin("dummy")
@@ -103,28 +98,13 @@ fn del_never_blocks_and_removes_only_a_dummy() {
     let nets = env.subnets();
     let ipam = env.ipam(Ipam::Ipamd, nets.v4_ranges());
     let c = conf("1.0.0", Some(ipam.clone()));
-    // A lease held for the attachment, as if ADD had made it (ipamd alone).
-    let gone = env.new_attachment("dummy", "gone", &c);
-    env.plugin("ipamd")
-        .attach("ADD", &gone.id, &gone.ns, "eth0")
-        .conf(&c)
-        .run()
-        .result();
-    assert_eq!(env.lease_count(&ipam, NET), 1);
-    env.del_netns(&gone.ns);
-    gone.del_twice();
-    assert_eq!(env.lease_count(&ipam, NET), 0, "DEL released the lease");
-    gone.del_with_empty_netns();
-    gone.del_without_netns();
+    assert_del_without_netns_releases_lease(&env, "dummy", &c, &ipam, NET);
     let garbled = merged(
         c.clone(),
         json!({"ipam": {"subnet": 5}, "prevResult": {"ips": "x"}}),
     );
     env.new_attachment("dummy", "garbled", &garbled).del_twice();
-    let foreign = env.netns_with_foreign_eth0();
-    env.attachment("dummy", &cid("foreign"), &foreign, &c).del();
-    let l = link(Some(&foreign.name), "eth0").expect("the foreign eth0 stays");
-    assert_eq!(link_kind(&l), Some("veth"));
+    assert_del_leaves_foreign_eth0(&env, "dummy", &c);
 }
 
 /// Proves: CHECK refuses an `eth0` that prevResult names but that is not a dummy (100),
@@ -134,24 +114,10 @@ fn check_refuses_what_is_not_the_attachments_dummy() {
     let env = TestEnv::new("dummy_check_refusals");
     let nets = env.subnets();
     let c = conf("1.0.0", Some(static_ipam(&nets)));
-    let ns = env.netns_with_foreign_eth0();
-    let att = env.attachment("dummy", &cid("chk"), &ns, &c);
-    let prev = json!({"cniVersion": "1.0.0",
-        "interfaces": [{"name": "eth0", "sandbox": ns.path}],
-        "ips": [{"address": format!("{}/24", nets.v4_addr(5)), "gateway": nets.v4_addr(1),
-                 "interface": 0},
-                {"address": format!("{}/64", nets.v6_addr(5)), "interface": 0}]});
-    att.call("CHECK")
-        .conf(&with_prev(&c, &prev))
-        .run()
-        .expect_err(100, &["not a dummy"]);
-    let mut elsewhere = prev.clone();
-    elsewhere["interfaces"][0]["sandbox"] = json!("/run/netns/other");
-    att.call("CHECK")
-        .conf(&with_prev(&c, &elsewhere))
-        .run()
-        .expect_err(7, &["prevResult"]);
-    att.call("CHECK").run().expect_err(7, &["prevResult"]);
+    let ips = json!([{"address": format!("{}/24", nets.v4_addr(5)), "gateway": nets.v4_addr(1),
+                      "interface": 0},
+                     {"address": format!("{}/64", nets.v6_addr(5)), "interface": 0}]);
+    assert_check_refuses_foreign_eth0(&env, "dummy", &c, ips, "not a dummy");
 }
 
 /// Proves: GC hands the network's valid attachments to IPAM: a lease of an attachment
@@ -161,23 +127,7 @@ fn gc_is_ipams() {
     let env = TestEnv::new("dummy_gc");
     let ipam = env.ipam(Ipam::Ipamd, env.subnets().v4_ranges());
     let c = conf("1.1.0", Some(ipam.clone()));
-    for id in ["ctr-keep", "ctr-stale"] {
-        env.plugin("ipamd")
-            .attach("ADD", id, &env.netns(), "eth0")
-            .conf(&c)
-            .run()
-            .result();
-    }
-    let gc = merged(
-        c,
-        json!({"cni.dev/valid-attachments": [{"containerID": "ctr-keep", "ifname": "eth0"}]}),
-    );
-    env.plugin("dummy")
-        .command("GC")
-        .conf(&gc)
-        .run()
-        .ok_silent();
-    assert_eq!(env.lease_count(&ipam, NET), 1);
+    assert_gc_frees_only_stale_leases(&env, "dummy", &c, &ipam, NET);
 }
 
 /// `ip -d link` of the pod's eth0: a dummy that is up.
@@ -204,34 +154,7 @@ fn with_ipamd_every_version() {
         let att = env.new_attachment("dummy", "ipamd", &conf(version, Some(ipam.clone())));
         let r = att.add();
         let l = assert_dummy_up(&att.ns);
-        assert_eq!(env.lease_count(&ipam, NET), 2, "{version}");
-        if version >= "0.3.0" {
-            assert_eq!(r["interfaces"][0]["name"], "eth0", "{r}");
-            assert_eq!(r["interfaces"][0]["mac"], l["address"], "{r}");
-            assert_eq!(r["interfaces"][0]["sandbox"], att.ns.path, "{r}");
-            assert!(r["ips"]
-                .as_array()
-                .unwrap()
-                .iter()
-                .all(|ip| ip["interface"] == 0));
-            let want: BTreeSet<String> = result_addresses(&r).into_iter().collect();
-            assert_eq!(addrs(Some(&att.ns.name), "eth0"), want, "{version}");
-        }
-        if version >= "0.4.0" {
-            att.check(&r);
-            let v4 = result_addresses(&r)
-                .into_iter()
-                .find(|a| !a.contains(':'))
-                .unwrap();
-            ip(&["-n", &att.ns.name, "addr", "del", &v4, "dev", "eth0"]);
-            att.call("CHECK")
-                .conf(&with_prev(&att.conf, &r))
-                .run()
-                .expect_err(100, &[&v4]);
-        }
-        att.del_twice();
-        assert!(link(Some(&att.ns.name), "eth0").is_none(), "{version}");
-        assert_eq!(env.lease_count(&ipam, NET), 0, "{version}");
+        assert_eth0_read_back_check_del(&env, &att, &r, &l, &ipam, NET, version);
     }
 }
 

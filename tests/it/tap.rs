@@ -47,35 +47,7 @@ fn with_ipamd_every_version() {
             info.get("user").is_none() && info.get("group").is_none(),
             "{l}"
         );
-        assert_eq!(env.lease_count(&ipam, NET), 2, "{version}");
-        if version >= "0.3.0" {
-            let iface = &r["interfaces"][0];
-            assert_eq!(iface["name"], "eth0", "{r}");
-            assert_eq!(iface["mac"], l["address"], "{r}");
-            assert_eq!(iface["sandbox"], att.ns.path, "{r}");
-            assert!(r["ips"]
-                .as_array()
-                .unwrap()
-                .iter()
-                .all(|ip| ip["interface"] == 0));
-            let want: BTreeSet<String> = result_addresses(&r).into_iter().collect();
-            assert_eq!(addrs(Some(&att.ns.name), "eth0"), want, "{version}");
-        }
-        if version >= "0.4.0" {
-            att.check(&r);
-            let v4 = result_addresses(&r)
-                .into_iter()
-                .find(|a| !a.contains(':'))
-                .unwrap();
-            ip(&["-n", &att.ns.name, "addr", "del", &v4, "dev", "eth0"]);
-            att.call("CHECK")
-                .conf(&with_prev(&att.conf, &r))
-                .run()
-                .expect_err(100, &[&v4]);
-        }
-        att.del_twice();
-        assert!(link(Some(&att.ns.name), "eth0").is_none(), "{version}");
-        assert_eq!(env.lease_count(&ipam, NET), 0, "{version}");
+        assert_eth0_read_back_check_del(&env, &att, &r, &l, &ipam, NET, version);
     }
 }
 
@@ -263,19 +235,7 @@ fn failures_leave_nothing_and_status_and_gc() {
         .conf(&c)
         .run()
         .ok_silent();
-    for id in ["ctr-keep", "ctr-stale"] {
-        env.plugin("ipamd")
-            .attach("ADD", id, &env.netns(), "eth0")
-            .conf(&c)
-            .run()
-            .result();
-    }
-    let gc = merged(
-        c,
-        json!({"cni.dev/valid-attachments": [{"containerID": "ctr-keep", "ifname": "eth0"}]}),
-    );
-    env.plugin("tap").command("GC").conf(&gc).run().ok_silent();
-    assert_eq!(env.lease_count(&ipam, NET), 1);
+    assert_gc_frees_only_stale_leases(&env, "tap", &c, &ipam, NET);
     let garbled = conf(
         "1.0.0",
         json!({"ipam": {"subnet": 5}, "prevResult": {"ips": "x"}, "mtu": "x"}),

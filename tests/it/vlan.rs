@@ -50,13 +50,8 @@ fn without_kernel_support_add_fails_cleanly_and_status_is_not_available() {
             env.ipam(Ipam::Ipamd, nets.dual_ranges()),
             env.ipam(Ipam::HostLocal, nets.v4_ranges()),
         ] {
-            let att =
-                env.new_attachment("vlan", "nok", &conf(version, &master, Some(ipam.clone())));
-            att.try_add()
-                .expect_err(101, &["vlan", "CONFIG_VLAN_8021Q"]);
-            assert_only_lo(&att.ns, "failed ADD");
-            assert_eq!(env.lease_count(&ipam, NET), 0, "{ipam}");
-            att.del_twice();
+            let c = conf(version, &master, Some(ipam));
+            assert_add_unsupported(&env, "vlan", &c, NET, &["vlan", "CONFIG_VLAN_8021Q"]);
         }
     }
     // linkInContainer: the master is the pod's own (foreign) eth0.
@@ -142,18 +137,7 @@ fn del_never_blocks_and_removes_only_a_vlan() {
     let nets = env.subnets();
     let ipam = env.ipam(Ipam::Ipamd, nets.v4_ranges());
     let c = conf("1.0.0", "gonemaster0", Some(ipam.clone()));
-    let gone = env.new_attachment("vlan", "gone", &c);
-    env.plugin("ipamd")
-        .attach("ADD", &gone.id, &gone.ns, "eth0")
-        .conf(&c)
-        .run()
-        .result();
-    assert_eq!(env.lease_count(&ipam, NET), 1);
-    env.del_netns(&gone.ns);
-    gone.del_twice();
-    assert_eq!(env.lease_count(&ipam, NET), 0, "DEL released the lease");
-    gone.del_with_empty_netns();
-    gone.del_without_netns();
+    assert_del_without_netns_releases_lease(&env, "vlan", &c, &ipam, NET);
     for bad in [
         json!({"master": ""}),
         json!({"vlanId": 9999}),
@@ -162,10 +146,7 @@ fn del_never_blocks_and_removes_only_a_vlan() {
         env.new_attachment("vlan", "bad", &merged(c.clone(), bad))
             .del_twice();
     }
-    let foreign = env.netns_with_foreign_eth0();
-    env.attachment("vlan", &cid("foreign"), &foreign, &c).del();
-    let l = link(Some(&foreign.name), "eth0").expect("the foreign eth0 stays");
-    assert_eq!(link_kind(&l), Some("veth"));
+    assert_del_leaves_foreign_eth0(&env, "vlan", &c);
 }
 
 /// Proves: CHECK refuses an `eth0` that is not a VLAN (100), prevResult without the
@@ -178,25 +159,11 @@ fn check_refusals() {
     let static_ipam = json!({"type": "static",
         "addresses": [{"address": format!("{}/24", nets.v4_addr(5))}]});
     let c = conf("1.0.0", &master, Some(static_ipam));
-    let ns = env.netns_with_foreign_eth0();
-    let att = env.attachment("vlan", &cid("chk"), &ns, &c);
-    let prev = json!({"cniVersion": "1.0.0",
-        "interfaces": [{"name": "eth0", "sandbox": ns.path}],
-        "ips": [{"address": format!("{}/24", nets.v4_addr(5)), "interface": 0}]});
-    att.call("CHECK")
-        .conf(&with_prev(&c, &prev))
-        .run()
-        .expect_err(100, &["not a vlan"]);
+    let ips = json!([{"address": format!("{}/24", nets.v4_addr(5)), "interface": 0}]);
+    let (att, prev) = assert_check_refuses_foreign_eth0(&env, "vlan", &c, ips, "not a vlan");
     let gone_master = conf("1.0.0", "nosuchmaster0", c.get("ipam").cloned());
     att.call("CHECK")
         .conf(&with_prev(&gone_master, &prev))
         .run()
         .expect_err(100, &["nosuchmaster0"]);
-    let mut elsewhere = prev.clone();
-    elsewhere["interfaces"][0]["sandbox"] = json!("/run/netns/other");
-    att.call("CHECK")
-        .conf(&with_prev(&c, &elsewhere))
-        .run()
-        .expect_err(7, &["prevResult"]);
-    att.call("CHECK").run().expect_err(7, &["prevResult"]);
 }

@@ -9,6 +9,22 @@ use super::node::Node;
 use super::show::Usage;
 use crate::prometheus::{family, histogram, single};
 
+/// The cluster's counters, name and help, in the order `render_metrics` reads them.
+const COUNTERS: [(&str, &str); 6] = [
+    ("ipamd_cluster_block_claims_total", "Blocks claimed in etcd."),
+    ("ipamd_cluster_block_releases_total", "Empty blocks given back."),
+    (
+        "ipamd_cluster_blocks_lost_total",
+        "Blocks found no longer this node's in etcd (reclaimed while it was cut off, or release-node --force).",
+    ),
+    (
+        "ipamd_cluster_blocks_reclaimed_total",
+        "Blocks this node, as the reclaimer, took back from nodes gone for their pool's reclaimAfter.",
+    ),
+    ("ipamd_cluster_etcd_requests_total", "etcd calls."),
+    ("ipamd_cluster_etcd_errors_total", "etcd calls that failed or timed out."),
+];
+
 /// A per-pool gauge: name, help, and its value in a pool's usage.
 type Gauge = (&'static str, &'static str, fn(&Usage) -> u64);
 
@@ -21,39 +37,16 @@ impl Node {
         let help = "Pool blocks this node allocates from.";
         single(&mut out, "ipamd_cluster_blocks_owned", "gauge", help, owned);
         let c = &self.counters;
-        for (name, help, v) in [
-            (
-                "ipamd_cluster_block_claims_total",
-                "Blocks claimed in etcd.",
-                c.claims.load(Relaxed),
-            ),
-            (
-                "ipamd_cluster_block_releases_total",
-                "Empty blocks given back.",
-                c.releases.load(Relaxed),
-            ),
-            (
-                "ipamd_cluster_blocks_lost_total",
-                "Blocks found no longer this node's in etcd (reclaimed while it was cut off, or release-node --force).",
-                c.lost.load(Relaxed),
-            ),
-            (
-                "ipamd_cluster_blocks_reclaimed_total",
-                "Blocks this node, as the reclaimer, took back from nodes gone for their pool's reclaimAfter.",
-                c.reclaimed.load(Relaxed),
-            ),
-            (
-                "ipamd_cluster_etcd_requests_total",
-                "etcd calls.",
-                st.calls.load(Relaxed),
-            ),
-            (
-                "ipamd_cluster_etcd_errors_total",
-                "etcd calls that failed or timed out.",
-                st.errors.load(Relaxed),
-            ),
-        ] {
-            single(&mut out, name, "counter", help, v);
+        let values = [
+            &c.claims,
+            &c.releases,
+            &c.lost,
+            &c.reclaimed,
+            &st.calls,
+            &st.errors,
+        ];
+        for ((name, help), v) in COUNTERS.into_iter().zip(values) {
+            single(&mut out, name, "counter", help, v.load(Relaxed));
         }
         let name = "ipamd_cluster_etcd_latency_seconds";
         family(&mut out, name, "histogram", "Latency of etcd calls.");

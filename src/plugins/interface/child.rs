@@ -9,7 +9,7 @@ use crate::netlink::{Link, NetNs, Netlink};
 use crate::plugins::conf_keys::{config_ifname, configured_mtu, with_configured_dns};
 use crate::plugins::ipam_delegation::{ipam_add, ipam_if_configured, ipam_rollback_on_error};
 use crate::plugins::pod_interface::{
-    configure_iface_with, ensure_ifname_free, expect_kind, find_container_link, Ipv6Setup,
+    address_iface, ensure_ifname_free, expect_kind, find_container_link, route_iface, Ipv6Setup,
     LinkLocalOff,
 };
 use crate::plugins::pod_netns::{delete_container_link, open_netns, OwnLink};
@@ -281,7 +281,8 @@ pub fn address_single_iface(
     for ip in &mut result.ips {
         ip.interface = Some(0);
     }
-    configure_iface_with(ns, cont, index, req.ifname(), &result, v6)?;
+    address_iface(ns, cont, index, req.ifname(), &result, v6)?;
+    route_iface(cont, index, &result)?;
     let mac = match v6.mac {
         Some(mac) => mac.to_string(),
         None => cont

@@ -3,11 +3,6 @@
 
 use super::*;
 
-/// The interface-carrying layouts (0.3.0 and later).
-fn has_interfaces(version: &str) -> bool {
-    !matches!(version, "0.1.0" | "0.2.0")
-}
-
 /// Check that `r` is printed in the layout of `version` and carries what a
 /// gateway bridge attachment in `nets` must carry.
 fn check_layout(version: &str, r: &Value, nets: &Subnets, bridge: &str, ns: &Netns) {
@@ -207,19 +202,11 @@ fn matrix(version: &str, kind: Ipam) {
     wait_ipv6_ready(Some(&a.ns.name));
     wait_ipv6_ready(Some(&b.ns.name));
     wait_ipv6_ready(None);
-    for (from, to) in [(&a, &rb), (&b, &ra)] {
-        for v6 in [false, true] {
-            assert_ping(&from.ns.name, &addr_of(version, to, v6));
-        }
-    }
     assert_ping(&a.ns.name, &nets.v4_addr(1));
     assert_ping(&a.ns.name, &nets.v6_addr(1));
-
-    // CHECK exists from 0.4.0 on.
-    if !matches!(version, "0.2.0" | "0.3.1") {
-        a.check(&ra);
-        b.check(&rb);
-    }
+    assert_pods_ping_each_other_and_check(version, [(&a, &ra), (&b, &rb)], |r, v6| {
+        addr_of(version, r, v6)
+    });
 
     // DEL, DEL again; the veth is gone from the netns and from the bridge.
     a.del_twice();
@@ -238,28 +225,11 @@ fn matrix(version: &str, kind: Ipam) {
         assert!(link(None, &p).is_none(), "host veth {p} still exists");
     }
     assert_eq!(env.lease_count(&ipam, NET), 0, "all leases released");
-    if kind == Ipam::IpamdDaemon {
-        assert!(
-            ipamd_daemon_allocations(&ipam) >= 2,
-            "the daemon, not the in-process fallback, served the ADDs"
-        );
-    }
+    assert_daemon_served_both(kind, &ipam);
 }
 
-/// One test per cell, so a failure names its version and IPAM.
-macro_rules! cells {
-    ($($(#[$doc:meta])* $name:ident: $version:literal, $kind:ident;)*) => {
-        $(
-            $(#[$doc])*
-            #[test]
-            fn $name() {
-                matrix($version, Ipam::$kind);
-            }
-        )*
-    };
-}
-
-cells! {
+matrix_cells! {
+    matrix;
     /// Proves: bridge with ipamd served by its daemon (0.4.0: CHECK too).
     matrix_0_4_0_ipamd_daemon: "0.4.0", IpamdDaemon;
     /// Proves: bridge with ipamd served by its daemon, 1.1.0 layout.

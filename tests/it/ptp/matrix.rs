@@ -4,11 +4,6 @@
 
 use super::*;
 
-/// The interface-carrying layouts (0.3.0 and later).
-fn has_interfaces(version: &str) -> bool {
-    !matches!(version, "0.1.0" | "0.2.0")
-}
-
 /// `r` is in the layout of `version` and carries what a ptp attachment in
 /// `nets` carries: [host veth, container] and every address on the container.
 fn check_layout(version: &str, r: &Value, nets: &Subnets, ns: &Netns) {
@@ -98,11 +93,6 @@ fn matrix(version: &str, kind: Ipam) {
 
     // Real traffic: pod to pod both ways, pod to node, node to pod.
     wait_ipv6_ready(None);
-    for (from, to) in [(&a, &rb), (&b, &ra)] {
-        for v6 in [false, true] {
-            assert_ping(&from.ns.name, &addr_of(version, to, v6));
-        }
-    }
     for gw in [nets.v4_addr(1), nets.v6_addr(1)] {
         assert_ping(&a.ns.name, &gw);
         assert_ping(&b.ns.name, &gw);
@@ -110,12 +100,9 @@ fn matrix(version: &str, kind: Ipam) {
     for v6 in [false, true] {
         assert_host_pings(&addr_of(version, &ra, v6));
     }
-
-    // CHECK exists from 0.4.0 on.
-    if !matches!(version, "0.1.0" | "0.2.0" | "0.3.1") {
-        a.check(&ra);
-        b.check(&rb);
-    }
+    assert_pods_ping_each_other_and_check(version, [(&a, &ra), (&b, &rb)], |r, v6| {
+        addr_of(version, r, v6)
+    });
 
     a.del_twice();
     assert!(link(Some(&a.ns.name), "eth0").is_none(), "DEL removes eth0");
@@ -138,28 +125,11 @@ fn matrix(version: &str, kind: Ipam) {
     b.del_twice();
     assert!(link(None, &veths[1]).is_none());
     assert_eq!(env.lease_count(&ipam, &net), 0, "all leases released");
-    if kind == Ipam::IpamdDaemon {
-        assert!(
-            ipamd_daemon_allocations(&ipam) >= 2,
-            "the daemon served the ADDs"
-        );
-    }
+    assert_daemon_served_both(kind, &ipam);
 }
 
-/// One test per cell, so a failure names its version and IPAM.
-macro_rules! cells {
-    ($($(#[$doc:meta])* $name:ident: $version:literal, $kind:ident;)*) => {
-        $(
-            $(#[$doc])*
-            #[test]
-            fn $name() {
-                matrix($version, Ipam::$kind);
-            }
-        )*
-    };
-}
-
-cells! {
+matrix_cells! {
+    matrix;
     /// Proves: ptp at 0.1.0 (ip4/ip6 layout) with ipamd.
     matrix_0_1_0_ipamd: "0.1.0", Ipamd;
     /// Proves: ptp at 0.2.0 with host-local.

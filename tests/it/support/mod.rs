@@ -22,7 +22,10 @@
 //! - [`fixture`]: [`TestEnv`], one test's world, and [`Netns`], [`Ipam`];
 //! - [`call`]: one plugin execution ([`Call`]) and what it produced ([`Outcome`]);
 //! - [`attachment`]: the usual ADD/CHECK/DEL sequences of one attachment;
+//! - [`differential`]: cnikit's plugin or the reference's, results compared by shape;
 //! - [`json`]: reading results and building configs;
+//! - [`matrix`]: the version matrices' shared steps (bridge, ptp);
+//! - [`pod_link`]: the steps of plugins that give the pod one link of their own kind;
 //! - [`kernel`]: kernel state (`ip -j`), pings, waiting;
 //! - [`ipamd`]: the ipamd daemon as a child process, its HTTP API, metrics and leases;
 //! - [`traffic`]: TCP/UDP servers and clients in namespaces, the nft ruleset;
@@ -30,24 +33,30 @@
 
 pub mod attachment;
 pub mod call;
+pub mod differential;
 pub mod fixture;
 pub mod ipamd;
 pub mod isolation;
 pub mod json;
 pub mod kernel;
+pub mod matrix;
 pub mod names;
+pub mod pod_link;
 pub mod process;
 pub mod rng;
 pub mod traffic;
 
 pub use attachment::*;
 pub use call::*;
+pub use differential::*;
 pub use fixture::*;
 pub use ipamd::*;
 pub use isolation::*;
 pub use json::*;
 pub use kernel::*;
+pub use matrix::*;
 pub use names::*;
+pub use pod_link::*;
 pub use process::*;
 pub use rng::*;
 pub use traffic::*;

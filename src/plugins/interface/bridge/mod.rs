@@ -8,14 +8,14 @@ use crate::plugins::conf_keys::{
 };
 use crate::plugins::firewall_backend::{FirewallBackend, FirewallConf};
 use crate::plugins::ipam_delegation::{ipam_add, ipam_if_configured, ipam_rollback_on_error};
-use crate::plugins::masquerade;
 use crate::plugins::pod_interface::{
-    configure_iface_with, create_pod_veth, find_container_link, Ipv6Setup, LinkLocalOff,
+    address_iface, create_pod_veth, find_container_link, route_iface, Ipv6Setup, LinkLocalOff,
 };
 use crate::plugins::pod_netns::{delete_container_link, open_netns, OwnLink};
+use crate::plugins::{link_owner, masquerade};
 use check::{check_peer_on_bridge, expect_kind, expect_mac};
 use gateway::{apply_gateways, gateway_on_bridge};
-use port::{attach_port, gc_links, port_owner};
+use port::{attach_port, port_owner, PLUGIN};
 use serde::Deserialize;
 
 mod check;
@@ -310,16 +310,12 @@ impl Plugin for Bridge {
     }
 
     // ---------------------------------------------------------------- GC
-    /// The veths of attachments not in the valid list go first, so that no
-    /// address IPAM frees is still held by a stale interface on the bridge.
+    /// The stale veths leave the bridge before IPAM frees their addresses.
     fn gc(&self, req: &Request) -> Result<(), Error> {
         let conf = Conf::load(req)?;
-        // The spec: continue past individual errors, report them.
-        let links = gc_links(req);
-        let ipam = ipam_if_configured(req, Command::Gc);
-        let fw = self.firewall.for_call(req, &conf);
-        let rules = firewall::gc(&*fw, req);
-        Error::all([links, ipam, rules])
+        link_owner::gc_stale_veths(req, PLUGIN, || {
+            firewall::gc(&*self.firewall.for_call(req, &conf), req)
+        })
     }
 }
 
@@ -361,7 +357,8 @@ impl Bridge {
                 link_local_off: LinkLocalOff::WithUp,
                 ..Ipv6Setup::default()
             };
-            configure_iface_with(pod.ns, cont, peer_index, req.ifname(), &result, v6)?;
+            address_iface(pod.ns, cont, peer_index, req.ifname(), &result, v6)?;
+            route_iface(cont, peer_index, &result)?;
             if conf.disable_container_interface {
                 cont.set_down(peer_index)?;
             }

@@ -2,22 +2,16 @@
 //! named (for GC), port flags, VLANs; and GC of the ports of forgotten pods.
 
 use super::Conf;
-use crate::cni::{Attachment, Error, Request};
+use crate::cni::{Attachment, Error};
 use crate::netlink::{BridgePort, Link, Netlink};
 use crate::plugins::link_owner;
 
 /// The plugin's name in the aliases of the veths it owns (see link_owner).
-const PLUGIN: &str = "bridge";
+pub(super) const PLUGIN: &str = "bridge";
 
 /// The alias a pod's host end carries: its attachment, for GC and DEL.
 pub(super) fn port_owner(att: &Attachment) -> String {
     link_owner::alias(PLUGIN, att)
-}
-
-/// GC: the host ends (so the pairs) of this network's veths whose attachment
-/// is not in the valid list.
-pub(super) fn gc_links(req: &Request) -> Result<(), Error> {
-    link_owner::remove_stale(req, "veth", PLUGIN)
 }
 
 /// Bring up the host end `index` (created enslaved to `bridge`) with its

@@ -22,7 +22,7 @@ use crate::netlink::{ErrorKind, Link, NetNs, Netlink};
 use crate::plugins::conf_keys::with_configured_dns;
 use crate::plugins::ipam_delegation::{ipam_add, ipam_if_configured, ipam_rollback_on_error};
 use crate::plugins::pod_interface::{
-    configure_iface, ensure_ifname_free, expect_mac, find_container_link,
+    address_iface, ensure_ifname_free, expect_mac, find_container_link, route_iface, Ipv6Setup,
 };
 use crate::plugins::pod_netns::{is_own_netns, netns_for_del, open_netns};
 use conf::{find_host_link, load, Selector};
@@ -136,7 +136,8 @@ fn attach(
         });
     }
     with_ipam(req, iface, |r| {
-        configure_iface(ns, cont, link.index, req.ifname(), r, false)
+        address_iface(ns, cont, link.index, req.ifname(), r, Ipv6Setup::default())?;
+        route_iface(cont, link.index, r)
     })
 }
 

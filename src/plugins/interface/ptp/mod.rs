@@ -170,26 +170,14 @@ impl Plugin for Ptp {
     }
 
     // ---------------------------------------------------------------- GC
-    /// The veths of attachments not in the valid list go first, so that no
-    /// address IPAM frees is still routed to a stale interface.
+    /// The stale veths go before IPAM frees the addresses routed to them.
     fn gc(&self, req: &Request) -> Result<(), Error> {
         let conf = Conf::load(req)?;
-        // The spec: continue past individual errors, report them.
-        let links = gc_links(req);
-        let ipam = ipam_if_configured(req, Command::Gc);
-        let fw = self.firewall.for_call(req, &conf);
-        let rules = match masquerade::gc_request(req) {
-            Ok(Some(gc)) => masquerade::gc(&*fw, gc),
+        link_owner::gc_stale_veths(req, PLUGIN, || match masquerade::gc_request(req) {
+            Ok(Some(gc)) => masquerade::gc(&*self.firewall.for_call(req, &conf), gc),
             other => other.map(drop),
-        };
-        Error::all([links, ipam, rules])
+        })
     }
-}
-
-/// GC: the host ends (so the pairs) of this network's veths whose
-/// attachment is not in the valid list.
-fn gc_links(req: &Request) -> Result<(), Error> {
-    link_owner::remove_stale(req, "veth", PLUGIN)
 }
 
 /// One ADD's freshly made veth and the sockets on both sides of it.
