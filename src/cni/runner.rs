@@ -348,6 +348,27 @@ fn install_panic_hook(log: Option<CallLog>) {
     }));
 }
 
+/// A request as the runner builds it, for unit tests: the container `c1` on `eth0` in
+/// netns `/run/netns/x`, `conf` on stdin, `cni_args` in `CNI_ARGS` (read leniently).
+#[cfg(test)]
+impl Request {
+    pub fn for_test(command: Command, conf: &str, cni_args: &str) -> Request {
+        Request {
+            env: Env {
+                command,
+                container_id: "c1".into(),
+                netns: "/run/netns/x".into(),
+                ifname: "eth0".into(),
+                args: cni_args.into(),
+                path: Vec::new(),
+            },
+            conf: NetConf::parse(conf.as_bytes().to_vec()).expect("test config"),
+            args: CniArgs::for_call(cni_args, false, command).expect("lenient CNI_ARGS"),
+            ctx: Context::without_builtins(),
+        }
+    }
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -381,19 +402,7 @@ mod tests {
 
     /// A request as a plugin that reads no `CNI_ARGS` (ipvlan, say) got it.
     fn request(command: Command, cni_args: &str) -> Request {
-        Request {
-            env: Env {
-                command,
-                container_id: "c1".into(),
-                netns: "/run/netns/x".into(),
-                ifname: "eth0".into(),
-                args: cni_args.into(),
-                path: Vec::new(),
-            },
-            conf: NetConf::parse(br#"{"cniVersion":"1.0.0","name":"n"}"#.to_vec()).expect("config"),
-            args: CniArgs::for_call(cni_args, false, command).expect("lenient"),
-            ctx: Context::without_builtins(),
-        }
+        Request::for_test(command, r#"{"cniVersion":"1.0.0","name":"n"}"#, cni_args)
     }
 
     #[test]

@@ -61,18 +61,5 @@ pub trait FirewallConf {
 /// container `c1` on `eth0` in netns `/run/netns/x`, `conf` on stdin.
 #[cfg(test)]
 pub fn test_request(command: crate::cni::Command, conf: serde_json::Value) -> Request {
-    use crate::cni::{args::CniArgs, config::NetConf, env::Env, Context};
-    Request {
-        env: Env {
-            command,
-            container_id: "c1".into(),
-            netns: "/run/netns/x".into(),
-            ifname: "eth0".into(),
-            args: String::new(),
-            path: Vec::new(),
-        },
-        conf: NetConf::parse(conf.to_string().into_bytes()).expect("test config"),
-        args: CniArgs::default(),
-        ctx: Context::without_builtins(),
-    }
+    Request::for_test(command, &conf.to_string(), "")
 }
