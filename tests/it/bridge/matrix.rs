@@ -232,27 +232,8 @@ matrix_cells! {
     matrix;
     /// Proves: bridge with ipamd served by its daemon (0.4.0: CHECK too).
     matrix_0_4_0_ipamd_daemon: "0.4.0", IpamdDaemon;
-    /// Proves: bridge with ipamd served by its daemon, 1.1.0 layout.
-    matrix_1_1_0_ipamd_daemon: "1.1.0", IpamdDaemon;
-    /// Proves: matrix cell 0.2.0 × host-local (legacy ip4/ip6 layout).
-    matrix_0_2_0_host_local: "0.2.0", HostLocal;
     /// Proves: matrix cell 0.2.0 × ipamd.
     matrix_0_2_0_ipamd: "0.2.0", Ipamd;
-    /// Proves: matrix cell 0.3.1 × host-local (ips[].version layout, no CHECK).
-    matrix_0_3_1_host_local: "0.3.1", HostLocal;
-    /// Proves: matrix cell 0.3.1 × ipamd.
-    matrix_0_3_1_ipamd: "0.3.1", Ipamd;
-    /// Proves: matrix cell 0.4.0 × host-local (with CHECK).
-    matrix_0_4_0_host_local: "0.4.0", HostLocal;
-    /// Proves: matrix cell 0.4.0 × ipamd.
-    matrix_0_4_0_ipamd: "0.4.0", Ipamd;
-    /// Proves: matrix cell 1.0.0 × host-local.
-    matrix_1_0_0_host_local: "1.0.0", HostLocal;
-    /// Proves: matrix cell 1.0.0 × ipamd.
-    matrix_1_0_0_ipamd: "1.0.0", Ipamd;
-    /// Proves: matrix cell 1.1.0 × host-local (cnikit's; the reference's refusal
-    /// of 1.1.0 reaching the runtime is in `host_local::behind_bridge`).
-    matrix_1_1_0_host_local: "1.1.0", HostLocal;
-    /// Proves: matrix cell 1.1.0 × ipamd.
-    matrix_1_1_0_ipamd: "1.1.0", Ipamd;
 }
+
+common_matrix_cells!(matrix);

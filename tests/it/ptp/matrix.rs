@@ -132,24 +132,6 @@ matrix_cells! {
     matrix;
     /// Proves: ptp at 0.1.0 (ip4/ip6 layout) with ipamd.
     matrix_0_1_0_ipamd: "0.1.0", Ipamd;
-    /// Proves: ptp at 0.2.0 with host-local.
-    matrix_0_2_0_host_local: "0.2.0", HostLocal;
-    /// Proves: ptp at 0.3.1 (ips[].version, no CHECK) with host-local.
-    matrix_0_3_1_host_local: "0.3.1", HostLocal;
-    /// Proves: ptp at 0.3.1 with ipamd.
-    matrix_0_3_1_ipamd: "0.3.1", Ipamd;
-    /// Proves: ptp at 0.4.0 (CHECK) with host-local.
-    matrix_0_4_0_host_local: "0.4.0", HostLocal;
-    /// Proves: ptp at 0.4.0 with ipamd.
-    matrix_0_4_0_ipamd: "0.4.0", Ipamd;
-    /// Proves: ptp at 1.0.0 with host-local.
-    matrix_1_0_0_host_local: "1.0.0", HostLocal;
-    /// Proves: ptp at 1.0.0 with ipamd.
-    matrix_1_0_0_ipamd: "1.0.0", Ipamd;
-    /// Proves: ptp at 1.1.0 with host-local.
-    matrix_1_1_0_host_local: "1.1.0", HostLocal;
-    /// Proves: ptp at 1.1.0 with ipamd.
-    matrix_1_1_0_ipamd: "1.1.0", Ipamd;
-    /// Proves: ptp at 1.1.0 with ipamd served by its daemon.
-    matrix_1_1_0_ipamd_daemon: "1.1.0", IpamdDaemon;
 }
+
+common_matrix_cells!(matrix);

@@ -57,3 +57,35 @@ macro_rules! matrix_cells {
     };
 }
 pub(crate) use matrix_cells;
+
+/// The cells of every interface plugin's version matrix: each spec version from 0.2.0
+/// with host-local, from 0.3.1 with ipamd too, and 1.1.0 with ipamd's daemon.
+macro_rules! common_matrix_cells {
+    ($body:ident) => {
+        $crate::support::matrix::matrix_cells! {
+            $body;
+            /// Proves: matrix cell 0.2.0 × host-local (legacy ip4/ip6 layout).
+            matrix_0_2_0_host_local: "0.2.0", HostLocal;
+            /// Proves: matrix cell 0.3.1 × host-local (ips[].version layout, no CHECK).
+            matrix_0_3_1_host_local: "0.3.1", HostLocal;
+            /// Proves: matrix cell 0.3.1 × ipamd.
+            matrix_0_3_1_ipamd: "0.3.1", Ipamd;
+            /// Proves: matrix cell 0.4.0 × host-local (with CHECK).
+            matrix_0_4_0_host_local: "0.4.0", HostLocal;
+            /// Proves: matrix cell 0.4.0 × ipamd.
+            matrix_0_4_0_ipamd: "0.4.0", Ipamd;
+            /// Proves: matrix cell 1.0.0 × host-local.
+            matrix_1_0_0_host_local: "1.0.0", HostLocal;
+            /// Proves: matrix cell 1.0.0 × ipamd.
+            matrix_1_0_0_ipamd: "1.0.0", Ipamd;
+            /// Proves: matrix cell 1.1.0 × host-local (cnikit's; the reference refuses
+            /// 1.1.0: `host_local::behind_bridge`).
+            matrix_1_1_0_host_local: "1.1.0", HostLocal;
+            /// Proves: matrix cell 1.1.0 × ipamd.
+            matrix_1_1_0_ipamd: "1.1.0", Ipamd;
+            /// Proves: matrix cell 1.1.0 × ipamd served by its daemon.
+            matrix_1_1_0_ipamd_daemon: "1.1.0", IpamdDaemon;
+        }
+    };
+}
+pub(crate) use common_matrix_cells;
