@@ -45,17 +45,9 @@ fn hand_made_pod(env: &TestEnv, nets: &Subnets) -> Netns {
     }
     let v6 = format!("{}/64", nets.v6_addr(5));
     ip(&["-n", n, "-6", "addr", "add", &v6, "dev", "net1", "nodad"]);
+    let gw6 = nets.v6_addr(1);
     ip(&[
-        "-n",
-        n,
-        "-6",
-        "route",
-        "add",
-        "default",
-        "via",
-        &nets.v6_addr(1),
-        "dev",
-        "net1",
+        "-n", n, "-6", "route", "add", "default", "via", &gw6, "dev", "net1",
     ]);
     ns
 }

@@ -31,16 +31,8 @@ fn client(env: &TestEnv) -> (Netns, String, String) {
     ip(&["-n", n, "-6", "addr", "add", &c6, "dev", "c0", "nodad"]);
     ip(&["-n", n, "link", "set", "c0", "up"]);
     ip(&["-n", n, "route", "add", "default", "via", &nets.v4_addr(1)]);
-    ip(&[
-        "-n",
-        n,
-        "-6",
-        "route",
-        "add",
-        "default",
-        "via",
-        &nets.v6_addr(1),
-    ]);
+    let gw6 = nets.v6_addr(1);
+    ip(&["-n", n, "-6", "route", "add", "default", "via", &gw6]);
     (ns, nets.v4_addr(2), nets.v6_addr(2))
 }
 
