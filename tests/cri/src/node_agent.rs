@@ -93,6 +93,10 @@ pub async fn node_agent(cri: &Cri, rep: &mut Report, a: &Agent, network: &str, n
         ),
         daemon_get("/metrics").and_then(|m| served(&m)),
     );
+    rep.check(
+        &format!("{w}: the plugins containerd ran reported their calls (ipamd_plugin_*)"),
+        daemon_get("/metrics").and_then(|m| reported(&m, pods.len())),
+    );
 
     // kubectl delete pod / the DaemonSet: kubelet stops the container (SIGTERM), then the sandbox
     rep.check(
@@ -288,6 +292,24 @@ fn holds_all(leases: &str, ids: &[&str]) -> Result<(), String> {
     match ids.iter().find(|id| !leases.contains(*id)) {
         None if !ids.is_empty() => Ok(()),
         _ => Err(format!("want {ids:?} in: {leases}")),
+    }
+}
+
+/// Each pod's bridge and portmap ADD reached the daemon as a report of the plugin's call.
+fn reported(metrics: &str, pods: usize) -> Result<(), String> {
+    let adds = |plugin: &str| {
+        let series =
+            format!("ipamd_plugin_duration_seconds_count{{plugin=\"{plugin}\",verb=\"ADD\"}} ");
+        metrics
+            .lines()
+            .find_map(|l| l.strip_prefix(&series)?.trim().parse::<usize>().ok())
+            .unwrap_or(0)
+    };
+    match (adds("bridge"), adds("portmap")) {
+        (b, p) if b >= pods && p >= pods => Ok(()),
+        (b, p) => Err(format!(
+            "bridge ADD reports {b}, portmap ADD reports {p}, want {pods} each"
+        )),
     }
 }
 
