@@ -6,6 +6,7 @@
 
 use crate::cni::{CniResult, Error, Request};
 use crate::firewall::{masq, Del, Firewall, Gc};
+use crate::plugins::firewall_backend::{FirewallBackend, FirewallConf};
 use ipnet::IpNet;
 use std::net::IpAddr;
 
@@ -91,6 +92,21 @@ pub fn check(
             subnets,
         },
     )
+}
+
+/// CHECK's last step of bridge and ptp: when the network masquerades (`on`), what ADD
+/// made is there, through the firewall `backend` picks for this call.
+pub fn check_if_on(
+    backend: &FirewallBackend,
+    (req, conf): (&Request, &impl FirewallConf),
+    (on, exclude): (bool, &[IpNet]),
+    prev: &CniResult,
+) -> Result<(), Error> {
+    if !on {
+        return Ok(());
+    }
+    let fw = backend.for_call(req, conf);
+    check(&*fw, req, prev, exclude)
 }
 
 /// The operation `op` makes of the attachment and its addresses and subnets;

@@ -285,6 +285,18 @@ pub struct ContainerLink {
     pub link: Link,
 }
 
+/// [`find_container_link`], which must be a link of `kind` with the MAC prevResult gave it.
+pub fn find_container_link_as_made(
+    req: &Request,
+    prev: &CniResult,
+    kind: &str,
+) -> Result<ContainerLink, Error> {
+    let found = find_container_link(req, prev)?;
+    expect_kind(&found.link, kind)?;
+    expect_mac(&found.link, &prev.interfaces[found.pos].mac)?;
+    Ok(found)
+}
+
 pub fn find_container_link(req: &Request, prev: &CniResult) -> Result<ContainerLink, Error> {
     let pos = container_iface_pos(prev, req.ifname(), req.netns()).ok_or_else(|| {
         Error::invalid_config(format!(

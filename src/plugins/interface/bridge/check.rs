@@ -2,7 +2,7 @@
 
 use crate::cni::Error;
 use crate::netlink::{Link, Netlink};
-pub(super) use crate::plugins::pod_interface::{expect_kind, expect_mac};
+pub(super) use crate::plugins::pod_interface::expect_kind;
 
 /// The container veth's peer (IFLA_LINK, a host ifindex) must be a port of the bridge.
 pub(super) fn check_peer_on_bridge(

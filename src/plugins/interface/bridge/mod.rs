@@ -9,11 +9,12 @@ use crate::plugins::conf_keys::{
 use crate::plugins::firewall_backend::{FirewallBackend, FirewallConf};
 use crate::plugins::ipam_delegation::{ipam_add, ipam_if_configured, ipam_rollback_on_error};
 use crate::plugins::pod_interface::{
-    address_iface, create_pod_veth, find_container_link, route_iface, Ipv6Setup, LinkLocalOff,
+    address_iface, create_pod_veth, find_container_link_as_made, route_iface, Ipv6Setup,
+    LinkLocalOff,
 };
 use crate::plugins::pod_netns::{delete_container_link, open_netns, OwnLink};
 use crate::plugins::{link_owner, masquerade};
-use check::{check_peer_on_bridge, expect_kind, expect_mac};
+use check::{check_peer_on_bridge, expect_kind};
 use gateway::{apply_gateways, gateway_on_bridge};
 use port::{attach_port, port_owner, PLUGIN};
 use serde::Deserialize;
@@ -270,16 +271,11 @@ impl Plugin for Bridge {
         })?;
         expect_kind(&bridge, "bridge")?;
 
-        let mut found = find_container_link(req, &prev)?;
-        expect_kind(&found.link, "veth")?;
-        expect_mac(&found.link, &prev.interfaces[found.pos].mac)?;
+        let mut found = find_container_link_as_made(req, &prev, "veth")?;
         check_peer_on_bridge(&mut host, &found.link, &bridge)?;
         found.check_iface_state(&prev)?;
-        if conf.ip_masq {
-            let fw = self.firewall.for_call(req, &conf);
-            masquerade::check(&*fw, req, &prev, &conf.ip_masq_exclude)?;
-        }
-        Ok(())
+        let masq = (conf.ip_masq, conf.ip_masq_exclude.as_slice());
+        masquerade::check_if_on(&self.firewall, (req, &conf), masq, &prev)
     }
 
     // ---------------------------------------------------------------- DEL

@@ -12,8 +12,8 @@ use crate::plugins::ipam_delegation::{ipam_add, ipam_if_configured, ipam_rollbac
 use crate::plugins::link_owner;
 use crate::plugins::masquerade;
 use crate::plugins::pod_interface::{
-    address_iface, create_pod_veth, expect_kind, expect_mac, find_container_link, route_iface,
-    Ipv6Setup, LinkLocalOff,
+    address_iface, create_pod_veth, find_container_link_as_made, route_iface, Ipv6Setup,
+    LinkLocalOff,
 };
 use crate::plugins::pod_netns::{delete_container_link, open_netns, OwnLink};
 use routing::{enable_forwarding, hops, prepare_host_end, route_host, route_pod, settle_ipv6, Hop};
@@ -130,16 +130,11 @@ impl Plugin for Ptp {
             return Err(Error::invalid_config("ptp: CHECK needs prevResult"));
         };
         ipam_if_configured(req, Command::Check)?;
-        let mut found = find_container_link(req, &prev)?;
-        expect_kind(&found.link, "veth")?;
-        expect_mac(&found.link, &prev.interfaces[found.pos].mac)?;
+        let mut found = find_container_link_as_made(req, &prev, "veth")?;
         found.check_iface_state(&prev)?;
         routing::check_pod_routes(&mut found.nl, &prev, found.pos)?;
-        if conf.ip_masq {
-            let fw = self.firewall.for_call(req, &conf);
-            masquerade::check(&*fw, req, &prev, &conf.ip_masq_exclude)?;
-        }
-        Ok(())
+        let masq = (conf.ip_masq, conf.ip_masq_exclude.as_slice());
+        masquerade::check_if_on(&self.firewall, (req, &conf), masq, &prev)
     }
 
     // ---------------------------------------------------------------- DEL
