@@ -22,12 +22,15 @@
 
 pub mod daemon;
 pub mod exchange;
+pub mod keep;
 pub mod lease;
 pub mod lease_files;
 pub mod maintain;
 pub mod options;
+pub mod pod_link;
 pub mod service;
 pub mod socket;
+pub mod v6;
 pub mod wire;
 
 use std::fmt;
