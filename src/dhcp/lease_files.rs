@@ -145,7 +145,9 @@ impl LeaseFiles {
     /// Writes `record` durably (file and directory synced) in place of the old one.
     pub fn save<R: Stored>(&self, record: &R) -> Result<()> {
         let path = self.path_of::<R>(record.attachment());
-        let tmp = path.with_extension("tmp");
+        // One temporary name per kind: an attachment's DHCPv4 and DHCPv6 records are
+        // saved at the same time.
+        let tmp = path.with_extension(format!("{}.tmp", R::EXT));
         let _ = std::fs::remove_file(&tmp);
         let text =
             serde_json::to_vec(record).map_err(|e| corrupt(&format!("cannot encode: {e}")))?;

@@ -61,7 +61,16 @@ impl Lan {
     /// The LAN's IPv6 subnet on the server's interface (without DAD: usable at once).
     pub fn add_v6(&self) {
         let addr = format!("{}/64", super::v6::SERVER6);
-        ip(&["-n", &self.ns.name, "addr", "add", &addr, "dev", &self.server_if, "nodad"]);
+        ip(&[
+            "-n",
+            &self.ns.name,
+            "addr",
+            "add",
+            &addr,
+            "dev",
+            &self.server_if,
+            "nodad",
+        ]);
     }
 
     /// The LAN with IPv6 and dnsmasq serving both families (DHCPv6 range .50–.99 of

@@ -80,8 +80,14 @@ fn dual_stack_with_dnsmasq() {
     let v4 = assert_leased(&r, &pod.ns);
     assert_default_route(&r);
     let v6 = assert_leased6(&r, &pod.ns, "fd00:99::");
-    let servers = r["dns"]["nameservers"].as_array().cloned().unwrap_or_default();
-    assert!(servers.contains(&json!(DNS6)) && servers.contains(&json!(DNS[0])), "{r}");
+    let servers = r["dns"]["nameservers"]
+        .as_array()
+        .cloned()
+        .unwrap_or_default();
+    assert!(
+        servers.contains(&json!(DNS6)) && servers.contains(&json!(DNS[0])),
+        "{r}"
+    );
     pod.check(&r);
     assert_eq!(lan.dnsmasq_lease(&pod.id), Some(v4.clone()));
     assert!(lan.dnsmasq_has6(&v6), "{}", lan.server_leases());
@@ -90,7 +96,11 @@ fn dual_stack_with_dnsmasq() {
     wait_until(
         "an RA gives eth0 the on-link prefix",
         Duration::from_secs(10),
-        || routes(Some(&pod.ns.name), "-6").iter().any(|r| r.starts_with("fd00:99::/64")),
+        || {
+            routes(Some(&pod.ns.name), "-6")
+                .iter()
+                .any(|r| r.starts_with("fd00:99::/64"))
+        },
         || format!("{:?}", routes(Some(&pod.ns.name), "-6")),
     );
     assert_ping(&pod.ns.name, SERVER6);
@@ -105,7 +115,8 @@ fn dual_stack_with_dnsmasq() {
         || lan.server_leases() + &lan.server_log(),
     );
     assert!(
-        lan.server_log().contains(&format!("DHCPRELEASE({}) {v6}", lan.server_if))
+        lan.server_log()
+            .contains(&format!("DHCPRELEASE({}) {v6}", lan.server_if))
             || lan.server_log().contains("DHCPRELEASE"),
         "{}",
         lan.server_log()
@@ -129,7 +140,9 @@ fn ipv6_only_with_dnsmasq() {
     assert_eq!(r["ips"].as_array().map(Vec::len), Some(1), "{r}");
     let v6 = assert_leased6(&r, &pod.ns, "fd00:99::");
     assert!(
-        addrs(Some(&pod.ns.name), "eth0").iter().all(|a| a.contains(':')),
+        addrs(Some(&pod.ns.name), "eth0")
+            .iter()
+            .all(|a| a.contains(':')),
         "no IPv4 on eth0: {:?}",
         addrs(Some(&pod.ns.name), "eth0")
     );
@@ -159,7 +172,11 @@ fn no_dhcpv6_server_fails_add_and_gives_the_ipv4_lease_back() {
     let pod = lan.env.new_attachment("macvlan", "p", &conf);
     let started = Instant::now();
     let e = pod.try_add().expect_err(11, &["DHCPv6", "eth0"]);
-    println!("dhcp6 no server: ADD failed after {:?}: {}", started.elapsed(), e.msg);
+    println!(
+        "dhcp6 no server: ADD failed after {:?}: {}",
+        started.elapsed(),
+        e.msg
+    );
     lan.wait_dnsmasq_forgets(&pod.id, Duration::from_secs(5));
     daemon.assert_no_records();
     pod.del();
