@@ -3,9 +3,10 @@
 //! service stops a lease and waits (bounded) until its thread says it is over, and the
 //! thread sleeps until its next timer or until it is stopped.
 
-use super::lease::Phase;
+use super::lease::{Phase, Timers};
 use super::lease_files::LeaseFiles;
-use super::Timing;
+use super::{Result, Timing};
+use ipamd::attachment::Attachment;
 use ipamd::log::Level;
 use ipamd::log_at;
 use std::path::{Path, PathBuf};
@@ -122,4 +123,69 @@ impl Control {
 /// How long ago `t` was (0 if it is ahead: a clock set back).
 pub fn elapsed_since(t: SystemTime) -> Duration {
     SystemTime::now().duration_since(t).unwrap_or_default()
+}
+
+/// Where a failed exchange of a lease in `phase` leaves it, and when to try again. The
+/// lease is lost when the server refused it or its end has passed; a renewal past T2
+/// becomes a rebinding. RFC 2131 §4.4.5 (RFC 8415 alike): wait half the time left before
+/// trying again (at least a few seconds, at most a minute), but not past the next
+/// milestone (T2, the lease's end: the address is not used a moment longer); after
+/// expiry, every half minute.
+pub fn after_failure(
+    phase: Phase,
+    timers: Option<Timers>,
+    bound_at: SystemTime,
+    refused: bool,
+    window: Duration,
+) -> (Phase, SystemTime) {
+    let elapsed = elapsed_since(bound_at);
+    let lost = refused || timers.is_none_or(|t| elapsed >= t.expire);
+    let next = match phase {
+        _ if lost => Phase::Expired,
+        Phase::Renewing if timers.is_some_and(|t| elapsed >= t.rebind) => Phase::Rebinding,
+        p => p,
+    };
+    let now = SystemTime::now();
+    if next == Phase::Expired {
+        return (next, now + Duration::from_secs(30));
+    }
+    let retry = now + (window / 2).clamp(Duration::from_secs(2), Duration::from_secs(60));
+    let milestone = timers.map(|t| {
+        bound_at
+            + if next == Phase::Renewing {
+                t.rebind
+            } else {
+                t.expire
+            }
+    });
+    (next, milestone.map_or(retry, |m| m.min(retry)))
+}
+
+/// A lease just granted is kept only once it is usable and recorded (`kept`); when it is
+/// not, it goes back to the server at once (`give_back`) and ADD fails. Kept, it is logged.
+pub fn kept_or_given_back<T>(
+    kept: Result<T>,
+    give_back: impl FnOnce() -> Result<()>,
+    attachment: &Attachment,
+    address: impl std::fmt::Display,
+    netns: &Path,
+) -> Result<T> {
+    match kept {
+        Ok(k) => {
+            log_at!(
+                Level::Info,
+                "dhcp: {} got {address} on {} in {}",
+                attachment.container_id,
+                attachment.ifname,
+                netns.display()
+            );
+            Ok(k)
+        }
+        Err(e) => {
+            if let Err(r) = give_back() {
+                log_at!(Level::Warn, "dhcp: {r}");
+            }
+            Err(e)
+        }
+    }
 }

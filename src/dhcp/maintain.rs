@@ -8,7 +8,7 @@
 //! that namespace (the runtime removed it), the lease is released and forgotten.
 
 use super::exchange::{Ack, Client};
-use super::keep::{elapsed_since, Control, Keeper};
+use super::keep::{after_failure, elapsed_since, kept_or_given_back, Control, Keeper};
 use super::lease::{self, Phase, Terms};
 use super::lease_files::Record;
 use super::options::ClientOptions;
@@ -162,23 +162,8 @@ impl Held {
             keeper.files.save(&record)?;
             Ok((terms, record))
         });
-        let (terms, record) = match kept {
-            Ok(k) => k,
-            Err(e) => {
-                if let Err(r) = client.release(&ack) {
-                    log_at!(Level::Warn, "dhcp: {r}");
-                }
-                return Err(e);
-            }
-        };
-        log_at!(
-            Level::Info,
-            "dhcp: {} got {} on {} in {}",
-            attachment.container_id,
-            terms.address,
-            attachment.ifname,
-            netns.display()
-        );
+        let give_back = || client.release(&ack);
+        let (terms, record) = kept_or_given_back(kept, give_back, attachment, ack.yiaddr(), netns)?;
         Ok((terms, Held::start(keeper.clone(), socket, record, ack)))
     }
 }
@@ -284,17 +269,9 @@ fn step(keeper: &Keeper, shared: &Shared, socket: &PodSocket) -> Option<SystemTi
         }
         Err(e) => {
             log_at!(Level::Warn, "{}: {:?}: {e}", label(shared), phase);
-            let lost = e.kind == ErrorKind::Refused
-                || timers.is_none_or(|t| elapsed_since(record.bound_at()) >= t.expire);
-            let next_phase = match phase {
-                _ if lost => Phase::Expired,
-                Phase::Renewing
-                    if timers.is_some_and(|t| elapsed_since(record.bound_at()) >= t.rebind) =>
-                {
-                    Phase::Rebinding
-                }
-                p => p,
-            };
+            let refused = e.kind == ErrorKind::Refused;
+            let (next_phase, retry) =
+                after_failure(phase, timers, record.bound_at(), refused, window);
             if next_phase == Phase::Expired && phase != Phase::Expired {
                 log_at!(Level::Error, "{}: lease of {} lost; taking the interface down until the server grants it again", label(shared), ack.message.yiaddr());
                 match socket.link().routes_via() {
@@ -306,23 +283,7 @@ fn step(keeper: &Keeper, shared: &Shared, socket: &PodSocket) -> Option<SystemTi
                 }
             }
             shared.control.set_phase(next_phase);
-            // RFC 2131 §4.4.5: wait half the time left before trying again (at least a few
-            // seconds, at most a minute), but not past the next milestone (T2, the lease's
-            // end: the address is not used a moment longer); after expiry, every half minute.
-            if next_phase == Phase::Expired {
-                return Some(SystemTime::now() + Duration::from_secs(30));
-            }
-            let pause = (window / 2).clamp(Duration::from_secs(2), Duration::from_secs(60));
-            let retry = SystemTime::now() + pause;
-            let milestone = timers.map(|t| {
-                let at = if next_phase == Phase::Renewing {
-                    t.rebind
-                } else {
-                    t.expire
-                };
-                record.bound_at() + at
-            });
-            Some(milestone.map_or(retry, |m| m.min(retry)))
+            Some(retry)
         }
     }
 }

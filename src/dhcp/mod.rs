@@ -1,4 +1,4 @@
-//! DHCPv4 for pods: the client machinery behind the `dhcp` IPAM plugin, run by the lease
+//! DHCPv4 (and, with `ipam.ipv6`, DHCPv6: [`v6`]) for pods: the client machinery behind the `dhcp` IPAM plugin, run by the lease
 //! daemon (`dhcp daemon`, or `cnikit ipamd daemon`, which hosts the same service).
 //!
 //! A pod's lease is acquired from inside the pod's network namespace, on the interface
@@ -19,6 +19,10 @@
 //! - [`maintain`]: one thread per lease keeping it until release.
 //! - [`service`]: the daemon's `dhcp` service: acquire, release, check, status, gc.
 //! - [`daemon`]: `dhcp daemon` with the reference's flags (`-socketpath`, `-timeout`, ...).
+//! - [`pod_link`]: the pod's interface (netns handle, index, MAC) and its checks, for both
+//!   families.
+//! - [`keep`]: what every lease thread shares: the daemon's settings, the phase and stop.
+//! - [`v6`]: the DHCPv6 client (IA_NA), run beside the DHCPv4 one on the same interface.
 
 pub mod daemon;
 pub mod exchange;

@@ -5,7 +5,7 @@
 //! it back. Every new REPLY is recorded before the thread waits again; a pod gone without
 //! DEL is released at the next timer (at least every minute), as DHCPv4's.
 
-use super::super::keep::{elapsed_since, Control, Keeper};
+use super::super::keep::{after_failure, elapsed_since, Control, Keeper};
 use super::super::lease::Phase;
 use super::super::lease_files::LeaseFiles;
 use super::super::{ErrorKind, Timing};
@@ -214,15 +214,8 @@ fn step(keeper: &Keeper, shared: &Shared, socket: &Socket6) -> Option<SystemTime
         }
         Err(e) => {
             log_at!(Level::Warn, "{}: DHCPv6 {:?}: {e}", label(shared), phase);
-            let lost = e.kind == ErrorKind::Refused
-                || timers.is_none_or(|t| elapsed_since(bound_at) >= t.expire);
-            let next = match phase {
-                _ if lost => Phase::Expired,
-                Phase::Renewing if timers.is_some_and(|t| elapsed_since(bound_at) >= t.rebind) => {
-                    Phase::Rebinding
-                }
-                p => p,
-            };
+            let refused = e.kind == ErrorKind::Refused;
+            let (next, retry) = after_failure(phase, timers, bound_at, refused, window);
             if next == Phase::Expired && phase != Phase::Expired {
                 if let Some(t) = &terms {
                     log_at!(Level::Error, "{}: DHCPv6 lease of {} lost; its address is off the interface until a server grants it again", label(shared), t.address);
@@ -230,20 +223,7 @@ fn step(keeper: &Keeper, shared: &Shared, socket: &Socket6) -> Option<SystemTime
                 }
             }
             shared.control.set_phase(next);
-            if next == Phase::Expired {
-                return Some(SystemTime::now() + Duration::from_secs(30));
-            }
-            let pause = (window / 2).clamp(Duration::from_secs(2), Duration::from_secs(60));
-            let retry = SystemTime::now() + pause;
-            let milestone = timers.map(|t| {
-                bound_at
-                    + if next == Phase::Renewing {
-                        t.rebind
-                    } else {
-                        t.expire
-                    }
-            });
-            Some(milestone.map_or(retry, |m| m.min(retry)))
+            Some(retry)
         }
     }
 }

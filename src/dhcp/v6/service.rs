@@ -1,7 +1,7 @@
 //! The service's DHCPv6 half of ADD: a lease for the attachment, recorded before the
 //! plugin hears of it, then kept by a thread of its own.
 
-use super::super::keep::Keeper;
+use super::super::keep::{kept_or_given_back, Keeper};
 use super::super::options::ClientOptions;
 use super::super::Result;
 use super::exchange::Client6;
@@ -10,8 +10,6 @@ use super::maintain::Held6;
 use super::message::Identity;
 use super::socket::Socket6;
 use ipamd::attachment::Attachment;
-use ipamd::log::Level;
-use ipamd::log_at;
 use std::path::Path;
 use std::time::{Instant, SystemTime};
 
@@ -49,23 +47,16 @@ pub fn acquire(
         keeper.files.save(&record)?;
         Ok((terms, record))
     });
-    let (terms, record) = match kept {
-        Ok(k) => k,
-        Err(e) => {
-            if let Err(r) = client.release(&granted) {
-                log_at!(Level::Warn, "dhcp: {r}");
-            }
-            return Err(e);
-        }
-    };
-    log_at!(
-        Level::Info,
-        "dhcp: {} got {} on {} in {}",
-        attachment.container_id,
-        terms.address,
-        attachment.ifname,
-        netns.display()
-    );
+    let give_back = || client.release(&granted);
+    let (terms, record) = kept_or_given_back(
+        kept,
+        give_back,
+        attachment,
+        granted
+            .address(id.iaid)
+            .map_or(String::new(), |a| a.to_string()),
+        netns,
+    )?;
     let held = Held6::start(keeper.clone(), socket, record, granted)?;
     Ok((terms, held))
 }

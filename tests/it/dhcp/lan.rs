@@ -90,28 +90,7 @@ impl Lan {
 
     /// ISC `dhcpd -6` with `conf`, leases in `leases` (kept across restarts).
     pub fn start_isc6(&self, conf: &str, leases: &Path) {
-        let n = next_id();
-        let conf_path = self.dir.join(format!("dhcpd6-{n}.conf"));
-        std::fs::write(&conf_path, conf).expect("write dhcpd6.conf");
-        if !leases.exists() {
-            std::fs::write(leases, "").expect("create the dhcpd6 lease file");
-        }
-        let log = self.dir.join(format!("dhcpd6-{n}.log"));
-        let out = std::fs::File::create(&log).expect("create the dhcpd6 log");
-        let child = Command::new("ip")
-            .args(["netns", "exec", &self.ns.name, "/usr/sbin/dhcpd"])
-            .args(["-6", "-f", "-d", "-cf"])
-            .arg(&conf_path)
-            .arg("-lf")
-            .arg(leases)
-            .arg("-pf")
-            .arg(self.dir.join(format!("dhcpd6-{n}.pid")))
-            .arg(&self.server_if)
-            .stdin(Stdio::null())
-            .stdout(out.try_clone().expect("dup the dhcpd6 log"))
-            .stderr(out)
-            .spawn()
-            .expect("start dhcpd -6 (package isc-dhcp-server)");
+        let (child, log) = self.spawn_isc("-6", conf, leases);
         self.stop_server6();
         *lock(&self.server6) = Some(Server {
             child,
@@ -183,29 +162,36 @@ impl Lan {
     /// ISC dhcpd with `conf` (see [`isc_conf`]), keeping its leases in `leases` (made
     /// empty if it is not there): the same file across restarts keeps the server's memory.
     pub fn start_isc(&self, conf: &str, leases: &Path) {
+        let (child, log) = self.spawn_isc("-4", conf, leases);
+        self.set_server(child, leases.to_path_buf(), log, "Server starting service");
+    }
+
+    /// `dhcpd FAMILY` (-4, -6) on the server's interface with `conf` and `leases`; the
+    /// process and its log.
+    fn spawn_isc(&self, family: &str, conf: &str, leases: &Path) -> (Child, PathBuf) {
         let n = next_id();
-        let conf_path = self.dir.join(format!("dhcpd-{n}.conf"));
+        let conf_path = self.dir.join(format!("dhcpd{family}-{n}.conf"));
         std::fs::write(&conf_path, conf).expect("write dhcpd.conf");
         if !leases.exists() {
             std::fs::write(leases, "").expect("create the dhcpd lease file");
         }
-        let log = self.dir.join(format!("dhcpd-{n}.log"));
+        let log = self.dir.join(format!("dhcpd{family}-{n}.log"));
         let out = std::fs::File::create(&log).expect("create the dhcpd log");
         let child = Command::new("ip")
             .args(["netns", "exec", &self.ns.name, "/usr/sbin/dhcpd"])
-            .args(["-4", "-f", "-d", "-cf"])
+            .args([family, "-f", "-d", "-cf"])
             .arg(&conf_path)
             .arg("-lf")
             .arg(leases)
             .arg("-pf")
-            .arg(self.dir.join(format!("dhcpd-{n}.pid")))
+            .arg(self.dir.join(format!("dhcpd{family}-{n}.pid")))
             .arg(&self.server_if)
             .stdin(Stdio::null())
             .stdout(out.try_clone().expect("dup the dhcpd log"))
             .stderr(out)
             .spawn()
             .expect("start dhcpd (package isc-dhcp-server)");
-        self.set_server(child, leases.to_path_buf(), log, "Server starting service");
+        (child, log)
     }
 
     /// A lease file for ISC dhcpd in the LAN's directory.
