@@ -40,6 +40,8 @@ struct State {
     /// The pod's routes through the interface when the lease was lost (the link going
     /// down deletes them), put back when the address is granted again.
     lost_routes: Vec<TableRoute>,
+    /// Its IPv6 addresses then (a dual-stack pod's: the link going down deletes them too).
+    lost_v6: Vec<ipnet::Ipv6Net>,
 }
 
 impl Held {
@@ -71,6 +73,7 @@ impl Held {
                 record,
                 ack,
                 lost_routes: Vec::new(),
+                lost_v6: Vec::new(),
             }),
             socket: Mutex::new(None),
         });
@@ -274,8 +277,15 @@ fn step(keeper: &Keeper, shared: &Shared, socket: &PodSocket) -> Option<SystemTi
                 after_failure(phase, timers, record.bound_at(), refused, window);
             if next_phase == Phase::Expired && phase != Phase::Expired {
                 log_at!(Level::Error, "{}: lease of {} lost; taking the interface down until the server grants it again", label(shared), ack.message.yiaddr());
-                match socket.link().routes_via() {
-                    Ok(routes) => lock(shared).lost_routes = routes,
+                let link = socket.link();
+                match link
+                    .routes_via()
+                    .and_then(|r| Ok((r, link.ipv6_addresses()?)))
+                {
+                    Ok((routes, v6)) => {
+                        let mut s = lock(shared);
+                        (s.lost_routes, s.lost_v6) = (routes, v6);
+                    }
                     Err(e) => log_at!(Level::Warn, "{}: {e}", label(shared)),
                 }
                 if let Err(e) = socket.set_link_up(false) {
@@ -359,11 +369,14 @@ fn commit(keeper: &Keeper, shared: &Shared, socket: &PodSocket, ack: Ack, was: P
     }
     s.ack = ack;
     let lost_routes = std::mem::take(&mut s.lost_routes);
+    let lost_v6 = std::mem::take(&mut s.lost_v6);
     drop(s);
     shared.control.set_phase(Phase::Bound);
     if was == Phase::Expired {
+        // Addresses before routes: an IPv6 route's gateway is reached through them.
         let back = socket
             .set_link_up(true)
+            .and_then(|()| socket.link().restore_ipv6_addresses(&lost_v6))
             .and_then(|()| socket.link().restore_routes(&lost_routes));
         if let Err(e) = back {
             log_at!(Level::Warn, "{}: {e}", label(shared));

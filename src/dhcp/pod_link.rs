@@ -150,6 +150,36 @@ impl PodLink {
         Ok(())
     }
 
+    /// The interface's IPv6 addresses, link-local ones first: taking the link down
+    /// deletes them (unless `keep_addr_on_down`), so a DHCPv4 lease that was lost takes a
+    /// dual-stack pod's IPv6 with it, which must come back with the lease.
+    pub fn ipv6_addresses(&self) -> Result<Vec<ipnet::Ipv6Net>> {
+        let mut nl = self.netlink()?;
+        let addrs = nl
+            .addresses(self.index)
+            .map_err(|e| self.netlink_error(&e))?;
+        let mut v6: Vec<_> = addrs
+            .into_iter()
+            .filter_map(|a| match a {
+                ipnet::IpNet::V6(n) => Some(n),
+                ipnet::IpNet::V4(_) => None,
+            })
+            .collect();
+        v6.sort_by_key(|n| n.addr().segments()[0] & 0xffc0 != 0xfe80);
+        Ok(v6)
+    }
+
+    /// Puts IPv6 addresses back, without DAD, as the plugins add them (those there
+    /// already are fine).
+    pub fn restore_ipv6_addresses(&self, addrs: &[ipnet::Ipv6Net]) -> Result<()> {
+        let mut nl = self.netlink()?;
+        for a in addrs {
+            nl.add_ipv6_address(self.index, *a, true)
+                .map_err(|e| self.netlink_error(&e))?;
+        }
+        Ok(())
+    }
+
     /// Whether `addr` (address and prefix) is on the interface (CHECK: the lease is
     /// still configured).
     pub fn has_address(&self, addr: ipnet::IpNet) -> Result<bool> {

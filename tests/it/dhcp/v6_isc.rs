@@ -5,18 +5,20 @@
 //! four-message exchange of a server without Rapid Commit.
 
 use super::lan::isc_conf;
+use super::lifecycle::{held_by_another, RANGE};
 use super::v6::{assert_leased6, conf6};
 use super::*;
 
 /// ISC's DHCPv6 lease: valid 12 s, T1 4 s, T2 7 s.
 const LEASE6: u64 = 12;
 
-/// ISC `dhcpd -6` for fd00:99::/64, Rapid Commit when `rapid`.
-fn isc6_conf(rapid: bool) -> String {
+/// ISC `dhcpd -6` for fd00:99::/64 (valid and preferred lifetime `lease` s, T1 4 s, T2
+/// 7 s), Rapid Commit when `rapid`.
+fn isc6_conf(rapid: bool, lease: u64) -> String {
     format!(
         "authoritative;\n\
-         default-lease-time {LEASE6};\nmax-lease-time {LEASE6};\nmin-lease-time {LEASE6};\n\
-         preferred-lifetime {LEASE6};\n\
+         default-lease-time {lease};\nmax-lease-time {lease};\nmin-lease-time {lease};\n\
+         preferred-lifetime {lease};\n\
          option dhcp-renewal-time 4;\noption dhcp-rebinding-time 7;\n\
          {}\
          subnet6 fd00:99::/64 {{\n\
@@ -42,14 +44,18 @@ struct Isc6 {
 
 impl Isc6 {
     fn new(test: &str, v4: bool, rapid: bool) -> Isc6 {
+        Isc6::with_lease(test, v4, rapid, LEASE6)
+    }
+
+    fn with_lease(test: &str, v4: bool, rapid: bool, lease6: u64) -> Isc6 {
         let lan = Lan::new(test);
         lan.add_v6();
         if v4 {
             let leases = lan.isc_lease_file("isc4");
-            lan.start_isc(&isc_conf(8, "10.99.0.50 10.99.0.99"), &leases);
+            lan.start_isc(&isc_conf(8, RANGE), &leases);
         }
         let leases6 = lan.isc_lease_file("isc6");
-        lan.start_isc6(&isc6_conf(rapid), &leases6);
+        lan.start_isc6(&isc6_conf(rapid, lease6), &leases6);
         let daemon = DhcpDaemon::start(&lan.env);
         let conf = conf6(&lan.master, &daemon.socket, v4, true);
         Isc6 {
@@ -130,7 +136,7 @@ fn isc_v6_only_rebinds_at_t2_when_the_server_was_away() {
     s.lan.stop_server6();
     // Back after T2 (7 s): only REBINDs can reach it.
     std::thread::sleep(Duration::from_millis(7500).saturating_sub(added.elapsed()));
-    s.lan.start_isc6(&isc6_conf(true), &s.leases6);
+    s.lan.start_isc6(&isc6_conf(true, LEASE6), &s.leases6);
     let took = s.wait_for("Rebind message from", 0, Duration::from_secs(4));
     println!(
         "dhcp6 ISC rebind: REBIND answered {:?} after ADD",
@@ -240,5 +246,66 @@ fn isc_a_silent_server_takes_the_address_off_at_expiry() {
     let e = pod.call("CHECK").conf(&with_prev(&s.conf, &r)).run().err();
     assert!(e.msg.contains("Expired"), "{e:?}");
     pod.del();
+    s.daemon.assert_no_records();
+}
+
+/// Proves, dual-stack: when the DHCPv4 lease is refused (ISC NAKs its renewal) the daemon
+/// takes eth0 down, which deletes the pod's IPv6 addresses with it; once the DHCPv4 lease
+/// is granted again, eth0 comes back with them (its link-local address and the DHCPv6
+/// /128), CHECK passes for both, and the DHCPv6 lease (120 s, rebinding meanwhile) is
+/// renewed.
+#[test]
+fn isc_dual_stack_a_lost_ipv4_lease_brings_the_ipv6_addresses_back() {
+    let s = Isc6::with_lease("dhcp6_isc_nak", true, true, 120);
+    let pod = s.lan.env.new_attachment("macvlan", "p", &s.conf);
+    let r = pod.add();
+    let v4 = assert_leased(&r, &pod.ns);
+    let v6 = assert_leased6(&r, &pod.ns, "fd00:99::");
+    let (cidr6, _) = super::v6::result_v6(&r);
+    let taken = s.lan.isc_lease_file("taken");
+    std::fs::write(&taken, held_by_another(&v4)).expect("write the lease file");
+    s.lan.start_isc(&isc_conf(8, RANGE), &taken);
+    wait_until(
+        "the daemon takes eth0 down",
+        Duration::from_secs(15),
+        || !link_up(&pod.ns),
+        || s.context(),
+    );
+    assert!(
+        !addrs(Some(&pod.ns.name), "eth0").contains(&cidr6),
+        "the kernel deletes IPv6 addresses of a link that goes down"
+    );
+    s.lan
+        .start_isc(&isc_conf(8, RANGE), &s.lan.isc_lease_file("isc4"));
+    let back = Instant::now();
+    wait_until(
+        "eth0 comes back up",
+        Duration::from_secs(40),
+        || link_up(&pod.ns),
+        || s.context(),
+    );
+    assert!(
+        addrs(Some(&pod.ns.name), "eth0").contains(&cidr6),
+        "{v6} back on eth0: {:?}\n{}",
+        addrs(Some(&pod.ns.name), "eth0"),
+        s.context()
+    );
+    println!(
+        "dhcp6 ISC v4 NAK: eth0 up with its IPv6 address {:?} after the IPv4 server came back",
+        back.elapsed()
+    );
+    pod.check(&r);
+    wait_until(
+        "the DHCPv6 lease is renewed after the outage",
+        Duration::from_secs(65),
+        || {
+            s.daemon
+                .log_text()
+                .contains("DHCPv6 lease renewed (Rebinding before)")
+        },
+        || s.context(),
+    );
+    pod.del();
+    s.wait_for("Release message from", 0, Duration::from_secs(5));
     s.daemon.assert_no_records();
 }
