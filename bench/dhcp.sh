@@ -13,7 +13,8 @@
 #        batch of 32 parallel pods per implementation)
 # --dual: cnikit only (the reference has no DHCPv6), IPv4-only pods against dual-stack
 #        pods ("ipv6": true: a DHCPv4 lease and a DHCPv6 address from the same dnsmasq,
-#        which also sends router advertisements), interleaved the same way.
+#        which also sends router advertisements, on a LAN host that routes; LAN_FORWARDING=0
+#        for one that does not), interleaved the same way.
 # Prints p50/p99/max of ADD and DEL per implementation and mode.
 set -euo pipefail
 cd "$(dirname "$0")/.."
@@ -56,7 +57,20 @@ ip -n lan addr add 10.99.0.1/16 dev srv0
 ip -n lan addr add fd00:99::1/64 dev srv0 nodad
 ip -n lan link set srv0 up
 V6=()
-[ "$DUAL" = 1 ] && V6=(--dhcp-range=fd00:99::1:0,fd00:99::ff:ffff,64,2m --enable-ra)
+if [ "$DUAL" = 1 ]; then
+  V6=(--dhcp-range=fd00:99::1:0,fd00:99::ff:ffff,64,2m --enable-ra)
+  # A router, as a LAN's host sending router advertisements is: its kernel learns a pod's
+  # MAC from the pod's router solicitation. dnsmasq looks a DHCPv6 client's MAC up in the
+  # neighbour table and, when it is not there, sleeps 100 ms (its whole event loop, up to
+  # five times) waiting for it: without forwarding every dual-stack ADD pays that, and 32
+  # at once queue behind each other (docs/plugins/dhcp.md).
+  ip netns exec lan sysctl -qw net.ipv6.conf.all.forwarding="${LAN_FORWARDING:-1}"
+  # The server's own link-local address out of DAD before the first pod asks.
+  for _ in $(seq 50); do
+    [ -z "$(ip -n lan -6 addr show dev srv0 tentative)" ] && break
+    sleep 0.1
+  done
+fi
 ip netns exec lan dnsmasq --no-daemon --conf-file=/dev/null --port=0 --no-ping --dhcp-authoritative \
   --dhcp-range=10.99.1.1,10.99.200.254,255.255.0.0,2m --dhcp-leasefile="$W/leases" "${V6[@]}" \
   --dhcp-lease-max=100000 --interface=srv0 2> "$W/dnsmasq.log" &

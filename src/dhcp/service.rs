@@ -74,11 +74,12 @@ impl Default for Families {
 pub enum Response {
     /// The lease, for the plugin's result.
     Granted {
-        /// The DHCPv4 lease (absent for an IPv6-only pod).
-        terms: Option<Terms>,
+        /// The DHCPv4 lease (absent for an IPv6-only pod). Boxed: the other answers
+        /// are a word.
+        terms: Option<Box<Terms>>,
         /// The DHCPv6 lease, when asked for.
         #[serde(default)]
-        terms6: Option<Terms6>,
+        terms6: Option<Box<Terms6>>,
     },
     Done,
     Collected {
@@ -241,8 +242,8 @@ impl Dhcp {
                 return Err(e.unwrap_or_else(|| Error::new(ErrorKind::Io, "no lease")));
             }
         };
-        let terms = l4.as_ref().map(|(t, _)| t.clone());
-        let terms6 = l6.as_ref().map(|(t, _)| t.clone());
+        let terms = l4.as_ref().map(|(t, _)| Box::new(t.clone()));
+        let terms6 = l6.as_ref().map(|(t, _)| Box::new(t.clone()));
         held.v4 = l4.map(|(_, h)| h);
         held.v6 = l6.map(|(_, h)| h);
         Ok(Response::Granted { terms, terms6 })
@@ -265,7 +266,7 @@ impl Dhcp {
                 if !live(&at, phase) || h.options() != *options {
                     return None;
                 }
-                Some(lease::terms(&ack).ok()?)
+                Some(Box::new(lease::terms(&ack).ok()?))
             }
             (None, false) => None,
             _ => return None,
@@ -276,7 +277,7 @@ impl Dhcp {
                 if !live(&at, phase) {
                     return None;
                 }
-                Some(t.ok()?)
+                Some(Box::new(t.ok()?))
             }
             (None, false) => None,
             _ => return None,

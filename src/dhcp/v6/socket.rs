@@ -13,6 +13,8 @@ use super::super::pod_link::PodLink;
 use super::super::{Error, ErrorKind, Result};
 use super::message::{ALL_SERVERS, CLIENT_PORT, SERVER_PORT};
 use crate::netlink::link_local;
+use ipamd::log::Level;
+use ipamd::log_at;
 use std::io;
 use std::net::{Ipv6Addr, SocketAddr, SocketAddrV6, UdpSocket};
 use std::path::Path;
@@ -37,8 +39,11 @@ impl Socket6 {
         let (link, _) = PodLink::open(netns, ifname, super::super::socket::refuse_l3_ipvlan)?;
         let source = link_local_of(&link)?;
         let index = link.ifindex();
-        let deadline = Instant::now() + wait;
+        let started = Instant::now();
+        let deadline = started + wait;
+        let mut tries = 0u32;
         let udp = loop {
+            tries += 1;
             let bound = link.run_inside(|| {
                 Ok(UdpSocket::bind(SocketAddrV6::new(
                     source,
@@ -69,6 +74,14 @@ impl Socket6 {
                 }
             }
         };
+        if tries > 1 {
+            log_at!(
+                Level::Debug,
+                "dhcp: {} bound [{source}]:{CLIENT_PORT} after {:?} ({tries} tries: the address was tentative)",
+                link.describe(),
+                started.elapsed()
+            );
+        }
         Ok(Socket6 { udp, link, source })
     }
 

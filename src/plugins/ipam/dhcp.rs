@@ -84,7 +84,7 @@ impl Plugin for Dhcp {
             Some(Response::Granted { terms, terms6 })
                 if terms.is_some() == families.v4 && terms6.is_some() == families.v6 =>
             {
-                Ok(result_of(terms.as_ref(), terms6.as_ref(), priority))
+                Ok(result_of(terms.as_deref(), terms6.as_deref(), priority))
             }
             Some(other) => Err(unexpected(&other)),
             None => Err(no_daemon(&socket_of(&conf), Code::TryAgainLater)),
