@@ -114,13 +114,9 @@ fn dual_stack_with_dnsmasq() {
         || !lan.dnsmasq_has6(&v6),
         || lan.server_leases() + &lan.server_log(),
     );
-    assert!(
-        lan.server_log()
-            .contains(&format!("DHCPRELEASE({}) {v6}", lan.server_if))
-            || lan.server_log().contains("DHCPRELEASE"),
-        "{}",
-        lan.server_log()
-    );
+    // Both RELEASEs reached dnsmasq: the DHCPv4 one and the DHCPv6 one.
+    let releases = lan.server_log().matches("DHCPRELEASE(").count();
+    assert!(releases >= 2, "{}", lan.server_log());
     daemon.assert_no_records();
     pod.del();
 }
