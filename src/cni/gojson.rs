@@ -79,6 +79,8 @@ pub const KEYS: &[&str] = &[
     "ipam",
     "ips",
     "iptablesAdminChainName",
+    "ipv4",
+    "ipv6",
     "isDefaultGateway",
     "isGateway",
     "kernelpath",

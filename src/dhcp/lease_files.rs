@@ -13,6 +13,7 @@ use super::options::ClientOptions;
 use super::{Error, ErrorKind, Result};
 use crate::hex::{hex, unhex};
 use ipamd::attachment::Attachment;
+use serde::de::DeserializeOwned;
 use serde::{Deserialize, Serialize};
 use sha2::{Digest, Sha256};
 use std::io::Write;
@@ -24,7 +25,28 @@ const FORMAT: u32 = 1;
 /// A record is a few hundred bytes; anything far larger is not ours.
 const MAX_RECORD: u64 = 64 * 1024;
 
-/// One held lease, as kept on disk.
+/// A kind of lease record: its file extension and format, and whose lease it is.
+pub trait Stored: Serialize + DeserializeOwned {
+    /// The extension of its files: a daemon reads each kind from its own files.
+    const EXT: &'static str;
+    /// The format this daemon writes and reads.
+    const FORMAT: u32;
+    fn attachment(&self) -> &Attachment;
+    fn format(&self) -> u32;
+}
+
+impl Stored for Record {
+    const EXT: &'static str = "json";
+    const FORMAT: u32 = FORMAT;
+    fn attachment(&self) -> &Attachment {
+        &self.attachment
+    }
+    fn format(&self) -> u32 {
+        self.format
+    }
+}
+
+/// One held DHCPv4 lease, as kept on disk.
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
 pub struct Record {
     pub format: u32,
@@ -121,9 +143,11 @@ impl LeaseFiles {
     }
 
     /// Writes `record` durably (file and directory synced) in place of the old one.
-    pub fn save(&self, record: &Record) -> Result<()> {
-        let path = self.path_of(&record.attachment);
-        let tmp = path.with_extension("tmp");
+    pub fn save<R: Stored>(&self, record: &R) -> Result<()> {
+        let path = self.path_of::<R>(record.attachment());
+        // One temporary name per kind: an attachment's DHCPv4 and DHCPv6 records are
+        // saved at the same time.
+        let tmp = path.with_extension(format!("{}.tmp", R::EXT));
         let _ = std::fs::remove_file(&tmp);
         let text =
             serde_json::to_vec(record).map_err(|e| corrupt(&format!("cannot encode: {e}")))?;
@@ -141,8 +165,8 @@ impl LeaseFiles {
     }
 
     /// Forgets the record of `attachment` (none is fine).
-    pub fn remove(&self, attachment: &Attachment) -> Result<()> {
-        let path = self.path_of(attachment);
+    pub fn remove<R: Stored>(&self, attachment: &Attachment) -> Result<()> {
+        let path = self.path_of::<R>(attachment);
         match std::fs::remove_file(&path) {
             Ok(()) => self.sync_dir(),
             Err(e) if e.kind() == std::io::ErrorKind::NotFound => Ok(()),
@@ -152,17 +176,17 @@ impl LeaseFiles {
 
     /// Every readable record; the unreadable ones are named in the second list (and left
     /// in place for a person to look at).
-    pub fn load(&self) -> Result<(Vec<Record>, Vec<String>)> {
+    pub fn load<R: Stored>(&self) -> Result<(Vec<R>, Vec<String>)> {
         let entries = std::fs::read_dir(&self.dir)
             .map_err(|e| io_error(&format!("listing {}", self.dir.display()), e))?;
         let (mut records, mut bad) = (Vec::new(), Vec::new());
         for entry in entries.flatten() {
             let path = entry.path();
-            if path.extension().and_then(|e| e.to_str()) != Some("json") {
+            if path.extension().and_then(|e| e.to_str()) != Some(R::EXT) {
                 continue;
             }
-            match read_record(&path) {
-                Ok(r) if path == self.path_of(&r.attachment) => records.push(r),
+            match read_record::<R>(&path) {
+                Ok(r) if path == self.path_of::<R>(r.attachment()) => records.push(r),
                 Ok(_) => bad.push(format!("{}: named for another attachment", path.display())),
                 Err(e) => bad.push(format!("{}: {e}", path.display())),
             }
@@ -172,9 +196,9 @@ impl LeaseFiles {
 
     /// A name from a hash of the attachment: container IDs and network names may hold
     /// characters a file name must not.
-    fn path_of(&self, a: &Attachment) -> PathBuf {
+    fn path_of<R: Stored>(&self, a: &Attachment) -> PathBuf {
         let digest = Sha256::digest(format!("{}\0{}\0{}", a.network, a.container_id, a.ifname));
-        self.dir.join(format!("{}.json", &hex(&digest)[..32]))
+        self.dir.join(format!("{}.{}", &hex(&digest)[..32], R::EXT))
     }
 
     fn sync_dir(&self) -> Result<()> {
@@ -185,7 +209,7 @@ impl LeaseFiles {
     }
 }
 
-fn read_record(path: &Path) -> Result<Record> {
+fn read_record<R: Stored>(path: &Path) -> Result<R> {
     use std::io::Read;
     let f = ipamd::files::open_nofollow(std::fs::OpenOptions::new().read(true), path)
         .map_err(store_error)?;
@@ -196,23 +220,24 @@ fn read_record(path: &Path) -> Result<Record> {
     if text.len() as u64 > MAX_RECORD {
         return Err(corrupt("larger than any lease record"));
     }
-    let record: Record =
+    let record: R =
         serde_json::from_slice(&text).map_err(|e| corrupt(&format!("not a lease record: {e}")))?;
-    if record.format != FORMAT {
+    if record.format() != R::FORMAT {
         return Err(corrupt(&format!(
-            "record format {} (this daemon reads {FORMAT})",
-            record.format
+            "record format {} (this daemon reads {})",
+            record.format(),
+            R::FORMAT
         )));
     }
     Ok(record)
 }
 
-fn unix_millis(t: SystemTime) -> u64 {
+pub fn unix_millis(t: SystemTime) -> u64 {
     t.duration_since(UNIX_EPOCH)
         .map_or(0, |d| u64::try_from(d.as_millis()).unwrap_or(u64::MAX))
 }
 
-fn corrupt(what: &str) -> Error {
+pub fn corrupt(what: &str) -> Error {
     Error::new(ErrorKind::Io, format!("unreadable lease record: {what}"))
 }
 
@@ -249,12 +274,12 @@ mod tests {
         record.bound_at_ms += 10;
         files.save(&record).unwrap();
         std::fs::write(files.dir().join("junk.json"), b"{").unwrap();
-        let (records, bad) = files.load().unwrap();
+        let (records, bad) = files.load::<Record>().unwrap();
         assert_eq!(records, vec![record]);
         assert_eq!(bad.len(), 1, "{bad:?}");
-        files.remove(&a).unwrap();
-        files.remove(&a).unwrap();
-        assert!(files.load().unwrap().0.is_empty());
+        files.remove::<Record>(&a).unwrap();
+        files.remove::<Record>(&a).unwrap();
+        assert!(files.load::<Record>().unwrap().0.is_empty());
         let e = LeaseFiles::open(files.dir()).unwrap_err();
         assert!(e.message.contains("another DHCP daemon"), "{e}");
     }

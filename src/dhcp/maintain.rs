@@ -8,16 +8,18 @@
 //! that namespace (the runtime removed it), the lease is released and forgotten.
 
 use super::exchange::{Ack, Client};
+use super::keep::{after_failure, elapsed_since, kept_or_given_back, Control, Keeper};
 use super::lease::{self, Phase, Terms};
-use super::lease_files::{LeaseFiles, Record};
+use super::lease_files::Record;
 use super::options::ClientOptions;
 use super::socket::PodSocket;
 use super::{ErrorKind, Timing};
 use crate::netlink::TableRoute;
+use ipamd::attachment::Attachment;
 use ipamd::log::Level;
 use ipamd::log_at;
-use std::sync::atomic::{AtomicBool, Ordering};
-use std::sync::{Arc, Condvar, Mutex, MutexGuard};
+use std::path::Path;
+use std::sync::{Arc, Mutex, MutexGuard};
 use std::time::{Duration, SystemTime};
 
 /// A kept lease, as the service holds it.
@@ -26,10 +28,8 @@ pub struct Held {
 }
 
 struct Shared {
+    control: Control,
     state: Mutex<State>,
-    wake: Condvar,
-    /// Ends an exchange in progress when the lease is released.
-    cancel: AtomicBool,
     /// The lease's socket once open (CHECK reads the interface through it).
     socket: Mutex<Option<Arc<PodSocket>>>,
 }
@@ -37,31 +37,11 @@ struct Shared {
 struct State {
     record: Record,
     ack: Ack,
-    phase: Phase,
-    /// Released: the thread sends DHCPRELEASE and ends.
-    stop: bool,
     /// The pod's routes through the interface when the lease was lost (the link going
     /// down deletes them), put back when the address is granted again.
     lost_routes: Vec<TableRoute>,
-}
-
-/// What the thread needs besides the lease.
-#[derive(Clone)]
-pub struct Keeper {
-    pub files: LeaseFiles,
-    pub timing: Timing,
-    pub broadcast: bool,
-    /// `-hostprefix`: the host's root as the daemon sees it (a daemon in a container).
-    pub host_prefix: std::path::PathBuf,
-}
-
-impl Keeper {
-    /// Where the daemon finds the netns the runtime named.
-    pub fn host_path(&self, netns: &std::path::Path) -> std::path::PathBuf {
-        let mut p = self.host_prefix.clone().into_os_string();
-        p.push(netns.as_os_str());
-        std::path::PathBuf::from(p)
-    }
+    /// Its IPv6 addresses then (a dual-stack pod's: the link going down deletes them too).
+    lost_v6: Vec<ipnet::Ipv6Net>,
 }
 
 impl Held {
@@ -88,15 +68,13 @@ impl Held {
         socket: Option<PodSocket>,
     ) -> Held {
         let shared = Arc::new(Shared {
+            control: Control::new(phase),
             state: Mutex::new(State {
                 record,
                 ack,
-                phase,
-                stop: false,
                 lost_routes: Vec::new(),
+                lost_v6: Vec::new(),
             }),
-            wake: Condvar::new(),
-            cancel: AtomicBool::new(false),
             socket: Mutex::new(None),
         });
         let for_thread = Arc::clone(&shared);
@@ -107,7 +85,7 @@ impl Held {
             .spawn(move || run(&keeper, &for_thread, socket));
         if let Err(e) = spawned {
             log_at!(Level::Error, "cannot start a lease thread: {e}");
-            lock(&shared).phase = Phase::Ended;
+            shared.control.set_phase(Phase::Ended);
         }
         Held { shared }
     }
@@ -115,7 +93,11 @@ impl Held {
     /// The lease's current ACK, netns path and phase.
     pub fn current(&self) -> (Ack, std::path::PathBuf, Phase) {
         let s = lock(&self.shared);
-        (s.ack.clone(), s.record.netns.clone(), s.phase)
+        (
+            s.ack.clone(),
+            s.record.netns.clone(),
+            self.shared.control.phase(),
+        )
     }
 
     /// The options the lease was acquired with.
@@ -133,7 +115,7 @@ impl Held {
             .unwrap_or_else(|p| p.into_inner())
             .clone();
         match socket {
-            Some(s) => s.has_address(terms.address.addr(), terms.address.prefix_len()),
+            Some(s) => s.link().has_address(ipnet::IpNet::V4(terms.address)),
             None => Ok(false),
         }
     }
@@ -145,42 +127,52 @@ impl Held {
     /// the thread then closes the packet socket, and the kernel's close of a bound packet
     /// socket waits for an RCU grace period (≈ 25 ms), which DEL need not wait for.
     pub fn release(self) {
-        let mut s = lock(&self.shared);
-        s.stop = true;
-        self.shared.cancel.store(true, Ordering::SeqCst);
-        self.shared.wake.notify_all();
-        // Bounded: a thread that died (a bug) must not hang DEL.
-        let deadline = std::time::Instant::now() + RELEASE_WAIT;
-        while s.phase != Phase::Ended {
-            let left = deadline.saturating_duration_since(std::time::Instant::now());
-            if left.is_zero() {
-                log_at!(
-                    Level::Error,
-                    "{}: the lease thread did not end within {RELEASE_WAIT:?}",
-                    label_of(&s)
-                );
-                return;
-            }
-            s = self
-                .shared
-                .wake
-                .wait_timeout(s, left)
-                .unwrap_or_else(|p| p.into_inner())
-                .0;
-        }
+        let label = label(&self.shared);
+        self.shared.control.stop_and_wait(&label);
     }
 }
 
-/// How long a release waits for the lease's thread (an exchange in progress ends within
-/// 200 ms of being cancelled; the release itself is one packet).
-const RELEASE_WAIT: Duration = Duration::from_secs(10);
+impl Held {
+    /// A new DHCPv4 lease for the attachment (DISCOVER … ACK in its netns), recorded,
+    /// then kept by a thread of its own.
+    pub fn acquire(
+        keeper: &Keeper,
+        attachment: &Attachment,
+        netns: &Path,
+        options: &ClientOptions,
+    ) -> super::Result<(Terms, Held)> {
+        let path = keeper.host_path(netns);
+        let socket = PodSocket::open(&path, &attachment.ifname)?;
+        let client = Client {
+            socket: &socket,
+            options,
+            timing: keeper.timing,
+            broadcast: keeper.broadcast,
+            cancel: None,
+        };
+        let ack = client.acquire(None)?;
+        let bound_at = SystemTime::now();
+        // Nothing is answered before the lease is usable and on disk; a lease that is
+        // not goes back to the server at once.
+        let kept = lease::terms(&ack).and_then(|terms| {
+            let record = Record::new(
+                attachment.clone(),
+                netns.to_path_buf(),
+                options.clone(),
+                &ack,
+                bound_at,
+            )?;
+            keeper.files.save(&record)?;
+            Ok((terms, record))
+        });
+        let give_back = || client.release(&ack);
+        let (terms, record) = kept_or_given_back(kept, give_back, attachment, ack.yiaddr(), netns)?;
+        Ok((terms, Held::start(keeper.clone(), socket, record, ack)))
+    }
+}
 
 fn lock(shared: &Shared) -> MutexGuard<'_, State> {
     shared.state.lock().unwrap_or_else(|p| p.into_inner())
-}
-
-fn elapsed_since(t: SystemTime) -> Duration {
-    SystemTime::now().duration_since(t).unwrap_or_default()
 }
 
 /// The thread: open the socket if resuming, then wait, act, repeat.
@@ -213,11 +205,11 @@ fn run(keeper: &Keeper, shared: &Shared, socket: Option<PodSocket>) {
     let mut retry_at = Some(SystemTime::now());
     loop {
         let wake_at = next_event(shared, retry_at);
-        if !wait_until(shared, wake_at) {
+        if !shared.control.wait_until(wake_at) {
             release(keeper, shared, &socket);
             return end(keeper, shared);
         }
-        if !pod_present(&socket) {
+        if !socket.link().present() {
             log_at!(
                 Level::Info,
                 "{}: the pod's netns or interface is gone; releasing its lease",
@@ -232,10 +224,10 @@ fn run(keeper: &Keeper, shared: &Shared, socket: Option<PodSocket>) {
 
 /// When to act next: the phase's timer, or the retry time an exchange failure set.
 fn next_event(shared: &Shared, retry_at: Option<SystemTime>) -> Option<SystemTime> {
-    let s = lock(shared);
-    if s.phase != Phase::Bound {
+    if shared.control.phase() != Phase::Bound {
         return retry_at;
     }
+    let s = lock(shared);
     let timers = lease::terms(&s.ack).ok()?.timers;
     if timers.infinite() {
         return None;
@@ -243,42 +235,13 @@ fn next_event(shared: &Shared, retry_at: Option<SystemTime>) -> Option<SystemTim
     Some(s.record.bound_at() + timers.renew)
 }
 
-/// Waits until `at` (None: until released). False once released.
-fn wait_until(shared: &Shared, at: Option<SystemTime>) -> bool {
-    let mut s = lock(shared);
-    loop {
-        if s.stop {
-            return false;
-        }
-        let left = match at {
-            Some(t) => match t.duration_since(SystemTime::now()) {
-                Ok(d) if !d.is_zero() => d,
-                _ => return true,
-            },
-            // Wake now and then to notice a pod that is gone.
-            None => Duration::from_secs(60),
-        };
-        let (guard, timeout) = shared
-            .wake
-            .wait_timeout(s, left.min(Duration::from_secs(60)))
-            .unwrap_or_else(|p| p.into_inner());
-        s = guard;
-        if timeout.timed_out() && at.is_none() {
-            return true;
-        }
-    }
-}
-
-fn pod_present(socket: &PodSocket) -> bool {
-    socket.netns_still_at_path() && socket.link_present().unwrap_or(true)
-}
-
 /// One action of the phase; the time of the next try when it failed.
 fn step(keeper: &Keeper, shared: &Shared, socket: &PodSocket) -> Option<SystemTime> {
-    let (ack, record, phase) = {
+    let (ack, record) = {
         let s = lock(shared);
-        (s.ack.clone(), s.record.clone(), s.phase)
+        (s.ack.clone(), s.record.clone())
     };
+    let phase = shared.control.phase();
     let timers = lease::terms(&ack).ok().map(|t| t.timers);
     let elapsed = elapsed_since(record.bound_at());
     let now = SystemTime::now();
@@ -286,7 +249,7 @@ fn step(keeper: &Keeper, shared: &Shared, socket: &PodSocket) -> Option<SystemTi
     let until = |d: Duration| d.saturating_sub(elapsed).max(Duration::from_millis(200));
     let (outcome, window) = match (phase, timers) {
         (Phase::Bound, _) => {
-            set_phase(shared, Phase::Renewing);
+            shared.control.set_phase(Phase::Renewing);
             return Some(now);
         }
         (Phase::Renewing, Some(t)) => (
@@ -309,45 +272,28 @@ fn step(keeper: &Keeper, shared: &Shared, socket: &PodSocket) -> Option<SystemTi
         }
         Err(e) => {
             log_at!(Level::Warn, "{}: {:?}: {e}", label(shared), phase);
-            let lost = e.kind == ErrorKind::Refused
-                || timers.is_none_or(|t| elapsed_since(record.bound_at()) >= t.expire);
-            let next_phase = match phase {
-                _ if lost => Phase::Expired,
-                Phase::Renewing
-                    if timers.is_some_and(|t| elapsed_since(record.bound_at()) >= t.rebind) =>
-                {
-                    Phase::Rebinding
-                }
-                p => p,
-            };
+            let refused = e.kind == ErrorKind::Refused;
+            let (next_phase, retry) =
+                after_failure(phase, timers, record.bound_at(), refused, window);
             if next_phase == Phase::Expired && phase != Phase::Expired {
                 log_at!(Level::Error, "{}: lease of {} lost; taking the interface down until the server grants it again", label(shared), ack.message.yiaddr());
-                match socket.routes_via() {
-                    Ok(routes) => lock(shared).lost_routes = routes,
+                let link = socket.link();
+                match link
+                    .routes_via()
+                    .and_then(|r| Ok((r, link.ipv6_addresses()?)))
+                {
+                    Ok((routes, v6)) => {
+                        let mut s = lock(shared);
+                        (s.lost_routes, s.lost_v6) = (routes, v6);
+                    }
                     Err(e) => log_at!(Level::Warn, "{}: {e}", label(shared)),
                 }
                 if let Err(e) = socket.set_link_up(false) {
                     log_at!(Level::Warn, "{}: {e}", label(shared));
                 }
             }
-            set_phase(shared, next_phase);
-            // RFC 2131 §4.4.5: wait half the time left before trying again (at least a few
-            // seconds, at most a minute), but not past the next milestone (T2, the lease's
-            // end: the address is not used a moment longer); after expiry, every half minute.
-            if next_phase == Phase::Expired {
-                return Some(SystemTime::now() + Duration::from_secs(30));
-            }
-            let pause = (window / 2).clamp(Duration::from_secs(2), Duration::from_secs(60));
-            let retry = SystemTime::now() + pause;
-            let milestone = timers.map(|t| {
-                let at = if next_phase == Phase::Renewing {
-                    t.rebind
-                } else {
-                    t.expire
-                };
-                record.bound_at() + at
-            });
-            Some(milestone.map_or(retry, |m| m.min(retry)))
+            shared.control.set_phase(next_phase);
+            Some(retry)
         }
     }
 }
@@ -392,7 +338,7 @@ fn client<'a>(
             ..keeper.timing
         },
         broadcast: keeper.broadcast,
-        cancel: Some(&shared.cancel),
+        cancel: Some(&shared.control.cancel),
     }
 }
 
@@ -422,13 +368,16 @@ fn commit(keeper: &Keeper, shared: &Shared, socket: &PodSocket, ack: Ack, was: P
         Err(e) => log_at!(Level::Error, "{}: {e}", label_of(&s)),
     }
     s.ack = ack;
-    s.phase = Phase::Bound;
     let lost_routes = std::mem::take(&mut s.lost_routes);
+    let lost_v6 = std::mem::take(&mut s.lost_v6);
     drop(s);
+    shared.control.set_phase(Phase::Bound);
     if was == Phase::Expired {
+        // Addresses before routes: an IPv6 route's gateway is reached through them.
         let back = socket
             .set_link_up(true)
-            .and_then(|()| socket.restore_routes(&lost_routes));
+            .and_then(|()| socket.link().restore_ipv6_addresses(&lost_v6))
+            .and_then(|()| socket.link().restore_routes(&lost_routes));
         if let Err(e) = back {
             log_at!(Level::Warn, "{}: {e}", label(shared));
         }
@@ -445,7 +394,7 @@ fn release(keeper: &Keeper, shared: &Shared, socket: &PodSocket) {
         let s = lock(shared);
         (s.ack.clone(), s.record.clone())
     };
-    if socket.link_present().unwrap_or(false) {
+    if socket.link().link_present().unwrap_or(false) {
         let c = Client {
             socket,
             options: &record.options,
@@ -467,18 +416,13 @@ fn release(keeper: &Keeper, shared: &Shared, socket: &PodSocket) {
 
 /// The thread's last act: the record goes, the lease is over.
 fn end(keeper: &Keeper, shared: &Shared) {
-    let mut s = lock(shared);
-    if let Err(e) = keeper.files.remove(&s.record.attachment) {
+    let s = lock(shared);
+    if let Err(e) = keeper.files.remove::<Record>(&s.record.attachment) {
         log_at!(Level::Error, "{}: {e}", label_of(&s));
     }
-    s.phase = Phase::Ended;
     drop(s);
     *shared.socket.lock().unwrap_or_else(|p| p.into_inner()) = None;
-    shared.wake.notify_all();
-}
-
-fn set_phase(shared: &Shared, phase: Phase) {
-    lock(shared).phase = phase;
+    shared.control.set_phase(Phase::Ended);
 }
 
 fn label(shared: &Shared) -> String {

@@ -1,4 +1,4 @@
-//! DHCPv4 for pods: the client machinery behind the `dhcp` IPAM plugin, run by the lease
+//! DHCPv4 (and, with `ipam.ipv6`, DHCPv6: [`v6`]) for pods: the client machinery behind the `dhcp` IPAM plugin, run by the lease
 //! daemon (`dhcp daemon`, or `cnikit ipamd daemon`, which hosts the same service).
 //!
 //! A pod's lease is acquired from inside the pod's network namespace, on the interface
@@ -19,15 +19,22 @@
 //! - [`maintain`]: one thread per lease keeping it until release.
 //! - [`service`]: the daemon's `dhcp` service: acquire, release, check, status, gc.
 //! - [`daemon`]: `dhcp daemon` with the reference's flags (`-socketpath`, `-timeout`, ...).
+//! - [`pod_link`]: the pod's interface (netns handle, index, MAC) and its checks, for both
+//!   families.
+//! - [`keep`]: what every lease thread shares: the daemon's settings, the phase and stop.
+//! - [`v6`]: the DHCPv6 client (IA_NA), run beside the DHCPv4 one on the same interface.
 
 pub mod daemon;
 pub mod exchange;
+pub mod keep;
 pub mod lease;
 pub mod lease_files;
 pub mod maintain;
 pub mod options;
+pub mod pod_link;
 pub mod service;
 pub mod socket;
+pub mod v6;
 pub mod wire;
 
 use std::fmt;

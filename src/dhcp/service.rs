@@ -7,12 +7,13 @@
 //! power could not do it itself, so the daemon does not do it for them. STATUS (whether
 //! the daemon answers) is open to every peer the daemon's own gate lets in.
 
-use super::exchange::Client;
+use super::keep::Keeper;
 use super::lease::{self, Phase, Terms};
 use super::lease_files::{LeaseFiles, Record};
-use super::maintain::{Held, Keeper};
+use super::maintain::Held;
 use super::options::ClientOptions;
-use super::socket::PodSocket;
+use super::v6::lease::{Record6, Terms6};
+use super::v6::maintain::Held6;
 use super::{Error, ErrorKind, Timing};
 use ipamd::attachment::Attachment;
 use ipamd::log::Level;
@@ -22,7 +23,6 @@ use serde::{Deserialize, Serialize};
 use std::collections::HashMap;
 use std::path::{Path, PathBuf};
 use std::sync::{Arc, Mutex, MutexGuard};
-use std::time::SystemTime;
 
 /// What the plugin asks.
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
@@ -34,6 +34,9 @@ pub enum Request {
         attachment: Attachment,
         netns: PathBuf,
         options: ClientOptions,
+        /// Which families to lease (absent: IPv4 only, as every plugin before DHCPv6).
+        #[serde(default)]
+        families: Families,
     },
     /// CHECK: the lease is held, in force, and its address is on the interface.
     Check { attachment: Attachment },
@@ -48,13 +51,35 @@ pub enum Request {
     },
 }
 
+/// The address families a pod's leases are for (`ipam.ipv4`, `ipam.ipv6`).
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
+pub struct Families {
+    pub v4: bool,
+    pub v6: bool,
+}
+
+impl Default for Families {
+    /// The reference's: IPv4 only.
+    fn default() -> Self {
+        Families {
+            v4: true,
+            v6: false,
+        }
+    }
+}
+
 /// The answers.
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
 #[serde(tag = "kind", rename_all = "camelCase")]
 pub enum Response {
     /// The lease, for the plugin's result.
     Granted {
-        terms: Terms,
+        /// The DHCPv4 lease (absent for an IPv6-only pod). Boxed: the other answers
+        /// are a word.
+        terms: Option<Box<Terms>>,
+        /// The DHCPv6 lease, when asked for.
+        #[serde(default)]
+        terms6: Option<Box<Terms6>>,
     },
     Done,
     Collected {
@@ -77,7 +102,25 @@ pub struct DhcpOptions {
 pub struct Dhcp {
     keeper: Keeper,
     /// One slot per attachment: requests for one attachment take turns, others go on.
-    slots: Mutex<HashMap<Attachment, Arc<Mutex<Option<Held>>>>>,
+    slots: Mutex<HashMap<Attachment, Arc<Mutex<Slot>>>>,
+}
+
+/// An attachment's leases: one per family at most.
+#[derive(Default)]
+struct Slot {
+    v4: Option<Held>,
+    v6: Option<Held6>,
+}
+
+impl Slot {
+    fn release(&mut self) {
+        if let Some(h) = self.v4.take() {
+            h.release();
+        }
+        if let Some(h) = self.v6.take() {
+            h.release();
+        }
+    }
 }
 
 /// Refused: the peer may not act in pods' netns.
@@ -94,34 +137,50 @@ impl Dhcp {
             broadcast: opts.broadcast,
             host_prefix: opts.host_prefix,
         };
-        let (records, bad) = files.load()?;
-        for b in &bad {
+        let (records, bad) = files.load::<Record>()?;
+        let (records6, bad6) = files.load::<Record6>()?;
+        for b in bad.iter().chain(&bad6) {
             log_at!(Level::Error, "dhcp: skipping {b}");
         }
-        let mut slots = HashMap::new();
+        let mut slots: HashMap<Attachment, Slot> = HashMap::new();
+        let mut resumed = 0;
         for record in records {
             match record.ack() {
                 Ok(ack) => {
                     let key = record.attachment.clone();
-                    let held = Held::resume(keeper.clone(), record, ack);
-                    slots.insert(key, Arc::new(Mutex::new(Some(held))));
+                    slots.entry(key).or_default().v4 =
+                        Some(Held::resume(keeper.clone(), record, ack));
+                    resumed += 1;
                 }
                 Err(e) => log_at!(Level::Error, "dhcp: lease of {:?}: {e}", record.attachment),
             }
         }
+        for record in records6 {
+            let key = record.attachment.clone();
+            match Held6::resume(keeper.clone(), record) {
+                Ok(held) => {
+                    slots.entry(key).or_default().v6 = Some(held);
+                    resumed += 1;
+                }
+                Err(e) => log_at!(Level::Error, "dhcp: DHCPv6 lease of {key:?}: {e}"),
+            }
+        }
         log_at!(
             Level::Info,
-            "dhcp: resumed {} lease(s) from {}",
-            slots.len(),
+            "dhcp: resumed {resumed} lease(s) from {}",
             files.dir().display()
         );
+        let slots = slots
+            .into_iter()
+            .map(|(k, v)| (k, Arc::new(Mutex::new(v))))
+            .collect();
         Ok(Dhcp {
             keeper,
             slots: Mutex::new(slots),
         })
     }
 
-    fn slot(&self, key: &Attachment) -> Arc<Mutex<Option<Held>>> {
+    fn slot(&self, key: &Attachment) -> Arc<Mutex<Slot>> {
         let mut slots = lock(&self.slots);
         Arc::clone(slots.entry(key.clone()).or_default())
     }
@@ -131,72 +190,105 @@ impl Dhcp {
         attachment: Attachment,
         netns: PathBuf,
         options: ClientOptions,
+        families: Families,
     ) -> Result<Response, Error> {
+        if !families.v4 && !families.v6 {
+            return Err(Error::new(
+                ErrorKind::Invalid,
+                "neither IPv4 nor IPv6 asked for: set \"ipv4\" or \"ipv6\" to true",
+            ));
+        }
         let slot = self.slot(&attachment);
         let mut held = lock(&slot);
-        if let Some(h) = held.take() {
-            let (ack, at, phase) = h.current();
-            if at == netns
-                && phase != Phase::Ended
-                && phase != Phase::Expired
-                && h.options() == options
-            {
-                // ADD again for the same pod (a runtime retrying): the lease it holds.
-                let terms = lease::terms(&ack)?;
-                *held = Some(h);
-                return Ok(granted(&terms));
-            }
-            h.release();
+        // ADD again for the same pod (a runtime retrying): the leases it holds.
+        if let Some(again) = self.held_terms(&held, &netns, &options, families) {
+            return Ok(again);
         }
-        let path = self.keeper.host_path(&netns);
-        let socket = PodSocket::open(&path, &attachment.ifname)?;
-        let client = Client {
-            socket: &socket,
-            options: &options,
-            timing: self.keeper.timing,
-            broadcast: self.keeper.broadcast,
-            cancel: None,
-        };
-        let ack = client.acquire(None)?;
-        let bound_at = SystemTime::now();
-        // Nothing is answered before the lease is usable and on disk; a lease that is
-        // not goes back to the server at once.
-        let kept = lease::terms(&ack).and_then(|terms| {
-            let record = Record::new(
-                attachment.clone(),
-                netns.clone(),
-                options.clone(),
-                &ack,
-                bound_at,
-            )?;
-            self.keeper.files.save(&record)?;
-            Ok((terms, record))
+        held.release();
+        let k = &self.keeper;
+        let (a, n, o) = (&attachment, &netns, &options);
+        // Both families at once: the IPv6 side may wait for the link-local address.
+        let (r4, r6) = std::thread::scope(|scope| {
+            let v6 = families
+                .v6
+                .then(|| scope.spawn(|| super::v6::service::acquire(k, a, n, o)));
+            let r4 = families.v4.then(|| Held::acquire(k, a, n, o)).transpose();
+            let r6 = match v6 {
+                Some(t) => t
+                    .join()
+                    .unwrap_or_else(|_| {
+                        Err(Error::new(ErrorKind::Io, "the DHCPv6 client panicked"))
+                    })
+                    .map(Some),
+                None => Ok(None),
+            };
+            (r4, r6)
         });
-        let (terms, record) = match kept {
-            Ok(k) => k,
-            Err(e) => {
-                if let Err(r) = client.release(&ack) {
-                    log_at!(Level::Warn, "dhcp: {r}");
+        // All or nothing: a family that failed takes the other's new lease back.
+        let (l4, l6) = match (r4, r6) {
+            (Ok(l4), Ok(l6)) => (l4, l6),
+            (r4, r6) => {
+                let e = [r4.as_ref().err(), r6.as_ref().err()]
+                    .into_iter()
+                    .flatten()
+                    .next()
+                    .cloned();
+                if let Ok(Some((_, h))) = r4 {
+                    h.release();
                 }
-                return Err(e);
+                if let Ok(Some((_, h))) = r6 {
+                    h.release();
+                }
+                return Err(e.unwrap_or_else(|| Error::new(ErrorKind::Io, "no lease")));
             }
         };
-        log_at!(
-            Level::Info,
-            "dhcp: {} got {} on {} in {}",
-            attachment.container_id,
-            terms.address,
-            attachment.ifname,
-            netns.display()
-        );
-        *held = Some(Held::start(self.keeper.clone(), socket, record, ack));
-        Ok(granted(&terms))
+        let terms = l4.as_ref().map(|(t, _)| Box::new(t.clone()));
+        let terms6 = l6.as_ref().map(|(t, _)| Box::new(t.clone()));
+        held.v4 = l4.map(|(_, h)| h);
+        held.v6 = l6.map(|(_, h)| h);
+        Ok(Response::Granted { terms, terms6 })
+    }
+
+    /// The terms of the leases `slot` holds for exactly this request, if it does.
+    fn held_terms(
+        &self,
+        slot: &Slot,
+        netns: &Path,
+        options: &ClientOptions,
+        families: Families,
+    ) -> Option<Response> {
+        let live = |at: &Path, phase: Phase| {
+            at == netns && phase != Phase::Ended && phase != Phase::Expired
+        };
+        let terms = match (&slot.v4, families.v4) {
+            (Some(h), true) => {
+                let (ack, at, phase) = h.current();
+                if !live(&at, phase) || h.options() != *options {
+                    return None;
+                }
+                Some(Box::new(lease::terms(&ack).ok()?))
+            }
+            (None, false) => None,
+            _ => return None,
+        };
+        let terms6 = match (&slot.v6, families.v6) {
+            (Some(h), true) => {
+                let (t, at, phase) = h.current();
+                if !live(&at, phase) {
+                    return None;
+                }
+                Some(Box::new(t.ok()?))
+            }
+            (None, false) => None,
+            _ => return None,
+        };
+        Some(Response::Granted { terms, terms6 })
     }
 
     fn check(&self, attachment: &Attachment) -> Result<Response, Error> {
         let slot = self.slot(attachment);
         let held = lock(&slot);
-        let Some(h) = held.as_ref() else {
+        if held.v4.is_none() && held.v6.is_none() {
             return Err(Error::new(
                 ErrorKind::Refused,
                 format!(
@@ -204,36 +296,41 @@ impl Dhcp {
                     attachment.container_id, attachment.ifname
                 ),
             ));
-        };
-        let (ack, _, phase) = h.current();
-        let terms = lease::terms(&ack)?;
-        match phase {
-            Phase::Expired | Phase::Ended => Err(Error::new(
-                ErrorKind::Refused,
-                format!(
-                    "the lease of {} on {} is {phase:?}",
-                    terms.address, attachment.ifname
-                ),
-            )),
-            _ if !h.address_on_interface(&terms)? => Err(Error::new(
-                ErrorKind::Refused,
-                format!(
-                    "the leased address {} is not on {}",
-                    terms.address, attachment.ifname
-                ),
-            )),
-            _ => Ok(Response::Done),
         }
+        if let Some(h) = &held.v4 {
+            let (ack, _, phase) = h.current();
+            let terms = lease::terms(&ack)?;
+            in_force(
+                &terms.address.to_string(),
+                &attachment.ifname,
+                phase,
+                || h.address_on_interface(&terms),
+            )?;
+        }
+        if let Some(h) = &held.v6 {
+            let (terms, _, phase) = h.current();
+            let terms = terms?;
+            in_force(
+                &terms.address.to_string(),
+                &attachment.ifname,
+                phase,
+                || h.address_on_interface(&terms),
+            )?;
+        }
+        Ok(Response::Done)
     }
 
     fn release(&self, attachment: &Attachment) -> Result<Response, Error> {
         let slot = self.slot(attachment);
-        let taken = lock(&slot).take();
-        match taken {
-            Some(h) => h.release(),
-            // No lease kept: a record may still be there (a resume that failed).
-            None => self.keeper.files.remove(attachment)?,
+        let mut taken = std::mem::take(&mut *lock(&slot));
+        // No lease kept: a record may still be there (a resume that failed).
+        if taken.v4.is_none() {
+            self.keeper.files.remove::<Record>(attachment)?;
         }
+        if taken.v6.is_none() {
+            self.keeper.files.remove::<Record6>(attachment)?;
+        }
+        taken.release();
         lock(&self.slots).remove(attachment);
         Ok(Response::Done)
     }
@@ -253,9 +350,23 @@ impl Dhcp {
     }
 }
 
-fn granted(terms: &Terms) -> Response {
-    Response::Granted {
-        terms: terms.clone(),
+/// CHECK of one lease: in force, and its address on the interface.
+fn in_force(
+    address: &str,
+    ifname: &str,
+    phase: Phase,
+    on_interface: impl FnOnce() -> Result<bool, Error>,
+) -> Result<(), Error> {
+    match phase {
+        Phase::Expired | Phase::Ended => Err(Error::new(
+            ErrorKind::Refused,
+            format!("the lease of {address} on {ifname} is {phase:?}"),
+        )),
+        _ if !on_interface()? => Err(Error::new(
+            ErrorKind::Refused,
+            format!("the leased address {address} is not on {ifname}"),
+        )),
+        _ => Ok(()),
     }
 }
 
@@ -313,8 +424,9 @@ impl Service for Dhcp {
                 attachment,
                 netns,
                 options,
+                families,
             } => validate(&attachment, Some(&netns))
-                .and_then(|()| self.acquire(attachment, netns, options)),
+                .and_then(|()| self.acquire(attachment, netns, options, families)),
             Request::Check { attachment } => {
                 validate(&attachment, None).and_then(|()| self.check(&attachment))
             }

@@ -3,15 +3,13 @@
 //! when it asks for one, and because DHCPRELEASE and renewals must leave from the leased
 //! address to the server's MAC whatever the pod's routes say.
 //!
-//! The socket keeps the namespace handle it was opened with: the link checks of a held
-//! lease (`link_present`, `has_address`, `set_link_up`) talk to that namespace, and
-//! `netns_still_at_path` tells whether the runtime still names it (the handle alone
-//! keeps a removed pod's namespace alive).
+//! The socket keeps the pod's link ([`PodLink`]: the namespace handle it was opened with),
+//! through which a held lease checks and changes the interface.
 
+use super::pod_link::PodLink;
 use super::{Error, ErrorKind, Result};
-use crate::netlink::{self, IpvlanMode, NetNs, Netlink};
+use crate::netlink::{IpvlanMode, Link};
 use std::io;
-use std::net::Ipv4Addr;
 use std::os::fd::{AsRawFd, FromRawFd, OwnedFd, RawFd};
 use std::path::Path;
 use std::time::{Duration, Instant};
@@ -25,10 +23,7 @@ const CLIENT_PORT: u32 = 68;
 #[derive(Debug)]
 pub struct PodSocket {
     fd: OwnedFd,
-    netns: NetNs,
-    ifname: String,
-    index: u32,
-    mac: [u8; 6],
+    link: PodLink,
     /// An ipvlan link: its MAC is its master's (see [`PodSocket::needs_broadcast`]).
     ipvlan: bool,
 }
@@ -39,25 +34,23 @@ impl PodSocket {
     /// A missing netns or link is `ErrorKind::NoInterface`, naming both; an ipvlan link in
     /// l3 or l3s mode, which passes no broadcasts, `ErrorKind::Invalid`.
     pub fn open(netns: &Path, ifname: &str) -> Result<PodSocket> {
-        let ns = NetNs::open(netns).map_err(|e| {
-            let kind = match e.kind {
-                netlink::ErrorKind::NetnsNotFound => ErrorKind::NoInterface,
-                _ => ErrorKind::Io,
-            };
-            Error::new(kind, format!("{} (looking for {ifname})", e.message))
+        let (link, found) = PodLink::open(netns, ifname, refuse_l3_ipvlan)?;
+        let index = link.ifindex();
+        let fd = link.run_inside(|| {
+            packet_socket(index).map_err(|(what, e)| {
+                Error::new(ErrorKind::Io, format!("{what} on {}: {e}", link.describe()))
+            })
         })?;
-        let where_ = format!("{ifname} in {}", netns.display());
-        let (fd, index, mac, ipvlan) = ns
-            .run(|| open_inside(ifname, &where_))
-            .map_err(|e| netlink_error(&e, &where_))??;
         Ok(PodSocket {
             fd,
-            netns: ns,
-            ifname: ifname.to_string(),
-            index,
-            mac,
-            ipvlan,
+            link,
+            ipvlan: found.is_kind("ipvlan"),
         })
+    }
+
+    /// The pod's interface this socket is bound to.
+    pub fn link(&self) -> &PodLink {
+        &self.link
     }
 
     /// Whether the client must ask for broadcast answers (RFC 2131 §4.1: it cannot take
@@ -70,20 +63,16 @@ impl PodSocket {
     }
 
     pub fn mac(&self) -> [u8; 6] {
-        self.mac
+        self.link.mac()
     }
 
     pub fn ifname(&self) -> &str {
-        &self.ifname
-    }
-
-    pub fn ifindex(&self) -> u32 {
-        self.index
+        self.link.ifname()
     }
 
     /// The path the namespace was opened from (`CNI_NETNS`).
     pub fn netns_path(&self) -> &Path {
-        self.netns.path()
+        self.link.netns_path()
     }
 
     /// Sends one IPv4 packet (header included) to `dst_mac` (broadcast: all ones).
@@ -145,40 +134,9 @@ impl PodSocket {
         }
     }
 
-    /// Whether the interface this socket is bound to still exists under its name in that
-    /// namespace (a link deleted, or renamed and replaced, is not).
-    pub fn link_present(&self) -> Result<bool> {
-        let mut nl = self.netlink()?;
-        let link = nl
-            .link_by_index(self.index)
-            .map_err(|e| self.netlink_error(&e))?;
-        Ok(link.is_some_and(|l| l.name == self.ifname))
-    }
-
-    /// Whether the netns path still names the namespace this socket is in: false once the
-    /// runtime removed it (or put another namespace there), although this socket's handle
-    /// keeps the old one alive.
-    pub fn netns_still_at_path(&self) -> bool {
-        let Ok(at_path) = std::fs::metadata(self.netns.path()) else {
-            return false;
-        };
-        use std::os::unix::fs::MetadataExt;
-        // SAFETY: fstat of a descriptor the NetNs owns, into a zeroed struct.
-        let mut st: libc::stat = unsafe { std::mem::zeroed() };
-        if unsafe { libc::fstat(self.netns.as_raw_fd(), &mut st) } != 0 {
-            return false;
-        }
-        at_path.ino() == st.st_ino && at_path.dev() == st.st_dev
-    }
-
     /// Sets the interface up or down (down: the reference's answer to an expired lease).
     pub fn set_link_up(&self, up: bool) -> Result<()> {
-        let mut nl = self.netlink()?;
-        let done = match up {
-            true => nl.set_up(self.index),
-            false => nl.set_down(self.index),
-        };
-        done.map_err(|e| self.netlink_error(&e))?;
+        self.link.set_up(up)?;
         if up {
             self.take_pending_error();
         }
@@ -203,61 +161,13 @@ impl PodSocket {
         }
     }
 
-    /// Every route through the interface, in every table: taking the link down deletes
-    /// them, and a lease taken back must leave the pod as it was.
-    pub fn routes_via(&self) -> Result<Vec<netlink::TableRoute>> {
-        let mut nl = self.netlink()?;
-        let all = nl.all_routes().map_err(|e| self.netlink_error(&e))?;
-        let mut mine: Vec<_> = all
-            .into_iter()
-            .filter(|r| r.oif == Some(self.index))
-            .collect();
-        // On-link routes first: a route via a gateway needs one to reach it.
-        mine.sort_by_key(|r| r.gateway.is_some());
-        Ok(mine)
-    }
-
-    /// Puts `routes` back (those the kernel made again when the link came up are there
-    /// already, which is fine).
-    pub fn restore_routes(&self, routes: &[netlink::TableRoute]) -> Result<()> {
-        let mut nl = self.netlink()?;
-        for r in routes {
-            nl.restore_route(r).map_err(|e| self.netlink_error(&e))?;
-        }
-        Ok(())
-    }
-
-    /// Whether `addr/prefix` is on the interface (CHECK: the lease is still configured).
-    pub fn has_address(&self, addr: Ipv4Addr, prefix: u8) -> Result<bool> {
-        let mut nl = self.netlink()?;
-        let addrs = nl
-            .addresses(self.index)
-            .map_err(|e| self.netlink_error(&e))?;
-        Ok(addrs.iter().any(|net| match net {
-            ipnet::IpNet::V4(v4) => v4.addr() == addr && v4.prefix_len() == prefix,
-            ipnet::IpNet::V6(_) => false,
-        }))
-    }
-
-    fn netlink(&self) -> Result<Netlink> {
-        Netlink::open_in(&self.netns).map_err(|e| self.netlink_error(&e))
-    }
-
-    fn describe(&self) -> String {
-        format!("{} in {}", self.ifname, self.netns.path().display())
-    }
-
-    fn netlink_error(&self, e: &netlink::Error) -> Error {
-        netlink_error(e, &self.describe())
-    }
-
     /// A socket call's failure; the link having gone away is `NoInterface`.
     fn io_error(&self, what: &str, e: &io::Error) -> Error {
         let kind = match e.raw_os_error() {
             Some(libc::ENXIO) | Some(libc::ENODEV) => ErrorKind::NoInterface,
             _ => ErrorKind::Io,
         };
-        Error::new(kind, format!("{what} on {}: {e}", self.describe()))
+        Error::new(kind, format!("{what} on {}: {e}", self.link.describe()))
     }
 
     fn link_addr(&self, mac: [u8; 6]) -> libc::sockaddr_ll {
@@ -265,7 +175,7 @@ impl PodSocket {
         let mut addr: libc::sockaddr_ll = unsafe { std::mem::zeroed() };
         addr.sll_family = libc::AF_PACKET as u16;
         addr.sll_protocol = (libc::ETH_P_IP as u16).to_be();
-        addr.sll_ifindex = self.index as i32;
+        addr.sll_ifindex = self.link.ifindex() as i32;
         addr.sll_halen = 6;
         addr.sll_addr[..6].copy_from_slice(&mac);
         addr
@@ -293,21 +203,8 @@ impl PodSocket {
     }
 }
 
-/// Runs inside the pod's namespace: the link, then the socket bound to it (and whether the
-/// link is ipvlan).
-fn open_inside(ifname: &str, where_: &str) -> Result<(OwnedFd, u32, [u8; 6], bool)> {
-    let mut nl = Netlink::open().map_err(|e| netlink_error(&e, where_))?;
-    let link = nl
-        .link_by_name(ifname)
-        .map_err(|e| netlink_error(&e, where_))?
-        .ok_or_else(|| Error::new(ErrorKind::NoInterface, format!("no interface {where_}")))?;
-    let mac = link.mac.as_deref().and_then(parse_mac).ok_or_else(|| {
-        Error::new(
-            ErrorKind::Invalid,
-            format!("{where_} has no Ethernet address"),
-        )
-    })?;
-    // The kernel drops an l3/l3s slave's broadcasts (the send fails with ENOBUFS).
+/// The kernel drops an l3/l3s slave's broadcasts (the send fails with ENOBUFS).
+pub(super) fn refuse_l3_ipvlan(link: &Link, where_: &str) -> Result<()> {
     if let Some(mode @ (IpvlanMode::L3 | IpvlanMode::L3s)) = link.ipvlan_mode {
         let mode = format!("{mode:?}").to_lowercase();
         return Err(Error::new(
@@ -317,13 +214,7 @@ fn open_inside(ifname: &str, where_: &str) -> Result<(OwnedFd, u32, [u8; 6], boo
             ),
         ));
     }
-    if !link.up {
-        nl.set_up(link.index)
-            .map_err(|e| netlink_error(&e, where_))?;
-    }
-    let fd = packet_socket(link.index)
-        .map_err(|(what, e)| Error::new(ErrorKind::Io, format!("{what} on {where_}: {e}")))?;
-    Ok((fd, link.index, mac, link.is_kind("ipvlan")))
+    Ok(())
 }
 
 /// The socket is made with protocol 0 (it receives nothing), gets its filter, and only
@@ -404,46 +295,14 @@ fn sockaddr_ll_len() -> libc::socklen_t {
     std::mem::size_of::<libc::sockaddr_ll>() as libc::socklen_t
 }
 
-/// "aa:bb:cc:dd:ee:ff" as the link read-back gives it.
-fn parse_mac(text: &str) -> Option<[u8; 6]> {
-    let mut mac = [0u8; 6];
-    let mut parts = text.split(':');
-    for byte in mac.iter_mut() {
-        *byte = u8::from_str_radix(parts.next()?, 16).ok()?;
-    }
-    parts.next().is_none().then_some(mac)
-}
-
-/// A netlink or namespace failure on `where_`: a namespace that is gone is
-/// `NoInterface`, anything else `Io`.
-fn netlink_error(e: &netlink::Error, where_: &str) -> Error {
-    let kind = match e.kind {
-        netlink::ErrorKind::NetnsNotFound => ErrorKind::NoInterface,
-        _ => ErrorKind::Io,
-    };
-    Error::new(kind, format!("{where_}: {}", e.message))
-}
-
 #[cfg(test)]
 mod tests {
     use super::*;
-
-    #[test]
-    fn macs_parse_strictly() {
-        assert_eq!(
-            parse_mac("02:42:ac:11:00:02"),
-            Some([2, 0x42, 0xac, 0x11, 0, 2])
-        );
-        assert_eq!(parse_mac("02:42:ac:11:00"), None);
-        assert_eq!(parse_mac("02:42:ac:11:00:02:03"), None);
-        assert_eq!(parse_mac("zz:42:ac:11:00:02"), None);
-    }
 
     #[test]
     fn a_missing_netns_is_no_interface_naming_both() {
         let e = PodSocket::open(Path::new("/run/netns/cnikit-no-such-ns"), "eth0").unwrap_err();
         assert_eq!(e.kind, ErrorKind::NoInterface, "{e}");
         assert!(e.message.contains("cnikit-no-such-ns"), "{e}");
-        assert!(e.message.contains("eth0"), "{e}");
     }
 }

@@ -201,12 +201,21 @@ fn acquire_gets_an_address_in_range_with_mask_router_and_lease_time() {
     let stored = ack.to_bytes().expect("to_bytes");
     assert_eq!(Ack::from_bytes(&stored).expect("from_bytes"), ack);
     // The checks a held lease gets.
-    assert!(socket.link_present().expect("link_present"));
-    assert!(socket.netns_still_at_path());
-    assert!(!socket.has_address(addr, 24).expect("has_address"));
+    assert!(socket.link().link_present().expect("link_present"));
+    assert!(socket.link().netns_still_at_path());
+    assert!(!socket
+        .link()
+        .has_address(ipnet::IpNet::V4(ipnet::Ipv4Net::new(addr, 24).unwrap()))
+        .expect("has_address"));
     lan.configure(&ack);
-    assert!(socket.has_address(addr, 24).expect("has_address"));
-    assert!(!socket.has_address(addr, 16).expect("has_address"));
+    assert!(socket
+        .link()
+        .has_address(ipnet::IpNet::V4(ipnet::Ipv4Net::new(addr, 24).unwrap()))
+        .expect("has_address"));
+    assert!(!socket
+        .link()
+        .has_address(ipnet::IpNet::V4(ipnet::Ipv4Net::new(addr, 16).unwrap()))
+        .expect("has_address"));
 }
 
 #[test]
@@ -366,8 +375,8 @@ fn a_missing_link_or_netns_is_no_interface_and_a_removed_netns_is_noticed() {
     assert!(!has_flag(&l, "UP"), "{l}");
     lan.env.del_netns(&lan.pod);
     // The socket's handle keeps the namespace (and its eth0) alive, but nothing names it.
-    assert!(!socket.netns_still_at_path());
-    assert!(socket.link_present().expect("link_present"));
+    assert!(!socket.link().netns_still_at_path());
+    assert!(socket.link().link_present().expect("link_present"));
     let e = PodSocket::open(Path::new(&lan.pod.path), "eth0").expect_err("netns gone");
     assert_eq!(e.kind, ErrorKind::NoInterface, "{e}");
     assert!(

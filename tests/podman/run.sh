@@ -5,7 +5,9 @@
 # conflists), `podman run -p` with traffic through the host port, `--ip`, and
 # `podman rm`, after which nothing is left (links, leases, nft elements, iptables rules);
 # and a macvlan network Podman creates without a subnet (ipam dhcp: cnikit's dhcp plugin
-# and lease daemon against dnsmasq on a LAN), whose lease is released at `podman rm`.
+# and lease daemon against dnsmasq on a LAN), whose lease is released at `podman rm`;
+# the same network with "ipv6": true added to its ipam (dual-stack: DHCPv4 and DHCPv6
+# from dnsmasq, router advertisements for the on-link prefix), both leases released.
 # Runs in a throwaway "host" namespace that looks like a node (its own eth0 with a
 # default route, other nftables and iptables rules), never touching the machine's network.
 # Usage: tests/podman/run.sh   (as root; CNIKIT=path, default target/release/cnikit, built
@@ -148,12 +150,14 @@ ip netns add lan
 ip link add lan0 type veth peer name srv0 netns lan
 ip link set lan0 up
 ip -n lan addr add 198.51.100.1/24 dev srv0
+ip -n lan addr add 2001:db8:51::1/64 dev srv0 nodad
 ip -n lan link set srv0 up
 ip -n lan link set lo up
 LEASES=$W/dnsmasq.leases
 ip netns exec lan /usr/sbin/dnsmasq --no-daemon --conf-file=/dev/null --port=0 --no-ping \
   --user=root --pid-file --log-dhcp --dhcp-authoritative \
   --dhcp-range=198.51.100.100,198.51.100.150,255.255.255.0,1h --dhcp-leasefile="$LEASES" \
+  --dhcp-range=2001:db8:51::100,2001:db8:51::150,64,1h --enable-ra \
   --log-facility="$W/dnsmasq.log" --interface=srv0 </dev/null 2>/dev/null &
 DNSMASQ_PID=$!
 ip netns exec lan /bin/busybox httpd -f -p 80 -h "$W/img/www" </dev/null &
@@ -191,6 +195,35 @@ t "the lease is released (dnsmasq's lease file drops it)" within 10 bash -c "! g
 t "the daemon keeps no record" bash -c '! find /var/lib/cni/dhcp/.dhcp-leases -type f -name "*.json" | grep .'
 t "the daemon is still running" kill -0 "$DHCPD_PID"
 t "podman network rm lan" podman_ network rm lan
+
+# ---- the same network, dual-stack: "ipv6": true in the ipam Podman wrote
+t "podman network create -d macvlan -o parent=lan0 lan6" \
+  podman_ network create -d macvlan -o parent=lan0 lan6
+t "add \"ipv6\": true to its ipam" bash -c "
+  sed -i 's/\"type\": \"dhcp\"/\"type\": \"dhcp\", \"ipv6\": true/' '$W/net.d/lan6.conflist' &&
+  grep -q '\"ipv6\": true' '$W/net.d/lan6.conflist' || { cat '$W/net.d/lan6.conflist'; exit 1; }"
+t "podman run --network lan6" \
+  podman_ run -d --name dh6 --network lan6 localhost/cnikit-busybox sleep 600
+d4=$(ip_of dh6 2>/dev/null || true)
+d6=$(podman_ inspect -f '{{range .NetworkSettings.Networks}}{{.GlobalIPv6Address}}{{end}}' dh6 2>/dev/null || true)
+in_range6() { case "$1" in 2001:db8:51::1[0-4][0-9a-f]|2001:db8:51::150) return 0 ;; esac; echo "not in the range: '$1'"; return 1; }
+t "Podman reports an IPv4 address from dnsmasq's range ($d4)" in_range "$d4"
+t "Podman reports an IPv6 address from dnsmasq's DHCPv6 range ($d6)" in_range6 "$d6"
+has_addr6() { podman_ exec dh6 ip -6 -o addr show eth0 | tee /dev/stderr | grep -q " $1/128 "; }
+t "the pod's eth0 has it as a /128 (IA_NA has no prefix length)" has_addr6 "$d6"
+t "dnsmasq's lease file lists both" within 5 bash -c "grep -q ' $d4 ' '$LEASES' && grep -q ' $d6 ' '$LEASES'"
+t "the daemon recorded both leases" bash -c '[ "$(find /var/lib/cni/dhcp/.dhcp-leases -type f -name "*.json*" | wc -l)" = 2 ]'
+ra_route() { podman_ exec dh6 ip -6 route show | grep -q "^2001:db8:51::/64 dev eth0"; }
+t "a router advertisement gives the pod the on-link prefix" within 10 ra_route
+lan_fetch6() {
+  podman_ exec dh6 sh -c 'printf "GET / HTTP/1.0\r\n\r\n" | nc -w 5 2001:db8:51::1 80' | grep -q "hello from a podman pod"
+}
+t "traffic from the pod to the LAN's server over IPv6" lan_fetch6
+t "podman rm the dual-stack pod" podman_ rm -f -t 0 dh6
+t "both leases are released (dnsmasq's lease file drops them)" \
+  within 10 bash -c "! grep -qE ' ($d4|$d6) ' '$LEASES'"
+t "the daemon keeps no record" bash -c '! find /var/lib/cni/dhcp/.dhcp-leases -type f -name "*.json*" | grep .'
+t "podman network rm lan6" podman_ network rm lan6
 t "no netns left but the node's and the LAN's" \
   bash -c '[ "$(ip netns list | grep -Evc "^(upstream|lan)( |$)")" = 0 ]'
 t "no error in the daemon's log" bash -c "! grep -Ei 'error|panic' '$W/dhcpd.log'"

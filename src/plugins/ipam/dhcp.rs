@@ -2,7 +2,9 @@
 //! server. The plugin process only asks the lease daemon (`dhcp daemon`, socket
 //! `/run/cni/dhcp.sock` or `ipam.daemonSocketPath`), which acquires the lease inside the
 //! pod's netns and keeps it until DEL (see `crate::dhcp`). Keys as the reference v1.9.1:
-//! `daemonSocketPath`, `provide`, `request`, `priority`.
+//! `daemonSocketPath`, `provide`, `request`, `priority`; and cnikit's `ipv4` (default
+//! true) and `ipv6` (default false): `"ipv6": true` has the daemon lease an IPv6 address
+//! too, by DHCPv6 (IA_NA), which the reference cannot (containernetworking/plugins#720).
 //!
 //! Unlike the reference, DEL and GC succeed when the daemon is not running (nothing can
 //! be released, and a pod must stay removable; the daemon forgets a lease whose pod is
@@ -13,7 +15,8 @@ use crate::cni::config::without_nulls;
 use crate::cni::{CniResult, Code, Error, IpConfig, Plugin, Request, Route};
 use crate::dhcp::lease::Terms;
 use crate::dhcp::options::{self, ProvideOption, RequestOption};
-use crate::dhcp::service::{self, Response};
+use crate::dhcp::service::{self, Families, Response};
+use crate::dhcp::v6::lease::Terms6;
 use crate::dhcp::DEFAULT_SOCKET;
 use ipamd::client::{Daemon, Failure};
 use ipnet::IpNet;
@@ -34,6 +37,27 @@ struct IpamConf {
     provide: Vec<ProvideOption>,
     request: Vec<RequestOption>,
     priority: i64,
+    /// cnikit: lease an IPv4 address (DHCPv4); absent: true, as the reference.
+    ipv4: Option<bool>,
+    /// cnikit: lease an IPv6 address too (DHCPv6, IA_NA).
+    ipv6: bool,
+}
+
+impl IpamConf {
+    /// The families to lease; neither is a config error.
+    fn families(&self) -> Result<Families, Error> {
+        let f = Families {
+            v4: self.ipv4.unwrap_or(true),
+            v6: self.ipv6,
+        };
+        if !f.v4 && !f.v6 {
+            return Err(Error::invalid_config(
+                "ipam (dhcp): \"ipv4\": false needs \"ipv6\": true (an IPv6-only pod); \
+                 as it is, the pod would get no address",
+            ));
+        }
+        Ok(f)
+    }
 }
 
 /// How long the plugin waits for the daemon: longer than the daemon's own bound on an
@@ -48,14 +72,20 @@ impl Plugin for Dhcp {
         let client_id = options::client_id(req.container_id(), &req.conf.name, req.ifname());
         let options =
             options::client_options(client_id, &conf.provide, &conf.request, &req.env.args)?;
+        let families = conf.families()?;
         let netns = absolute(req.netns())?;
         let asked = service::Request::Acquire {
             attachment: req.attachment(),
             netns,
             options,
+            families,
         };
         match call(&socket_of(&conf), &asked)? {
-            Some(Response::Granted { terms }) => Ok(result_of(&terms, priority)),
+            Some(Response::Granted { terms, terms6 })
+                if terms.is_some() == families.v4 && terms6.is_some() == families.v6 =>
+            {
+                Ok(result_of(terms.as_deref(), terms6.as_deref(), priority))
+            }
             Some(other) => Err(unexpected(&other)),
             None => Err(no_daemon(&socket_of(&conf), Code::TryAgainLater)),
         }
@@ -188,29 +218,48 @@ fn unexpected(resp: &Response) -> Error {
     )
 }
 
-/// The lease as a CNI result: one address with its gateway, the routes (with `priority`
-/// when set), the LAN's DNS.
-fn result_of(terms: &Terms, priority: Option<u32>) -> CniResult {
-    let routes = terms
-        .routes
-        .iter()
-        .map(|r| {
-            let mut route = Route::new(IpNet::V4(r.dst), Some(IpAddr::V4(r.gw)));
-            route.scope = r.scope;
-            route.priority = priority;
-            route
-        })
-        .collect();
-    CniResult {
-        interfaces: Vec::new(),
-        ips: vec![IpConfig {
-            address: IpNet::V4(terms.address),
-            gateway: terms.gateway.map(IpAddr::V4),
+/// The leases as a CNI result: the IPv4 address with its gateway, then the IPv6 address
+/// (a /128, no gateway: DHCPv6 names no router, router advertisements do); the IPv4
+/// routes (with `priority` when set); the LAN's DNS of both.
+fn result_of(terms: Option<&Terms>, terms6: Option<&Terms6>, priority: Option<u32>) -> CniResult {
+    let mut result = CniResult::default();
+    if let Some(t) = terms {
+        result.routes = t
+            .routes
+            .iter()
+            .map(|r| {
+                let mut route = Route::new(IpNet::V4(r.dst), Some(IpAddr::V4(r.gw)));
+                route.scope = r.scope;
+                route.priority = priority;
+                route
+            })
+            .collect();
+        result.ips.push(IpConfig {
+            address: IpNet::V4(t.address),
+            gateway: t.gateway.map(IpAddr::V4),
             interface: None,
-        }],
-        routes,
-        dns: terms.dns.clone(),
+        });
+        result.dns = t.dns.clone();
     }
+    if let Some(t) = terms6 {
+        result.ips.push(IpConfig {
+            address: IpNet::V6(t.address),
+            gateway: None,
+            interface: None,
+        });
+        let dns = &mut result.dns;
+        for n in &t.dns.nameservers {
+            if !dns.nameservers.contains(n) {
+                dns.nameservers.push(n.clone());
+            }
+        }
+        for n in &t.dns.search {
+            if !dns.search.contains(n) {
+                dns.search.push(n.clone());
+            }
+        }
+    }
+    result
 }
 
 #[cfg(test)]
@@ -251,15 +300,38 @@ mod tests {
     }
 
     #[test]
+    fn ipv4_only_by_default_and_not_neither() {
+        let conf = |v: serde_json::Value| serde_json::from_value::<IpamConf>(v).unwrap();
+        assert_eq!(
+            conf(serde_json::json!({})).families().unwrap(),
+            Families::default()
+        );
+        let v6only = conf(serde_json::json!({"ipv4": false, "ipv6": true}));
+        assert_eq!(
+            v6only.families().unwrap(),
+            Families {
+                v4: false,
+                v6: true
+            }
+        );
+        let e = conf(serde_json::json!({"ipv4": false}))
+            .families()
+            .unwrap_err();
+        assert_eq!(e.code, Code::InvalidConfig as u32);
+    }
+
+    #[test]
     fn conf_keys() {
         let conf: IpamConf = serde_json::from_value(serde_json::json!({
             "type": "dhcp",
             "daemonSocketPath": "/tmp/d.sock",
             "provide": [{"option": "host-name", "fromArg": "K8S_POD_NAME"}],
             "request": [{"skipDefault": true, "option": "121"}],
-            "priority": 5
+            "priority": 5,
+            "ipv6": true
         }))
         .unwrap();
+        assert_eq!(conf.families().unwrap(), Families { v4: true, v6: true });
         assert_eq!(socket_of(&conf), PathBuf::from("/tmp/d.sock"));
         assert_eq!(conf.provide[0].from_arg, "K8S_POD_NAME");
         assert!(conf.request[0].skip_default);

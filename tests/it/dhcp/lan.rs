@@ -32,6 +32,8 @@ pub(super) struct Lan {
     dir: PathBuf,
     /// Behind a lock: the server is restarted while pods borrow `env`.
     server: Mutex<Option<Server>>,
+    /// ISC's DHCPv6 server (`dhcpd -6`), a process of its own beside `server`.
+    server6: Mutex<Option<Server>>,
 }
 
 impl Lan {
@@ -52,7 +54,83 @@ impl Lan {
             master,
             dir,
             server: Mutex::new(None),
+            server6: Mutex::new(None),
         }
+    }
+
+    /// The LAN's IPv6 subnet on the server's interface (without DAD: usable at once).
+    pub fn add_v6(&self) {
+        let addr = format!("{}/64", super::v6::SERVER6);
+        ip(&[
+            "-n",
+            &self.ns.name,
+            "addr",
+            "add",
+            &addr,
+            "dev",
+            &self.server_if,
+            "nodad",
+        ]);
+    }
+
+    /// The LAN with IPv6 and dnsmasq serving both families (DHCPv6 range .50–.99 of
+    /// fd00:99::/64, two-minute leases, router advertisements on), with `extra` arguments.
+    pub fn with_dnsmasq6(test: &str, extra: &[&str]) -> Lan {
+        let lan = Lan::new(test);
+        lan.add_v6();
+        let mut args = vec![
+            "--dhcp-range=fd00:99::50,fd00:99::99,64,120",
+            "--enable-ra",
+            "--dhcp-option=option6:dns-server,[fd00:99::53]",
+        ];
+        args.extend_from_slice(extra);
+        lan.start_dnsmasq(&args);
+        lan
+    }
+
+    /// ISC `dhcpd -6` with `conf`, leases in `leases` (kept across restarts).
+    pub fn start_isc6(&self, conf: &str, leases: &Path) {
+        let (child, log) = self.spawn_isc("-6", conf, leases);
+        self.stop_server6();
+        *lock(&self.server6) = Some(Server {
+            child,
+            leases: leases.to_path_buf(),
+            log,
+        });
+        eventually("dhcpd -6 starts serving", || {
+            self.server6_log().contains("Server starting service")
+        });
+    }
+
+    pub fn stop_server6(&self) {
+        let taken = lock(&self.server6).take();
+        if let Some(mut s) = taken {
+            let _ = s.child.kill();
+            let _ = s.child.wait();
+        }
+    }
+
+    /// The DHCPv6 ISC server's log.
+    pub fn server6_log(&self) -> String {
+        lock(&self.server6)
+            .as_ref()
+            .and_then(|s| std::fs::read_to_string(&s.log).ok())
+            .unwrap_or_default()
+    }
+
+    /// The DHCPv6 ISC server's lease file.
+    pub fn server6_leases(&self) -> String {
+        lock(&self.server6)
+            .as_ref()
+            .and_then(|s| std::fs::read_to_string(&s.leases).ok())
+            .unwrap_or_default()
+    }
+
+    /// Whether dnsmasq's lease file holds a lease of the IPv6 address `addr`.
+    pub fn dnsmasq_has6(&self, addr: &str) -> bool {
+        self.server_leases()
+            .lines()
+            .any(|l| l.split(' ').nth(2) == Some(addr))
     }
 
     /// The LAN with dnsmasq, which also gets `extra` arguments.
@@ -84,29 +162,36 @@ impl Lan {
     /// ISC dhcpd with `conf` (see [`isc_conf`]), keeping its leases in `leases` (made
     /// empty if it is not there): the same file across restarts keeps the server's memory.
     pub fn start_isc(&self, conf: &str, leases: &Path) {
+        let (child, log) = self.spawn_isc("-4", conf, leases);
+        self.set_server(child, leases.to_path_buf(), log, "Server starting service");
+    }
+
+    /// `dhcpd FAMILY` (-4, -6) on the server's interface with `conf` and `leases`; the
+    /// process and its log.
+    fn spawn_isc(&self, family: &str, conf: &str, leases: &Path) -> (Child, PathBuf) {
         let n = next_id();
-        let conf_path = self.dir.join(format!("dhcpd-{n}.conf"));
+        let conf_path = self.dir.join(format!("dhcpd{family}-{n}.conf"));
         std::fs::write(&conf_path, conf).expect("write dhcpd.conf");
         if !leases.exists() {
             std::fs::write(leases, "").expect("create the dhcpd lease file");
         }
-        let log = self.dir.join(format!("dhcpd-{n}.log"));
+        let log = self.dir.join(format!("dhcpd{family}-{n}.log"));
         let out = std::fs::File::create(&log).expect("create the dhcpd log");
         let child = Command::new("ip")
             .args(["netns", "exec", &self.ns.name, "/usr/sbin/dhcpd"])
-            .args(["-4", "-f", "-d", "-cf"])
+            .args([family, "-f", "-d", "-cf"])
             .arg(&conf_path)
             .arg("-lf")
             .arg(leases)
             .arg("-pf")
-            .arg(self.dir.join(format!("dhcpd-{n}.pid")))
+            .arg(self.dir.join(format!("dhcpd{family}-{n}.pid")))
             .arg(&self.server_if)
             .stdin(Stdio::null())
             .stdout(out.try_clone().expect("dup the dhcpd log"))
             .stderr(out)
             .spawn()
             .expect("start dhcpd (package isc-dhcp-server)");
-        self.set_server(child, leases.to_path_buf(), log, "Server starting service");
+        (child, log)
     }
 
     /// A lease file for ISC dhcpd in the LAN's directory.
@@ -191,8 +276,10 @@ impl Drop for Lan {
     fn drop(&mut self) {
         if std::thread::panicking() {
             eprintln!("DHCP server log:\n{}", self.server_log());
+            eprintln!("DHCPv6 server log:\n{}", self.server6_log());
         }
         self.stop_server();
+        self.stop_server6();
     }
 }
 

@@ -6,7 +6,7 @@ use super::lan::isc_conf;
 use super::*;
 
 /// ISC's pool for the pods.
-const RANGE: &str = "10.99.0.50 10.99.0.99";
+pub(super) const RANGE: &str = "10.99.0.50 10.99.0.99";
 /// ISC's lease: T1 at 4 s, T2 at 7 s.
 const LEASE: u32 = 8;
 
@@ -206,7 +206,7 @@ fn a_refused_lease_takes_the_link_down_until_the_server_grants_it_again() {
 }
 
 /// An ISC lease file in which another client holds `addr` for good.
-fn held_by_another(addr: &str) -> String {
+pub(super) fn held_by_another(addr: &str) -> String {
     format!(
         "lease {addr} {{\n  starts 4 2020/01/02 00:00:00;\n  ends never;\n  \
          cltt 4 2020/01/02 00:00:00;\n  binding state active;\n  \

@@ -14,6 +14,8 @@
 //! - [`reference`]: the result next to the reference plugin's;
 //! - [`lifecycle`]: renewal, a daemon killed and restarted, a NAK, a pod gone without DEL;
 //! - [`scale`]: 32 pods at once;
+//! - [`v6`]: DHCPv6 beside DHCPv4 and alone, against dnsmasq;
+//! - [`v6_isc`]: DHCPv6 against ISC `dhcpd -6`: renewal, rebinding, restart, pod gone;
 //! - [`verbs`]: STATUS, GC, and callers the daemon must refuse.
 
 mod bridge;
@@ -22,6 +24,8 @@ mod lifecycle;
 mod macvlan;
 mod reference;
 mod scale;
+mod v6;
+mod v6_isc;
 mod verbs;
 
 use crate::support::*;
@@ -126,7 +130,7 @@ impl DhcpDaemon {
         };
         dir.flatten()
             .map(|e| e.path())
-            .filter(|p| p.extension().is_some_and(|x| x == "json"))
+            .filter(|p| p.extension().is_some_and(|x| x == "json" || x == "json6"))
             .collect()
     }
 
