@@ -8,7 +8,8 @@
 //!
 //! A node whose session is gone keeps its routes until its blocks are released or
 //! reclaimed: it may be cut off from etcd only and still serve its pods. Its address is
-//! the last one seen; a daemon that never saw it keeps whatever route it finds.
+//! the last one seen (kept across relists); a daemon that never saw it keeps whatever
+//! route it finds.
 
 use std::collections::{BTreeMap, BTreeSet, HashMap};
 use std::fmt;
@@ -74,6 +75,12 @@ pub(crate) struct ClusterMap {
 }
 
 impl ClusterMap {
+    /// Before a new list: the blocks are read again whole; the addresses stay, so that a
+    /// node whose session ended before the list is still routed to where it was.
+    fn forget_blocks(&mut self) {
+        self.blocks.clear();
+    }
+
     /// Apply one key's new value (None: deleted). Keys other than blocks and sessions
     /// are ignored.
     pub(crate) fn apply(&mut self, key: &str, value: Option<&[u8]>) {
@@ -122,8 +129,9 @@ fn block_of(key: &str) -> Option<IpNet> {
 /// the watch ends or every [`RELIST_EVERY`].
 pub(crate) async fn route_loop(node: Arc<Node>, sync: Arc<dyn RouteSync>) {
     let mut reported = Reported::default();
+    let mut map = ClusterMap::default();
     loop {
-        if let Err(e) = follow(&node, &sync, &mut reported).await {
+        if let Err(e) = follow(&node, &sync, &mut map, &mut reported).await {
             log_at!(
                 Level::Warn,
                 "node {}: routes to other nodes' blocks: {e}",
@@ -137,11 +145,12 @@ pub(crate) async fn route_loop(node: Arc<Node>, sync: Arc<dyn RouteSync>) {
 async fn follow(
     node: &Node,
     sync: &Arc<dyn RouteSync>,
+    map: &mut ClusterMap,
     reported: &mut Reported,
 ) -> Result<(), Error> {
     let prefix = format!("{PREFIX}/");
     let (kvs, revision) = node.etcd.list_at(&prefix).await?;
-    let mut map = ClusterMap::default();
+    map.forget_blocks();
     for kv in &kvs {
         map.apply(&kv.key, Some(&kv.value));
     }
@@ -303,6 +312,14 @@ mod tests {
         m.apply("/cnikit/pools/p/blocks/10.244.0.0/26", Some(&block("b")));
         m.apply("/cnikit/pools/p/blocks/10.244.0.64/26", Some(&block("b")));
         m.apply("/cnikit/nodes/b", None);
+        // A relist that finds no session of b: its blocks come again, its address stays.
+        m.forget_blocks();
+        m.apply("/cnikit/pools/p/blocks/10.244.0.0/26", Some(&block("b")));
+        m.apply("/cnikit/pools/p/blocks/10.244.0.64/26", Some(&block("b")));
+        assert!(
+            m.want("a").iter().all(|r| r.via.is_some()),
+            "b's address is kept"
+        );
         assert_eq!(
             m.want("a").len(),
             2,
