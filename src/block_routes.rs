@@ -9,7 +9,7 @@
 //! ([`clear_stale_gateways`]).
 
 use crate::netlink::{ErrorKind, Netlink, ProtoRoute};
-use ipamd::cluster::{BlockRoute, RouteSync, SyncOutcome};
+use ipamd::cluster::{block_gateway, BlockRoute, RouteSync, SyncOutcome};
 use ipnet::IpNet;
 use std::collections::{BTreeMap, BTreeSet};
 use std::net::IpAddr;
@@ -106,7 +106,7 @@ fn clear_stale_gateways(
     let blocks: BTreeSet<IpNet> = others.iter().map(|r| r.dst).collect();
     let mut cleared = Vec::new();
     for (index, addr) in nl.all_addresses()? {
-        if blocks.contains(&addr.trunc()) && Some(addr.addr()) == gateway_of(&addr.trunc()) {
+        if blocks.contains(&addr.trunc()) && addr.addr() == block_gateway(&addr.trunc()) {
             match nl.del_address(index, addr) {
                 Ok(()) => cleared.push(addr),
                 Err(e) if e.kind == ErrorKind::NotFound => {}
@@ -115,18 +115,6 @@ fn clear_stale_gateways(
         }
     }
     Ok(cleared)
-}
-
-/// A cluster block's gateway: its first usable address (ipamd's `cluster/blocks.rs`).
-fn gateway_of(block: &IpNet) -> Option<IpAddr> {
-    match block {
-        IpNet::V4(n) => u32::from(n.network())
-            .checked_add(1)
-            .map(|a| IpAddr::V4(a.into())),
-        IpNet::V6(n) => u128::from(n.network())
-            .checked_add(1)
-            .map(|a| IpAddr::V6(a.into())),
-    }
 }
 
 /// Whether `addr` is on a connected network here: the kernel's route to it has no gateway

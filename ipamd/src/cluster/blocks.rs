@@ -170,8 +170,13 @@ pub(crate) fn range(block: &IpNet) -> Range {
         subnet: *block,
         range_start: Some(from_u128(net + 2, v4)),
         range_end: Some(from_u128(last - 1, v4)),
-        gateway: Some(from_u128(net + 1, v4)),
+        gateway: Some(gateway(block)),
     }
+}
+
+/// A block's gateway: its first usable address (what a bridge on the owning node has).
+pub fn gateway(block: &IpNet) -> std::net::IpAddr {
+    from_u128(to_u128(block.network()) + 1, block.addr().is_ipv4())
 }
 
 /// The first block of a claimable CIDR not in `taken`, walking from claimable block

@@ -63,6 +63,7 @@ use crate::config::RangeSet;
 use crate::Error;
 
 pub use admin::{pool_command, PoolCommand, PoolOutcome};
+pub use blocks::gateway as block_gateway;
 pub use check::{check_pool_store, CheckReport};
 pub(crate) use node::Node;
 pub use records::{BlockRecord, PoolSpec, Reclaimed, Session};
