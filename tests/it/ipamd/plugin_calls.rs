@@ -4,25 +4,19 @@
 //! the plugin.
 
 use super::*;
-use crate::support::ipamd_get;
+use crate::support::{ipamd_get, metric};
 use std::os::unix::fs::PermissionsExt;
 use std::time::{Duration, Instant};
 
-/// The value of the /metrics series `series` once it reaches `want` (reports arrive a
-/// moment after the plugin exits), at most 5 s.
+/// Until the /metrics series `series` reaches `want` (reports arrive a moment after the
+/// plugin exits), at most 5 s.
 fn wait_series(sock: &Path, series: &str, want: u64) {
     let deadline = Instant::now() + Duration::from_secs(5);
-    loop {
-        let text = ipamd_get(sock, "/metrics").expect("/metrics");
-        let value = text
-            .lines()
-            .find_map(|l| l.strip_prefix(series)?.trim().parse::<u64>().ok());
-        if value == Some(want) {
-            return;
-        }
+    while metric(sock, series) != want {
         assert!(
             Instant::now() < deadline,
-            "{series} is {value:?}, not {want}, in:\n{text}"
+            "{series} is {}, not {want}",
+            metric(sock, series)
         );
         std::thread::sleep(Duration::from_millis(50));
     }
