@@ -188,12 +188,30 @@ fn pods_reach_pods_on_other_nodes_through_block_routes() {
     );
     drop(node_server);
 
+    removed_routes_come_back(&e, &nodes);
     stale_gateways_are_cleared(&e, &nodes, &pods);
     unreachable_address_is_reported(&env, &lan, &e, &nodes);
     reclaim_and_restart(&env, &e, &nodes, &mut pods);
     for (i, p) in pods.iter().enumerate() {
         del_pod(&env, &nodes[i], p);
     }
+}
+
+/// Someone flushes cnikit's routes on node 1 (by hand, or a link that went down took them):
+/// its daemon puts them back at its next reconcile, with no change in etcd.
+fn removed_routes_come_back(e: &str, nodes: &[NsNode]) {
+    let n = &nodes[1];
+    let others: Vec<String> = [&nodes[0], &nodes[2]]
+        .iter()
+        .flat_map(|o| blocks_of(e, &o.node.name))
+        .collect();
+    ip(&["-n", &n.ns.name, "route", "flush", "proto", PROTO]);
+    ip(&["-n", &n.ns.name, "-6", "route", "flush", "proto", PROTO]);
+    let took = within(Duration::from_secs(12), "flushed routes put back", || {
+        let r = routes(n);
+        others.iter().all(|b| r.contains_key(b))
+    });
+    eprintln!("{}: flushed routes back after {took:?}", n.node.name);
 }
 
 /// Node 0's bridge still has the gateway addresses of node 1's blocks (as after node 0
