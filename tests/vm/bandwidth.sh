@@ -94,8 +94,18 @@ ip -n bws addr add 10.60.0.2/24 dev srv0 && ip -n bws link set srv0 up && ip -n 
 echo '{"cniVersion":"1.0.0","name":"bw-rate","type":"ipvlan","master":"bwm","mode":"l2",'"$BW_IPAM"'}' > /tmp/bwpod.json
 V="bandwidth ipvlan l2 rates"
 t "$V: ADD the pod" cni ADD bwr /run/netns/bwp eth0 /tmp/bwpod.json
-# iperf_bps [-R]: bit/s the receiver saw in a 2 s iperf3 run (1 s left out) from the pod
+# iperf_bps [-R]: bit/s the receiver saw in a 2 s iperf3 run (1 s left out) from the pod;
+# a run that reports nothing (its one-off server not up yet, or gone) is run again, twice
+# at most, with a new server.
 iperf_bps() {
+  local bps=
+  for _ in 1 2 3; do
+    bps=$(iperf_once "$@")
+    [ -n "$bps" ] && break
+  done
+  echo "$bps"
+}
+iperf_once() {
   ip netns exec bws iperf3 -s -1 -p 5201 > /dev/null 2>&1 &
   _s=$!
   for _ in 1 2 3 4 5 6 7 8 9 10; do
