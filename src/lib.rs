@@ -18,6 +18,7 @@ pub mod admin;
 pub mod block_routes;
 pub mod cni;
 pub mod dhcp;
+pub mod failure;
 pub mod firewall;
 mod hex;
 pub mod netlink;

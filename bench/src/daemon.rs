@@ -75,14 +75,8 @@ fn spawn(
             .map_err(|e| format!("{}: {e}", path.display()))?;
         cmd.stderr(file);
     }
-    // SAFETY: prctl in the child before exec; async-signal-safe.
-    unsafe {
-        cmd.pre_exec(|| {
-            // Dies with the benchmark, even on SIGKILL.
-            libc::prctl(libc::PR_SET_PDEATHSIG, libc::SIGKILL);
-            Ok(())
-        });
-    }
+    // SAFETY: the hook only makes an async-signal-safe call (see `die_with_parent`).
+    unsafe { cmd.pre_exec(die_with_parent) };
     let child = cmd
         .spawn()
         .map_err(|e| format!("starting cnikit ipamd daemon: {e}"))?;
@@ -93,6 +87,13 @@ fn spawn(
         level,
         extra: extra.to_vec(),
     })
+}
+
+/// Run in the daemon's process before exec: it dies with the benchmark, even on SIGKILL.
+fn die_with_parent() -> std::io::Result<()> {
+    // SAFETY: prctl is async-signal-safe and takes no pointers here.
+    unsafe { libc::prctl(libc::PR_SET_PDEATHSIG, libc::SIGKILL) };
+    Ok(())
 }
 
 fn wait_listening(limit: Duration) -> Result<(), String> {

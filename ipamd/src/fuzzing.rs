@@ -126,7 +126,7 @@ pub fn request_body(path: &str, bytes: &[u8]) -> bool {
     }
 }
 
-/// A body sent to `/v1/ext/<S::NAME>.<op>`: decoded as the server does before the
+/// A body sent to `/v1/ext/<SERVICE>.<op>`: decoded as the server does before the
 /// service's permission check.
 #[doc(hidden)]
 pub fn service_request<S: Service>(op: &str, bytes: &[u8]) {

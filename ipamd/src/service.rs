@@ -2,7 +2,7 @@
 //!
 //! A service is served under `POST /v1/ext/<name>.<op>`: `<name>` picks the service in the
 //! [`Services`] registry, the body is the service's [`Service::Request`] and `<op>` must be
-//! what [`Service::op`] names for it (it labels the metrics). The service decides who may
+//! what [`Endpoint::op`] names for it (it labels the metrics). The service decides who may
 //! use it ([`Service::permit`]) and answers with its own response and error types. The
 //! server only routes: it knows no service by name.
 //!
@@ -38,15 +38,19 @@ pub enum Refusal<E> {
     Failed(u16, E),
 }
 
+/// Where a service's request travels: `/v1/ext/<SERVICE>.<op>`. The request type says it,
+/// so that client and server name it from one place.
+pub trait Endpoint {
+    /// The `<name>` of `/v1/ext/<name>.<op>`: picks the service.
+    const SERVICE: &'static str;
+    /// The `<op>` this request travels under.
+    fn op(&self) -> &'static str;
+}
+
 pub trait Service: Send + Sync + 'static {
-    /// The `<name>` of `/v1/ext/<name>.<op>`.
-    const NAME: &'static str;
-    type Request: Serialize + DeserializeOwned + Send + 'static;
+    type Request: Endpoint + Serialize + DeserializeOwned + Send + 'static;
     type Response: Serialize + DeserializeOwned;
     type Error: Serialize + DeserializeOwned;
-
-    /// The `<op>` a request travels under.
-    fn op(req: &Self::Request) -> &'static str;
 
     /// Whether `peer` may have `req` done. Every peer reaching a service already passed the
     /// daemon's own gate (root or the allowed group).
@@ -61,7 +65,7 @@ pub trait Service: Send + Sync + 'static {
 
 /// The target a request of `S` is sent to.
 pub fn target<S: Service>(req: &S::Request) -> String {
-    format!("/v1/ext/{}.{}", S::NAME, S::op(req))
+    format!("/v1/ext/{}.{}", S::Request::SERVICE, req.op())
 }
 
 /// The version of the request protocol this build sends and reads. 1: no version in the
@@ -170,10 +174,10 @@ pub fn decode<S: Service>(op: &str, body: &[u8]) -> Result<S::Request, Unread> {
         }
     }
     let req: S::Request = serde_json::from_value(value).map_err(malformed)?;
-    if S::op(&req) != op {
+    if req.op() != op {
         return Err(Unread::Malformed(format!(
             "{op}: the body holds {}",
-            S::op(&req)
+            req.op()
         )));
     }
     Ok(req)
@@ -190,7 +194,7 @@ impl Services {
 
     /// Hosts `service` under its name (replacing one of the same name).
     pub fn with<S: Service>(mut self, service: S) -> Services {
-        self.0.insert(S::NAME, Arc::new(Host(service)));
+        self.0.insert(S::Request::SERVICE, Arc::new(Host(service)));
         self
     }
 
@@ -232,14 +236,17 @@ mod tests {
 
     struct Test;
 
+    impl Endpoint for Ask {
+        const SERVICE: &'static str = "test";
+        fn op(&self) -> &'static str {
+            "echo"
+        }
+    }
+
     impl Service for Test {
-        const NAME: &'static str = "test";
         type Request = Ask;
         type Response = String;
         type Error = String;
-        fn op(_: &Ask) -> &'static str {
-            "echo"
-        }
         fn permit(&self, _: &Peer, _: &Ask) -> Result<(), Refusal<String>> {
             Ok(())
         }

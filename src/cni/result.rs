@@ -53,36 +53,9 @@ pub struct IpConfig {
     pub interface: Option<usize>,
 }
 
-#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
-pub struct Route {
-    pub dst: IpNet,
-    #[serde(default, skip_serializing_if = "Option::is_none")]
-    pub gw: Option<IpAddr>,
-    #[serde(default, skip_serializing_if = "Option::is_none")]
-    pub mtu: Option<u32>,
-    #[serde(default, skip_serializing_if = "Option::is_none")]
-    pub advmss: Option<u32>,
-    #[serde(default, skip_serializing_if = "Option::is_none")]
-    pub priority: Option<u32>,
-    #[serde(default, skip_serializing_if = "Option::is_none")]
-    pub table: Option<u32>,
-    #[serde(default, skip_serializing_if = "Option::is_none")]
-    pub scope: Option<u8>,
-}
-
-impl Route {
-    pub fn new(dst: IpNet, gw: Option<IpAddr>) -> Route {
-        Route {
-            dst,
-            gw,
-            mtu: None,
-            advmss: None,
-            priority: None,
-            table: None,
-            scope: None,
-        }
-    }
-}
+/// A route of a result: the IPAM config's own type, since IPAM hands its configured routes
+/// on unchanged (every `types.Route` field kept).
+pub use ipamd::config::RouteSpec as Route;
 
 fn interface_index<'de, D: Deserializer<'de>>(d: D) -> Result<Option<usize>, D::Error> {
     let raw: Option<i64> = Option::deserialize(d)?;

@@ -121,7 +121,7 @@ impl Client<'_> {
     pub fn acquire(&self, requested: Option<Ipv4Addr>) -> Result<Ack> {
         let mut ex = self.exchange(String::new());
         let mut nak = None;
-        while Instant::now() < ex.deadline {
+        while ex.is_open() {
             let extra = requested.map(DhcpOption::RequestedIpAddress);
             let discover = self.outgoing(
                 MessageType::Discover,
@@ -214,14 +214,7 @@ impl Client<'_> {
     }
 
     fn exchange(&self, what: String) -> Exchange<'_> {
-        let start = Instant::now();
-        Exchange {
-            client: self,
-            what,
-            start,
-            deadline: start + self.timing.exchange,
-            sent: [0; 2],
-        }
+        Exchange::open(self, what, self.timing.exchange)
     }
 
     fn cancelled(&self) -> bool {
@@ -248,15 +241,8 @@ struct Refusal {
     message: Option<String>,
 }
 
-struct Exchange<'c> {
-    client: &'c Client<'c>,
-    /// "the renewal of 10.1.2.3 at 10.1.2.1 " for messages; empty for acquire.
-    what: String,
-    start: Instant,
-    deadline: Instant,
-    /// DISCOVERs and REQUESTs sent so far.
-    sent: [u32; 2],
-}
+/// The `sent` count: DISCOVERs and REQUESTs sent so far.
+type Exchange<'c> = super::Exchange<'c, Client<'c>, [u32; 2]>;
 
 impl Exchange<'_> {
     /// Sends `out` and retransmits it on the schedule until `accept` takes a reply, the
@@ -271,7 +257,7 @@ impl Exchange<'_> {
         let mut schedule = Schedule::new(client.timing);
         let mut sends = 0;
         let mut buf = vec![0u8; RECV_BUF];
-        while Instant::now() < self.deadline && max_sends.is_none_or(|max| sends < max) {
+        while self.is_open() && max_sends.is_none_or(|max| sends < max) {
             if client.cancelled() {
                 return Err(self.cancelled());
             }

@@ -5,14 +5,41 @@
 
 use super::lease::{Phase, Timers};
 use super::lease_files::LeaseFiles;
-use super::{Result, Timing};
+use super::{Error, ErrorKind, Result, Timing};
 use ipamd::attachment::Attachment;
 use ipamd::log::Level;
 use ipamd::log_at;
+use ipnet::IpNet;
 use std::path::{Path, PathBuf};
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::{Condvar, Mutex, MutexGuard};
 use std::time::{Duration, Instant, SystemTime};
+
+/// What CHECK asks of a held lease, whichever its family.
+pub trait HeldLease {
+    /// The leased address (with its prefix) and the lease's phase now.
+    fn leased(&self) -> Result<(IpNet, Phase)>;
+
+    /// Whether `address` is on the pod's interface (false while the lease's socket is not
+    /// open yet).
+    fn address_on_interface(&self, address: IpNet) -> Result<bool>;
+
+    /// CHECK of the lease: in force, and its address on the interface.
+    fn check_in_force(&self, ifname: &str) -> Result<()> {
+        let (address, phase) = self.leased()?;
+        match phase {
+            Phase::Expired | Phase::Ended => Err(Error::new(
+                ErrorKind::Refused,
+                format!("the lease of {address} on {ifname} is {phase:?}"),
+            )),
+            _ if !self.address_on_interface(address)? => Err(Error::new(
+                ErrorKind::Refused,
+                format!("the leased address {address} is not on {ifname}"),
+            )),
+            _ => Ok(()),
+        }
+    }
+}
 
 /// What a lease's thread needs besides the lease.
 #[derive(Clone)]

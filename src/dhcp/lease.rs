@@ -245,24 +245,29 @@ mod tests {
         assert!(t.routes.is_empty());
     }
 
-    #[test]
-    fn classless_routes_replace_static_routes_and_the_router() {
-        let t = terms(&ack(vec![
+    /// A /24 with a router and one static route (option 33) via another router.
+    fn router_and_static_route() -> Vec<DhcpOption> {
+        vec![
             DhcpOption::SubnetMask(Ipv4Addr::new(255, 255, 255, 0)),
             DhcpOption::Router(vec![Ipv4Addr::new(10, 99, 0, 1)]),
             DhcpOption::StaticRoutingTable(vec![(
                 Ipv4Addr::new(172, 16, 0, 0),
                 Ipv4Addr::new(10, 99, 0, 2),
             )]),
-            DhcpOption::ClasslessStaticRoute(vec![
-                (
-                    "192.168.7.0/24".parse().unwrap(),
-                    Ipv4Addr::new(10, 99, 0, 3),
-                ),
-                ("10.98.0.0/16".parse().unwrap(), Ipv4Addr::UNSPECIFIED),
-            ]),
-        ]))
-        .unwrap();
+        ]
+    }
+
+    #[test]
+    fn classless_routes_replace_static_routes_and_the_router() {
+        let mut options = router_and_static_route();
+        options.push(DhcpOption::ClasslessStaticRoute(vec![
+            (
+                "192.168.7.0/24".parse().unwrap(),
+                Ipv4Addr::new(10, 99, 0, 3),
+            ),
+            ("10.98.0.0/16".parse().unwrap(), Ipv4Addr::UNSPECIFIED),
+        ]));
+        let t = terms(&ack(options)).unwrap();
         let shown: Vec<String> = t
             .routes
             .iter()
@@ -279,15 +284,7 @@ mod tests {
 
     #[test]
     fn static_routes_are_classful_then_the_default_route() {
-        let t = terms(&ack(vec![
-            DhcpOption::SubnetMask(Ipv4Addr::new(255, 255, 255, 0)),
-            DhcpOption::Router(vec![Ipv4Addr::new(10, 99, 0, 1)]),
-            DhcpOption::StaticRoutingTable(vec![(
-                Ipv4Addr::new(172, 16, 0, 0),
-                Ipv4Addr::new(10, 99, 0, 2),
-            )]),
-        ]))
-        .unwrap();
+        let t = terms(&ack(router_and_static_route())).unwrap();
         let dsts: Vec<String> = t.routes.iter().map(|r| r.dst.to_string()).collect();
         assert_eq!(dsts, ["172.16.0.0/16", "0.0.0.0/0"]);
     }

@@ -8,7 +8,7 @@
 //! that namespace (the runtime removed it), the lease is released and forgotten.
 
 use super::exchange::{Ack, Client};
-use super::keep::{after_failure, elapsed_since, kept_or_given_back, Control, Keeper};
+use super::keep::{after_failure, elapsed_since, kept_or_given_back, Control, HeldLease, Keeper};
 use super::lease::{self, Phase, Terms};
 use super::lease_files::Record;
 use super::options::ClientOptions;
@@ -105,21 +105,6 @@ impl Held {
         lock(&self.shared).record.options.clone()
     }
 
-    /// Whether the leased address is on the pod's interface (false while the lease's
-    /// socket is not open yet).
-    pub fn address_on_interface(&self, terms: &Terms) -> super::Result<bool> {
-        let socket = self
-            .shared
-            .socket
-            .lock()
-            .unwrap_or_else(|p| p.into_inner())
-            .clone();
-        match socket {
-            Some(s) => s.link().has_address(ipnet::IpNet::V4(terms.address)),
-            None => Ok(false),
-        }
-    }
-
     /// Releases the lease (DHCPRELEASE when the interface is still there), forgets its
     /// record.
     ///
@@ -129,6 +114,21 @@ impl Held {
     pub fn release(self) {
         let label = label(&self.shared);
         self.shared.control.stop_and_wait(&label);
+    }
+}
+
+impl HeldLease for Held {
+    fn leased(&self) -> super::Result<(ipnet::IpNet, Phase)> {
+        let (ack, _, phase) = self.current();
+        Ok((ipnet::IpNet::V4(lease::terms(&ack)?.address), phase))
+    }
+
+    fn address_on_interface(&self, address: ipnet::IpNet) -> super::Result<bool> {
+        let socket = self.shared.socket.lock().unwrap_or_else(|p| p.into_inner());
+        match socket.clone() {
+            Some(s) => s.link().has_address(address),
+            None => Ok(false),
+        }
     }
 }
 

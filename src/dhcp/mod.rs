@@ -37,8 +37,7 @@ pub mod socket;
 pub mod v6;
 pub mod wire;
 
-use std::fmt;
-use std::time::Duration;
+use std::time::{Duration, Instant};
 
 /// The reference daemon's socket (`-socketpath`) and the plugin's `daemonSocketPath` default.
 pub const DEFAULT_SOCKET: &str = "/run/cni/dhcp.sock";
@@ -52,6 +51,36 @@ pub struct Timing {
     pub resend_max: Duration,
     /// `-resendtimeout`: how long one exchange may take in all (ADD waits at most this).
     pub exchange: Duration,
+}
+
+/// One exchange of a client `C` with the servers, either family: what it is (for
+/// messages), the time it has, and the count of what it sent (`S`).
+pub(crate) struct Exchange<'c, C, S> {
+    pub client: &'c C,
+    /// e.g. "the renewal of 10.1.2.3 at 10.1.2.1 "; empty for a v4 acquire.
+    pub what: String,
+    /// From its first transmission (the `secs`/elapsed time it reports count from there)
+    /// to the deadline after which it gives up.
+    pub start: Instant,
+    pub deadline: Instant,
+    pub sent: S,
+}
+
+impl<'c, C, S: Default> Exchange<'c, C, S> {
+    pub fn open(client: &'c C, what: String, length: Duration) -> Self {
+        let start = Instant::now();
+        Exchange {
+            client,
+            what,
+            start,
+            deadline: start + length,
+            sent: S::default(),
+        }
+    }
+
+    pub fn is_open(&self) -> bool {
+        Instant::now() < self.deadline
+    }
 }
 
 impl Default for Timing {
@@ -84,27 +113,6 @@ pub enum ErrorKind {
 
 /// A DHCP client error: its kind and a message a person can act on (it names the
 /// interface and the netns, and how long the client waited).
-#[derive(Debug, Clone, PartialEq, Eq, serde::Serialize, serde::Deserialize)]
-pub struct Error {
-    pub kind: ErrorKind,
-    pub message: String,
-}
-
-impl Error {
-    pub fn new(kind: ErrorKind, message: impl Into<String>) -> Error {
-        Error {
-            kind,
-            message: message.into(),
-        }
-    }
-}
-
-impl fmt::Display for Error {
-    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
-        f.write_str(&self.message)
-    }
-}
-
-impl std::error::Error for Error {}
+pub type Error = crate::failure::Failure<ErrorKind>;
 
 pub type Result<T> = std::result::Result<T, Error>;

@@ -7,7 +7,7 @@
 //! power could not do it itself, so the daemon does not do it for them. STATUS (whether
 //! the daemon answers) is open to every peer the daemon's own gate lets in.
 
-use super::keep::Keeper;
+use super::keep::{HeldLease, Keeper};
 use super::lease::{self, Phase, Terms};
 use super::lease_files::{LeaseFiles, Record};
 use super::maintain::Held;
@@ -18,7 +18,7 @@ use super::{Error, ErrorKind, Timing};
 use ipamd::attachment::Attachment;
 use ipamd::log::Level;
 use ipamd::log_at;
-use ipamd::service::{Peer, Refusal, Service};
+use ipamd::service::{Endpoint, Peer, Refusal, Service};
 use serde::{Deserialize, Serialize};
 use std::collections::HashMap;
 use std::path::{Path, PathBuf};
@@ -297,25 +297,12 @@ impl Dhcp {
                 ),
             ));
         }
-        if let Some(h) = &held.v4 {
-            let (ack, _, phase) = h.current();
-            let terms = lease::terms(&ack)?;
-            in_force(
-                &terms.address.to_string(),
-                &attachment.ifname,
-                phase,
-                || h.address_on_interface(&terms),
-            )?;
-        }
-        if let Some(h) = &held.v6 {
-            let (terms, _, phase) = h.current();
-            let terms = terms?;
-            in_force(
-                &terms.address.to_string(),
-                &attachment.ifname,
-                phase,
-                || h.address_on_interface(&terms),
-            )?;
+        let leases: [Option<&dyn HeldLease>; 2] = [
+            held.v4.as_ref().map(|h| h as &dyn HeldLease),
+            held.v6.as_ref().map(|h| h as &dyn HeldLease),
+        ];
+        for lease in leases.into_iter().flatten() {
+            lease.check_in_force(&attachment.ifname)?;
         }
         Ok(Response::Done)
     }
@@ -350,55 +337,33 @@ impl Dhcp {
     }
 }
 
-/// CHECK of one lease: in force, and its address on the interface.
-fn in_force(
-    address: &str,
-    ifname: &str,
-    phase: Phase,
-    on_interface: impl FnOnce() -> Result<bool, Error>,
-) -> Result<(), Error> {
-    match phase {
-        Phase::Expired | Phase::Ended => Err(Error::new(
-            ErrorKind::Refused,
-            format!("the lease of {address} on {ifname} is {phase:?}"),
-        )),
-        _ if !on_interface()? => Err(Error::new(
-            ErrorKind::Refused,
-            format!("the leased address {address} is not on {ifname}"),
-        )),
-        _ => Ok(()),
-    }
-}
-
 fn lock<T>(m: &Mutex<T>) -> MutexGuard<'_, T> {
     m.lock().unwrap_or_else(|p| p.into_inner())
 }
 
-fn op_name(req: &Request) -> &'static str {
-    match req {
-        Request::Acquire { .. } => "acquire",
-        Request::Check { .. } => "check",
-        Request::Release { .. } => "release",
-        Request::Status => "status",
-        Request::Gc { .. } => "gc",
+impl Endpoint for Request {
+    const SERVICE: &'static str = "dhcp";
+    fn op(&self) -> &'static str {
+        match self {
+            Request::Acquire { .. } => "acquire",
+            Request::Check { .. } => "check",
+            Request::Release { .. } => "release",
+            Request::Status => "status",
+            Request::Gc { .. } => "gc",
+        }
     }
 }
 
 impl Service for Dhcp {
-    const NAME: &'static str = "dhcp";
     type Request = Request;
     type Response = Response;
     type Error = Error;
-
-    fn op(req: &Request) -> &'static str {
-        op_name(req)
-    }
 
     fn permit(&self, peer: &Peer, req: &Request) -> Result<(), Refusal<Error>> {
         if matches!(req, Request::Status) {
             return Ok(());
         }
-        let op = op_name(req);
+        let op = req.op();
         let forbidden = |why: String| {
             Refusal::Failed(
                 FORBIDDEN,

@@ -1,8 +1,6 @@
 //! Failures of the firewall layer, in terms a plugin can act on. The mapping
 //! to CNI error codes lives in `cni/error.rs`, like every other mapping.
 
-use std::fmt;
-
 #[derive(Debug, Clone, Copy, PartialEq, Eq, serde::Serialize, serde::Deserialize)]
 #[serde(rename_all = "lowercase")]
 pub enum ErrorKind {
@@ -17,21 +15,7 @@ pub enum ErrorKind {
     Other,
 }
 
-#[derive(Debug, Clone, serde::Serialize, serde::Deserialize)]
-pub struct Error {
-    pub kind: ErrorKind,
-    /// What was being done and why it failed.
-    pub message: String,
-}
-
-impl Error {
-    pub fn new(kind: ErrorKind, message: impl Into<String>) -> Error {
-        Error {
-            kind,
-            message: message.into(),
-        }
-    }
-}
+pub type Error = crate::failure::Failure<ErrorKind>;
 
 /// A kernel or socket failure (the operation is already named in the
 /// message); only "the kernel lacks it" matters to a plugin.
@@ -44,11 +28,3 @@ impl From<crate::netlink::Error> for Error {
         Error::new(kind, e.message)
     }
 }
-
-impl fmt::Display for Error {
-    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
-        f.write_str(&self.message)
-    }
-}
-
-impl std::error::Error for Error {}

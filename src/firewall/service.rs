@@ -10,7 +10,7 @@
 
 use super::request::Request;
 use super::{Error, ErrorKind, Sockets};
-use ipamd::service::{Peer, Refusal, Service, DECLINED};
+use ipamd::service::{Endpoint, Peer, Refusal, Service, DECLINED};
 use serde::{Deserialize, Serialize};
 
 /// What travels: the request, and the network namespace the caller says it
@@ -36,15 +36,17 @@ pub struct Firewall {
 pub const FORBIDDEN: u16 = 403;
 const _: () = assert!(FORBIDDEN != DECLINED);
 
+impl Endpoint for Envelope {
+    const SERVICE: &'static str = "firewall";
+    fn op(&self) -> &'static str {
+        self.request.name()
+    }
+}
+
 impl Service for Firewall {
-    const NAME: &'static str = "firewall";
     type Request = Envelope;
     type Response = Done;
     type Error = Error;
-
-    fn op(req: &Envelope) -> &'static str {
-        req.request.name()
-    }
 
     /// Who gets what, from the kernel's view of the peer (`ipamd::peer`):
     /// - a peer in another network namespace, or of unknown one: declined

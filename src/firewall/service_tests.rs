@@ -8,7 +8,7 @@ use super::service::{Done, Envelope, Firewall, FORBIDDEN};
 use super::{
     forward, macspoof, masq, portmap, Attachment, Del, Error, ErrorKind, Gc, Isolation, Request,
 };
-use ipamd::service::{target, Peer, Refusal, Service, DECLINED};
+use ipamd::service::{target, Endpoint, Peer, Refusal, Service, DECLINED};
 
 fn att() -> Attachment {
     Attachment::new("n", "c1", "eth0")
@@ -109,7 +109,7 @@ fn every_request_decodes_to_the_operation_sent() {
         let got: Envelope = serde_json::from_slice(&wire).unwrap();
         assert_eq!(got.request, sent.request);
         assert_eq!(got.netns, 7);
-        assert_eq!(Firewall::op(&got), sent.request.name());
+        assert_eq!(got.op(), sent.request.name());
         assert_eq!(
             target::<Firewall>(&got),
             format!("/v1/ext/firewall.{}", sent.request.name())

@@ -158,15 +158,14 @@ pub enum IpvlanMode {
     L3s,
 }
 
+/// What every child link (macvlan, ipvlan, vlan) is created with.
 #[derive(Debug)]
-pub struct MacvlanSpec<'a> {
+pub struct ChildLink<'a> {
+    /// The final name (in `netns`, where the create puts it).
     pub name: String,
     /// Index of the master in the socket's netns.
     pub master_index: u32,
-    pub mode: MacvlanMode,
     pub mtu: Option<u32>,
-    pub mac: Option<String>,
-    pub bc_queue_len: Option<u32>,
     /// Move into this netns as part of the create (IFLA_NET_NS_FD); None = stay.
     pub netns: Option<&'a NetNs>,
     /// Turn its `arp_notify` on, so that it announces its IPv4 addresses when it goes
@@ -176,14 +175,17 @@ pub struct MacvlanSpec<'a> {
 }
 
 #[derive(Debug)]
+pub struct MacvlanSpec<'a> {
+    pub link: ChildLink<'a>,
+    pub mode: MacvlanMode,
+    pub mac: Option<String>,
+    pub bc_queue_len: Option<u32>,
+}
+
+#[derive(Debug)]
 pub struct IpvlanSpec<'a> {
-    pub name: String,
-    pub master_index: u32,
+    pub link: ChildLink<'a>,
     pub mode: IpvlanMode,
-    pub mtu: Option<u32>,
-    pub netns: Option<&'a NetNs>,
-    /// As [`MacvlanSpec::arp_notify`].
-    pub arp_notify: bool,
 }
 
 /// A bridge port's flags, written with its up (IFLA_INFO_PORT_DATA).

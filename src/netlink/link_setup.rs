@@ -97,8 +97,9 @@ impl Netlink {
 
 #[cfg(test)]
 mod tests {
+    use super::super::child_tests::{bridge_macvlan, child_link};
     use super::super::tests::{host_and_pod, veth};
-    use super::super::{sysctl, MacvlanMode, MacvlanSpec, NetNs};
+    use super::super::{sysctl, ChildLink, NetNs};
     use super::*;
     use netlink_packet_core::Emitable;
 
@@ -119,15 +120,11 @@ mod tests {
         let pair = nl
             .create_veth(veth("anmaster", "anpeer", &cont.ns))
             .expect("veth");
-        let spec = |name: &str, netns| MacvlanSpec {
-            name: name.into(),
-            master_index: pair.host_index,
-            mode: MacvlanMode::Bridge,
-            mtu: None,
-            mac: None,
-            bc_queue_len: None,
-            netns,
-            arp_notify: true,
+        let spec = |name: &str, netns| {
+            bridge_macvlan(ChildLink {
+                arp_notify: true,
+                ..child_link(name, pair.host_index, netns)
+            })
         };
         nl.create_macvlan(spec("an0", Some(&cont.ns)))
             .expect("into the pod");

@@ -4,8 +4,8 @@ use super::frame::Reply;
 use super::link::{parse_mac, random_local_mac};
 use super::Failure;
 use super::{
-    Error, ErrorKind, IpvlanSpec, Link, LinkSetup, MacvlanSpec, NetNs, Netlink, Result, VethPair,
-    VethSpec,
+    ChildLink, Error, ErrorKind, IpvlanSpec, Link, LinkSetup, MacvlanSpec, NetNs, Netlink, Result,
+    VethPair, VethSpec,
 };
 use netlink_packet_core::ParseableParametrized;
 use netlink_packet_core::{NlasIterator, NLM_F_CREATE, NLM_F_DUMP, NLM_F_ECHO, NLM_F_EXCL};
@@ -251,15 +251,7 @@ impl Netlink {
             LinkInfo::Kind(InfoKind::MacVlan),
             LinkInfo::Data(InfoData::MacVlan(data)),
         ]));
-        let child = Child {
-            kind: "macvlan",
-            name: &spec.name,
-            master: spec.master_index,
-            mtu: spec.mtu,
-            netns: spec.netns,
-            arp_notify: spec.arp_notify,
-        };
-        self.create_child(child, attrs)
+        self.create_child(Child::of("macvlan", &spec.link), attrs)
     }
 
     /// Like `create_macvlan`, for ipvlan (no MAC: ipvlan slaves share the master's).
@@ -270,15 +262,7 @@ impl Netlink {
                 spec.mode.to_kernel(),
             )])),
         ])];
-        let child = Child {
-            kind: "ipvlan",
-            name: &spec.name,
-            master: spec.master_index,
-            mtu: spec.mtu,
-            netns: spec.netns,
-            arp_notify: spec.arp_notify,
-        };
-        self.create_child(child, attrs)
+        self.create_child(Child::of("ipvlan", &spec.link), attrs)
     }
 
     /// Creates the child with `kind_attrs` (MAC, IFLA_LINKINFO). Into another
@@ -453,6 +437,19 @@ pub(super) struct Child<'a> {
     pub netns: Option<&'a NetNs>,
     /// Turn the child's `arp_notify` on before it can go up.
     pub arp_notify: bool,
+}
+
+impl<'a> Child<'a> {
+    pub(super) fn of(kind: &'static str, link: &'a ChildLink<'a>) -> Child<'a> {
+        Child {
+            kind,
+            name: &link.name,
+            master: link.master_index,
+            mtu: link.mtu,
+            netns: link.netns,
+            arp_notify: link.arp_notify,
+        }
+    }
 }
 
 fn name_attr(name: &str) -> LinkAttribute {

@@ -44,6 +44,8 @@
 
 mod addr;
 mod bridge;
+#[cfg(test)]
+mod child_tests;
 mod dummy;
 mod error;
 mod fault;
@@ -75,8 +77,8 @@ pub(crate) use frame::{nla, Reply};
 pub use ipv6::link_local;
 pub(crate) use link::random_bytes;
 pub use link::{
-    BridgePort, BridgeSpec, IpvlanMode, IpvlanSpec, Link, MacvlanMode, MacvlanSpec, VethPair,
-    VethSpec,
+    BridgePort, BridgeSpec, ChildLink, IpvlanMode, IpvlanSpec, Link, MacvlanMode, MacvlanSpec,
+    VethPair, VethSpec,
 };
 pub use link_setup::LinkSetup;
 pub(crate) use netfilter::Events;

@@ -32,7 +32,7 @@ pub(super) struct TestNs {
 }
 
 impl TestNs {
-    fn new(tag: &str) -> TestNs {
+    pub(super) fn new(tag: &str) -> TestNs {
         let name = format!("cnikit-{}-{tag}", std::process::id());
         ip(&["netns", "add", &name]);
         let ns = NetNs::open(format!("/run/netns/{name}")).expect("open test netns");
@@ -258,97 +258,6 @@ fn addresses_and_routes() {
         sysctl::get("net/ipv6/conf/eth0/accept_dad")
     });
     assert_eq!(accept_dad.expect("run").expect("sysctl"), "0");
-}
-
-#[test]
-fn macvlan_and_ipvlan() {
-    let Some((host, cont)) = host_and_pod("macvlan_and_ipvlan", "mv") else {
-        return;
-    };
-    let mut nl = host.netlink();
-    let master = nl
-        .create_veth(veth("mvmaster", "mvpeer", &cont.ns))
-        .expect("veth master");
-    let mv = nl
-        .create_macvlan(MacvlanSpec {
-            name: "mv0".into(),
-            master_index: master.host_index,
-            mode: MacvlanMode::Bridge,
-            mtu: Some(1300),
-            mac: Some("02:11:22:33:44:55".into()),
-            bc_queue_len: None,
-            netns: Some(&cont.ns),
-            arp_notify: false,
-        })
-        .expect("macvlan");
-    assert_eq!(mv.macvlan_mode, Some(MacvlanMode::Bridge));
-    assert_eq!(mv.mac.as_deref(), Some("02:11:22:33:44:55"));
-    assert!(cont.netlink().link_by_name("mv0").expect("read").is_some());
-    assert!(nl.link_by_name("mv0").expect("read").is_none());
-
-    let iv = nl.create_ipvlan(IpvlanSpec {
-        name: "ipv0".into(),
-        master_index: master.host_index,
-        mode: IpvlanMode::L2,
-        mtu: None,
-        netns: Some(&cont.ns),
-        arp_notify: false,
-    });
-    match iv {
-        Ok(link) => assert_eq!(link.ipvlan_mode, Some(IpvlanMode::L2)),
-        Err(e) => {
-            assert_eq!(e.kind, ErrorKind::Unsupported, "{}", e.message);
-            assert!(e
-                .message
-                .ends_with("this kernel has no ipvlan support (CONFIG_IPVLAN)"));
-        }
-    }
-}
-
-/// A child created into another netns under a name the creating netns uses
-/// too (a node's own eth0) lands there under that name, on every kernel; a
-/// clash inside the target is AlreadyExists and leaves no link behind.
-#[test]
-fn child_named_like_a_host_link() {
-    let Some((host, cont)) = host_and_pod("child_named_like_a_host_link", "nm") else {
-        return;
-    };
-    let far = TestNs::new("nm-f");
-    let mut nl = host.netlink();
-    let eth0 = nl
-        .create_veth(veth("eth0", "eth0", &far.ns))
-        .expect("the host's eth0")
-        .host_index;
-    let spec = || MacvlanSpec {
-        name: "eth0".into(),
-        master_index: eth0,
-        mode: MacvlanMode::Bridge,
-        mtu: None,
-        mac: None,
-        bc_queue_len: None,
-        netns: Some(&cont.ns),
-        arp_notify: false,
-    };
-    let mv = nl.create_macvlan(spec()).expect("eth0 into the pod");
-    assert_eq!(mv.name, "eth0");
-    let there = cont.netlink().link_by_name("eth0").expect("read");
-    assert_eq!(there.map(|l| l.index), Some(mv.index));
-    let here = nl.link_by_name("eth0").expect("read").expect("host eth0");
-    assert_eq!((here.index, here.kind.as_deref()), (eth0, Some("veth")));
-
-    let e = nl
-        .create_macvlan(spec())
-        .expect_err("eth0 is taken in the pod");
-    assert_eq!(e.kind, ErrorKind::AlreadyExists, "{}", e.message);
-    let mut names: Vec<String> = cont
-        .netlink()
-        .links()
-        .expect("dump")
-        .into_iter()
-        .map(|l| l.name)
-        .collect();
-    names.sort();
-    assert_eq!(names, ["eth0", "lo"], "no temporary link left");
 }
 
 #[test]

@@ -1,26 +1,20 @@
 //! 802.1Q VLAN links (the vlan plugin's) and VRF devices (the vrf plugin's): created,
 //! and the details of theirs that `Link` does not carry (VLAN id, VRF table) read back.
 use super::linkops::{create_error, link_message, Child};
-use super::{Error, ErrorKind, Link, NetNs, Netlink, Result};
+use super::{ChildLink, Error, ErrorKind, Link, Netlink, Result};
 use netlink_packet_route::link::{InfoData, InfoKind, InfoVlan, InfoVrf, LinkAttribute, LinkInfo};
 
 /// An 802.1Q link to create on a master.
 #[derive(Debug)]
 pub struct VlanSpec<'a> {
-    /// The final name (in `netns`, where the create puts it).
-    pub name: String,
-    /// Index of the master in the socket's netns.
-    pub master_index: u32,
+    pub link: ChildLink<'a>,
     /// The VLAN id, 0–4094.
     pub id: u16,
-    pub mtu: Option<u32>,
-    /// Move into this netns as part of the create (IFLA_NET_NS_FD); None = stay.
-    pub netns: Option<&'a NetNs>,
 }
 
 impl Netlink {
-    /// Creates a VLAN on `spec.master_index` as macvlan is created (see
-    /// `create_macvlan`): into `spec.netns` under a temporary name, renamed there. A
+    /// Creates a VLAN on `spec.link.master_index` as macvlan is created (see
+    /// `create_macvlan`): into `spec.link.netns` under a temporary name, renamed there. A
     /// kernel without 802.1Q support is `ErrorKind::Unsupported` naming
     /// CONFIG_VLAN_8021Q.
     pub fn create_vlan(&mut self, spec: VlanSpec) -> Result<Link> {
@@ -28,16 +22,7 @@ impl Netlink {
             LinkInfo::Kind(InfoKind::Vlan),
             LinkInfo::Data(InfoData::Vlan(vec![InfoVlan::Id(spec.id)])),
         ])];
-        let child = Child {
-            kind: "vlan",
-            name: &spec.name,
-            master: spec.master_index,
-            mtu: spec.mtu,
-            netns: spec.netns,
-            // The reference vlan plugin leaves arp_notify alone.
-            arp_notify: false,
-        };
-        self.create_child(child, attrs)
+        self.create_child(Child::of("vlan", &spec.link), attrs)
     }
 
     /// The VLAN id of link `index`; None when it is gone or not a VLAN.

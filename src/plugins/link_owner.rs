@@ -9,6 +9,7 @@
 use crate::cni::{Attachment, Command, Error, Request};
 use crate::netlink::{Link, Netlink};
 use crate::plugins::ipam_delegation::ipam_if_configured;
+use crate::plugins::pod_netns::{delete_container_link, OwnLink};
 
 /// The alias that marks a link as `plugin`'s, made for `att`.
 pub fn alias(plugin: &str, att: &Attachment) -> String {
@@ -86,6 +87,21 @@ pub fn gc_stale_veths(
     let ipam = ipam_if_configured(req, Command::Gc);
     let rules = firewall_gc();
     Error::all([links, ipam, rules])
+}
+
+/// DEL of an attachment that owns a veth (bridge, ptp): IPAM's DEL, then `firewall_del`
+/// (the plugin's rules), then the veth `ours` describes. Every step runs even if an earlier
+/// one failed, so that one broken piece (say, an unusable IPAM store) does not strand the
+/// others' state; the failures are reported together.
+pub fn del_veth_attachment(
+    req: &Request,
+    firewall_del: impl FnOnce() -> Result<(), Error>,
+    ours: OwnLink,
+) -> Result<(), Error> {
+    let ipam = ipam_if_configured(req, Command::Del);
+    let rules = firewall_del();
+    let link = delete_container_link(req.netns(), req.ifname(), ours);
+    Error::all([ipam, rules, link])
 }
 
 #[cfg(test)]

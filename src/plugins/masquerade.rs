@@ -8,29 +8,51 @@ use crate::cni::{CniResult, Error, Request};
 use crate::firewall::{masq, Del, Firewall, Gc};
 use crate::plugins::firewall_backend::{FirewallBackend, FirewallConf};
 use ipnet::IpNet;
+use serde::Deserialize;
 use std::net::IpAddr;
 
-/// ADD's `ipMasqBackend`: the reference refuses an unknown one when it
-/// masquerades (ipMasq with addresses from IPAM), and only then. cnikit
-/// always masquerades with nftables; "iptables" is noted on stderr.
-pub fn check_backend(
-    plugin: &str,
-    req: &Request,
-    ip_masq: bool,
-    backend: Option<&str>,
-) -> Result<(), Error> {
-    if !ip_masq || req.conf.ipam_type.is_none() {
-        return Ok(());
-    }
-    match backend {
-        None | Some("nftables") => Ok(()),
-        Some("iptables") => {
-            eprintln!("{plugin}: ipMasqBackend \"iptables\" requested; cnikit always masquerades with nftables");
-            Ok(())
+/// The masquerade keys of the plugins that route a pod's addresses (bridge, ptp).
+#[derive(Debug, Default, Deserialize)]
+#[serde(rename_all = "camelCase")]
+pub struct MasqKeys {
+    #[serde(default)]
+    pub ip_masq: bool,
+    /// `iptables` or `nftables` in the reference; cnikit masquerades with nftables.
+    #[serde(default)]
+    pub ip_masq_backend: Option<String>,
+    /// Destinations never masqueraded besides the pod's own subnets (cnikit's; e.g. a
+    /// cluster pool's CIDRs, so pod-to-pod traffic between nodes keeps its source).
+    #[serde(default)]
+    pub ip_masq_exclude: Vec<IpNet>,
+}
+
+impl MasqKeys {
+    /// For a DEL whose configuration cannot be used: whatever masquerade entries the
+    /// attachment may own go (a removal of nothing is harmless).
+    pub fn del_fallback() -> MasqKeys {
+        MasqKeys {
+            ip_masq: true,
+            ..MasqKeys::default()
         }
-        Some(other) => Err(Error::invalid_config(format!(
-            "unknown ipmasq backend {other:?}: ipMasqBackend must be \"iptables\" or \"nftables\""
-        ))),
+    }
+
+    /// ADD's `ipMasqBackend`: the reference refuses an unknown one when it
+    /// masquerades (ipMasq with addresses from IPAM), and only then. cnikit
+    /// always masquerades with nftables; "iptables" is noted on stderr.
+    pub fn check_backend(&self, plugin: &str, req: &Request) -> Result<(), Error> {
+        if !self.ip_masq || req.conf.ipam_type.is_none() {
+            return Ok(());
+        }
+        match self.ip_masq_backend.as_deref() {
+            None | Some("nftables") => Ok(()),
+            Some("iptables") => {
+                eprintln!("{plugin}: ipMasqBackend \"iptables\" requested; cnikit always masquerades with nftables");
+                Ok(())
+            }
+            Some(other) => Err(Error::invalid_config(format!(
+                "unknown ipmasq backend {other:?}: ipMasqBackend must be \"iptables\" or \"nftables\""
+            ))),
+        }
     }
 }
 
@@ -94,19 +116,19 @@ pub fn check(
     )
 }
 
-/// CHECK's last step of bridge and ptp: when the network masquerades (`on`), what ADD
+/// CHECK's last step of bridge and ptp: when the network masquerades (`keys`), what ADD
 /// made is there, through the firewall `backend` picks for this call.
 pub fn check_if_on(
     backend: &FirewallBackend,
     (req, conf): (&Request, &impl FirewallConf),
-    (on, exclude): (bool, &[IpNet]),
+    keys: &MasqKeys,
     prev: &CniResult,
 ) -> Result<(), Error> {
-    if !on {
+    if !keys.ip_masq {
         return Ok(());
     }
     let fw = backend.for_call(req, conf);
-    check(&*fw, req, prev, exclude)
+    check(&*fw, req, prev, &keys.ip_masq_exclude)
 }
 
 /// The operation `op` makes of the attachment and its addresses and subnets;

@@ -40,27 +40,11 @@ if [ ${#missing[@]} -gt 0 ]; then
   DEBIAN_FRONTEND=noninteractive apt-get install -y --no-install-recommends "${missing[@]}" >/dev/null
 fi
 
-CACHE=/var/cache/cnikit-bare
+. tests/debian-userland.sh
 # A new machine of this kind besides Debian's minbase (its Rust toolchain comes from the host).
-INCLUDE=ca-certificates,git,gcc,libc6-dev,python3
-# Named by what it holds, so a changed package list builds a new one.
-ROOTFS_TAR=$CACHE/bookworm-$(echo "$INCLUDE" | sha256sum | cut -c1-12).tar
-mkdir -p "$CACHE"
-prepare() {
-  # One builder at a time: a --prepare started earlier may still be running.
-  exec 9>"$CACHE/lock"
-  flock 9
-  if [ ! -f "$ROOTFS_TAR" ]; then
-    echo "bare: building the Debian 12 userland once ($ROOTFS_TAR)"
-    mmdebstrap --variant=minbase \
-      --include="$INCLUDE" \
-      --format=tar bookworm "$ROOTFS_TAR.tmp" http://deb.debian.org/debian >/dev/null
-    mv "$ROOTFS_TAR.tmp" "$ROOTFS_TAR"
-  fi
-  exec 9>&-
-}
+debian_userland bare /var/cache/cnikit-bare ca-certificates,git,gcc,libc6-dev,python3
 if [ "${1:-}" = --prepare ]; then
-  prepare
+  prepare_userland
   exit
 fi
 CMD=("$@")
@@ -75,7 +59,7 @@ if [ ! -x "$HOST_CARGO_HOME/bin/rustup" ] || [ ! -f "$SYSROOT/bin/cargo" ]; then
   exit 1
 fi
 
-prepare
+prepare_userland
 t_ready=$SECONDS
 
 ROOT=$(mktemp -d /var/tmp/cnikit-bare.XXXXXX)

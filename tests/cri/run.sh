@@ -279,27 +279,8 @@ jq 'if .cniVersion == "1.1.0" then .cniVersion = "1.0.0" else . end' \
   "$ROOT/contrib/examples/10-pods.conflist" > "$WORK/confs/pods.conflist"
 POD_NAME=$(jq -r .name "$WORK/confs/pods.conflist")
 # kind's own list, as kindnetd writes it on every kind node (its pod CIDR and eth0's MTU
-# filled in): ptp + host-local + portmap
-cat > "$WORK/confs/kind.conflist" << 'EOF'
-{
-  "cniVersion": "0.3.1",
-  "name": "kindnet",
-  "plugins": [
-    {
-      "type": "ptp",
-      "ipMasq": false,
-      "ipam": {
-        "type": "host-local",
-        "dataDir": "/run/cni-ipam-state",
-        "routes": [{"dst": "0.0.0.0/0"}],
-        "ranges": [[{"subnet": "10.244.0.0/24"}]]
-      },
-      "mtu": 1500
-    },
-    {"type": "portmap", "capabilities": {"portMappings": true}}
-  ]
-}
-EOF
+# filled in): ptp + host-local + portmap (tests/it/ptp/kind.rs runs it too)
+cp "$ROOT/tests/data/kindnet.conflist" "$WORK/confs/kind.conflist"
 
 COMMON=(--socket "$SOCK" --image "$TAG" --cgroup-parent "$CGROUP_PARENT" --node-ip "$NODE_IP"
         --log-dir "$WORK/ctd/logs" --cnikit "$WORK/bin/cnikit")

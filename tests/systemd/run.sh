@@ -37,26 +37,10 @@ set -euo pipefail
 cd "$(dirname "$0")/../.."
 [ "$(id -u)" = 0 ] || { echo "tests/systemd/run.sh: run as root" >&2; exit 1; }
 
-CACHE=/var/cache/cnikit-systemd
-INCLUDE=systemd,systemd-sysv,dbus,iproute2,nftables,curl,containernetworking-plugins,podman,dnsmasq-base,etcd-server
-# Named by what it holds, so a changed package list builds a new one.
-ROOTFS_TAR=$CACHE/bookworm-$(echo "$INCLUDE" | sha256sum | cut -c1-12).tar
-mkdir -p "$CACHE"
-prepare() {
-  # One builder at a time: a --prepare started earlier may still be running.
-  exec 9>"$CACHE/lock"
-  flock 9
-  if [ ! -f "$ROOTFS_TAR" ]; then
-    echo "systemd: building the Debian 12 userland once ($ROOTFS_TAR)"
-    mmdebstrap --variant=minbase \
-      --include="$INCLUDE" \
-      --format=tar bookworm "$ROOTFS_TAR.tmp" http://deb.debian.org/debian >/dev/null
-    mv "$ROOTFS_TAR.tmp" "$ROOTFS_TAR"
-  fi
-  exec 9>&-
-}
+. tests/debian-userland.sh
+debian_userland systemd /var/cache/cnikit-systemd systemd,systemd-sysv,dbus,iproute2,nftables,curl,containernetworking-plugins,podman,dnsmasq-base,etcd-server
 if [ "${1:-}" = --prepare ]; then
-  prepare
+  prepare_userland
   exit
 fi
 PARTS="install upgrade"
@@ -69,7 +53,7 @@ if [ -z "$DEB" ]; then
   contrib/debian/build >/dev/null
   DEB=$(ls -t target/debian/cnikit_*_amd64.deb | head -1)
 fi
-prepare
+prepare_userland
 
 ROOT=
 NSPAWN_PID=

@@ -126,27 +126,27 @@ CNITOOL=/var/cache/cnikit-interop/bin/cnitool
 # (nftables with the expressions cnikit's tables use, the xt matches of the firewall plugin's
 # iptables rules, conntrack's netlink for portmap's UDP flush, and tc's tbf, ingress, u32,
 # mirred and ifb for bandwidth)
-for m in dummy veth macvlan ipvlan bridge 8021q vrf tun \
+# copy_modules LIST MODULE...: each module and what it depends on into the initramfs (once),
+# its path appended to LIST in load order.
+copy_modules() {
+  local list=$1 m ko rel
+  shift
+  for m in "$@"; do
+    modprobe -d "$W/kroot" -S "$KV" --show-depends "$m" | awk '$1=="insmod"{print $2}' | while read -r ko; do
+      rel=${ko#"$W/kroot"}
+      [ -e "$I$rel" ] && continue
+      install -D -m644 "$ko" "$I$rel"
+      echo "$rel" >> "$list"
+    done
+  done
+}
+copy_modules "$I/modules.order" dummy veth macvlan ipvlan bridge 8021q vrf tun \
   nf_tables nft_chain_nat nft_nat nft_masq nft_ct nft_fib_inet nft_meta_bridge nf_conntrack_netlink \
   nft_compat xt_comment xt_conntrack \
-  sch_tbf sch_ingress cls_u32 act_mirred ifb; do
-  modprobe -d "$W/kroot" -S "$KV" --show-depends $m | awk '$1=="insmod"{print $2}' | while read -r ko; do
-    rel=${ko#"$W/kroot"}
-    [ -e "$I$rel" ] && continue
-    install -D -m644 "$ko" "$I$rel"
-    echo "$rel" >> "$I/modules.order"
-  done
-done
+  sch_tbf sch_ingress cls_u32 act_mirred ifb
 # virtio-net for hostdev.sh's PCI NIC, loaded there (after guest.sh made the node's eth0)
 : > "$I/modules.hostdev"
-for m in virtio_pci virtio_net; do
-  modprobe -d "$W/kroot" -S "$KV" --show-depends $m | awk '$1=="insmod"{print $2}' | while read -r ko; do
-    rel=${ko#"$W/kroot"}
-    [ -e "$I$rel" ] && continue
-    install -D -m644 "$ko" "$I$rel"
-    echo "$rel" >> "$I/modules.hostdev"
-  done
-done
+copy_modules "$I/modules.hostdev" virtio_pci virtio_net
 cat > "$I/init" <<'EOF'
 #!/bin/sh
 export PATH=/sbin:/bin

@@ -290,16 +290,23 @@ fn opt(v: Option<impl ToString>) -> String {
     v.map(|v| v.to_string()).unwrap_or_default()
 }
 
+/// `header`, then one line per item.
+fn lines<T>(header: &str, items: &[T], line: impl Fn(&T) -> String) -> String {
+    let mut s = String::from(header);
+    for item in items {
+        s.push_str(&line(item));
+        s.push('\n');
+    }
+    s
+}
+
 fn samples_csv(samples: &[Sample]) -> String {
-    let mut s = String::from(
-        "t_s,cycles,failures,pid,rss_kib,fds,threads,journal_bytes,snapshot_bytes,\
-         ipam_served,fw_served,leases_in_use\n",
-    );
-    for x in samples {
+    let header = "t_s,cycles,failures,pid,rss_kib,fds,threads,journal_bytes,snapshot_bytes,\
+                  ipam_served,fw_served,leases_in_use\n";
+    lines(header, samples, |x| {
         let d = x.daemon.as_ref();
         let m = x.metrics();
-        let _ = writeln!(
-            s,
+        format!(
             "{:.2},{},{},{},{},{},{},{},{},{},{},{}",
             x.t_s,
             x.cycles,
@@ -313,46 +320,27 @@ fn samples_csv(samples: &[Sample]) -> String {
             opt(m.map(|m| m.ipam)),
             opt(m.map(|m| m.fw)),
             opt(m.and_then(|m| m.leases)),
-        );
-    }
-    s
+        )
+    })
 }
 
 fn restarts_csv(restarts: &[Restart]) -> String {
-    let mut s = String::from(
-        "t_s,cycles,signal,old_pid,new_pid,exit_ms,down_ms,status,ipam_served,fw_served\n",
-    );
-    for r in restarts {
-        let _ = writeln!(
-            s,
-            "{:.2},{},{},{},{},{:.1},{:.1},\"{}\",{},{}",
-            r.t_s,
-            r.cycles,
-            r.signal,
-            opt(r.old_pid),
-            opt(r.new_pid),
-            r.exit_ms,
-            r.down_ms,
-            r.status.replace('"', "'"),
-            opt(r.ipam_served),
-            opt(r.fw_served)
-        );
-    }
-    s
+    let header = "t_s,cycles,signal,old_pid,new_pid,exit_ms,down_ms,status,ipam_served,fw_served\n";
+    lines(header, restarts, |r| {
+        let status = r.status.replace('"', "'");
+        let (old, new) = (opt(r.old_pid), opt(r.new_pid));
+        let served = (opt(r.ipam_served), opt(r.fw_served));
+        format!(
+            "{:.2},{},{},{old},{new},{:.1},{:.1},\"{status}\",{},{}",
+            r.t_s, r.cycles, r.signal, r.exit_ms, r.down_ms, served.0, served.1
+        )
+    })
 }
 
 fn failures_txt(failures: &[Failure]) -> String {
-    let mut s = String::new();
-    for f in failures {
-        let _ = writeln!(
-            s,
-            "{:.2}s cycle {} {} attempt {}: {}",
-            f.t_s,
-            f.cycle,
-            f.op,
-            f.attempt,
-            f.error.replace('\n', " ")
-        );
-    }
-    s
+    lines("", failures, |f| {
+        let error = f.error.replace('\n', " ");
+        let (t, cycle, op, attempt) = (f.t_s, f.cycle, &f.op, f.attempt);
+        format!("{t:.2}s cycle {cycle} {op} attempt {attempt}: {error}")
+    })
 }

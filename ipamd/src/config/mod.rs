@@ -68,6 +68,20 @@ pub struct RouteSpec {
     pub scope: Option<u8>,
 }
 
+impl RouteSpec {
+    pub fn new(dst: IpNet, gw: Option<IpAddr>) -> RouteSpec {
+        RouteSpec {
+            dst,
+            gw,
+            mtu: None,
+            advmss: None,
+            priority: None,
+            table: None,
+            scope: None,
+        }
+    }
+}
+
 /// Range sets also arrive over the wire (the daemon's requests): their CIDRs are held to
 /// the same rule as the config's.
 fn strict_net<'de, D: serde::Deserializer<'de>>(d: D) -> Result<IpNet, D::Error> {

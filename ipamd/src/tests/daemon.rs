@@ -402,19 +402,22 @@ fn data_dir_header_round_trips() {
 /// A service for the test: echoes, fails with a conflict, or declines.
 struct Echo;
 
-impl crate::service::Service for Echo {
-    const NAME: &'static str = "test";
-    type Request = String;
-    type Response = String;
-    type Error = String;
-
-    fn op(req: &String) -> &'static str {
-        match req.as_str() {
+impl crate::service::Endpoint for String {
+    const SERVICE: &'static str = "test";
+    fn op(&self) -> &'static str {
+        match self.as_str() {
             "hi" => "echo",
             "fail" => "fail",
             _ => "other",
         }
     }
+}
+
+impl crate::service::Service for Echo {
+    type Request = String;
+    type Response = String;
+    type Error = String;
+
     fn permit(
         &self,
         peer: &crate::service::Peer,

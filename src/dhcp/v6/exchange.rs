@@ -49,7 +49,7 @@ impl Client6<'_> {
     pub fn acquire(&self, hint: Option<Ipv6Addr>) -> Result<Lease6> {
         let mut ex = self.exchange("the DHCPv6 lease request ".into());
         let mut refused = None;
-        while Instant::now() < ex.deadline {
+        while ex.is_open() {
             let solicit = self.fields(MessageType::Solicit, None, hint);
             let sol = Schedule {
                 irt: SOL_TIMEOUT,
@@ -162,14 +162,7 @@ impl Client6<'_> {
     }
 
     fn exchange(&self, what: String) -> Exchange<'_> {
-        let start = Instant::now();
-        Exchange {
-            client: self,
-            what,
-            start,
-            deadline: start + self.timing.exchange,
-            sent: 0,
-        }
+        Exchange::open(self, what, self.timing.exchange)
     }
 
     fn cancelled(&self) -> bool {
@@ -181,13 +174,8 @@ fn is_reply(m: &Message) -> Option<Message> {
     (m.msg_type() == MessageType::Reply).then(|| m.clone())
 }
 
-struct Exchange<'c> {
-    client: &'c Client6<'c>,
-    what: String,
-    start: Instant,
-    deadline: Instant,
-    sent: u32,
-}
+/// The `sent` count: Transmissions so far.
+type Exchange<'c> = super::super::Exchange<'c, Client6<'c>, u32>;
 
 impl Exchange<'_> {
     /// Sends `f` and retransmits it on `schedule` until `accept` takes an answer, the
@@ -204,7 +192,7 @@ impl Exchange<'_> {
         let mut sends = 0;
         // RFC 8415 §21.9: the elapsed time counts from the exchange's first message.
         let first = Instant::now();
-        while Instant::now() < self.deadline && schedule.mrc.is_none_or(|m| sends < m) {
+        while self.is_open() && schedule.mrc.is_none_or(|m| sends < m) {
             if c.cancelled() {
                 return Err(self.fail(ErrorKind::NoAnswer, "cancelled: "));
             }

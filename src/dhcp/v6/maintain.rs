@@ -5,7 +5,7 @@
 //! it back. Every new REPLY is recorded before the thread waits again; a pod gone without
 //! DEL is released at the next timer (at least every minute), as DHCPv4's.
 
-use super::super::keep::{after_failure, elapsed_since, Control, Keeper};
+use super::super::keep::{after_failure, elapsed_since, Control, HeldLease, Keeper};
 use super::super::lease::Phase;
 use super::super::lease_files::LeaseFiles;
 use super::super::{ErrorKind, Timing};
@@ -97,20 +97,25 @@ impl Held6 {
         (terms, s.record.netns.clone(), self.shared.control.phase())
     }
 
-    /// Whether the leased address is on the pod's interface (false until the lease's
-    /// socket is open).
-    pub fn address_on_interface(&self, terms: &Terms6) -> super::super::Result<bool> {
-        match lock(&self.shared.socket).clone() {
-            Some(s) => s.link().has_address(IpNet::V6(terms.address)),
-            None => Ok(false),
-        }
-    }
-
     /// Releases the lease (RELEASE when the interface is still there) and forgets its
     /// record; returns once the thread says the lease is over (bounded).
     pub fn release(self) {
         let label = label(&self.shared);
         self.shared.control.stop_and_wait(&label);
+    }
+}
+
+impl HeldLease for Held6 {
+    fn leased(&self) -> super::super::Result<(IpNet, Phase)> {
+        let (terms, _, phase) = self.current();
+        Ok((IpNet::V6(terms?.address), phase))
+    }
+
+    fn address_on_interface(&self, address: IpNet) -> super::super::Result<bool> {
+        match lock(&self.shared.socket).clone() {
+            Some(s) => s.link().has_address(address),
+            None => Ok(false),
+        }
     }
 }
 

@@ -5,7 +5,7 @@
 //! STATUS's kernel probe, DEL) also serve vlan, dummy and tap.
 
 use crate::cni::{CniResult, Code, Command, Error, Plugin, Request};
-use crate::netlink::{Link, NetNs, Netlink};
+use crate::netlink::{ChildLink, Link, NetNs, Netlink};
 use crate::plugins::conf_keys::{config_ifname, configured_mtu, with_configured_dns};
 use crate::plugins::ipam_delegation::{ipam_add, ipam_if_configured, ipam_rollback_on_error};
 use crate::plugins::pod_interface::{
@@ -164,7 +164,7 @@ fn create_child(
     cont: &mut Netlink,
     link_in_container: bool,
     (master, mtu): (Option<&str>, Option<u32>),
-    create: impl FnOnce(&mut Netlink, &Link, Option<&NetNs>) -> crate::netlink::Result<Link>,
+    create: impl FnOnce(&mut Netlink, ChildLink) -> crate::netlink::Result<Link>,
 ) -> Result<Link, Error> {
     let mut host = if link_in_container {
         None
@@ -177,7 +177,14 @@ fn create_child(
     };
     let master = resolve_master(nl, master, &where_)?;
     check_mtu_against_master(mtu, &master)?;
-    Ok(create(nl, &master, target)?)
+    let link = ChildLink {
+        name: req.ifname().to_string(),
+        master_index: master.index,
+        mtu,
+        netns: target,
+        arp_notify: false,
+    };
+    Ok(create(nl, link)?)
 }
 
 /// How a child is addressed for IPv6. macvlan and ipvlan announce their addresses going
@@ -206,7 +213,7 @@ pub fn add_child(
     req: &Request,
     link_in_container: bool,
     master_mtu: (Option<&str>, Option<u32>),
-    create: impl FnOnce(&mut Netlink, &Link, Option<&NetNs>) -> crate::netlink::Result<Link>,
+    create: impl FnOnce(&mut Netlink, ChildLink) -> crate::netlink::Result<Link>,
     without_ipam: impl FnOnce(&NetNs, &mut Netlink, u32) -> Result<CniResult, Error>,
 ) -> Result<CniResult, Error> {
     let ns = open_netns(req.netns())?;

@@ -3,7 +3,7 @@
 
 use super::child::{add_child, address_single_iface, ChildConf, ChildKind, Loaded};
 use crate::cni::{CniResult, Error, Request};
-use crate::netlink::{IpvlanMode, IpvlanSpec, Link, NetNs, Netlink};
+use crate::netlink::{ChildLink, IpvlanMode, IpvlanSpec, Link, NetNs, Netlink};
 use crate::plugins::conf_keys::config_ifname;
 use crate::plugins::pod_interface::{Ipv6Setup, LinkLocalOff};
 use serde::de::IgnoredAny;
@@ -49,15 +49,14 @@ impl ChildKind for Ipvlan {
             req,
             shared.link_in_container,
             (master_name.as_deref(), shared.mtu),
-            |nl, master, netns| {
+            |nl, link| {
                 nl.create_ipvlan(IpvlanSpec {
-                    name: req.ifname().to_string(),
-                    master_index: master.index,
-                    mode,
-                    mtu: shared.mtu,
-                    netns,
                     // As the reference (ipvlan.go:297): an ipvlan always gets addresses.
-                    arp_notify: true,
+                    link: ChildLink {
+                        arp_notify: true,
+                        ..link
+                    },
+                    mode,
                 })
             },
             |ns, cont, index| address_from_prev_result(req, ns, cont, index),

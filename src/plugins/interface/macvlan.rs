@@ -3,7 +3,7 @@
 
 use super::child::{add_child, load, ChildKind, Loaded};
 use crate::cni::{CniResult, Error, Interface, Request};
-use crate::netlink::{Link, MacvlanMode, MacvlanSpec, Netlink};
+use crate::netlink::{ChildLink, Link, MacvlanMode, MacvlanSpec, Netlink};
 use crate::plugins::conf_keys::{requested_mac, validate_mac};
 use serde::Deserialize;
 
@@ -46,17 +46,16 @@ impl ChildKind for Macvlan {
             req,
             shared.link_in_container,
             (shared.master.as_deref(), shared.mtu),
-            |nl, master, netns| {
+            |nl, link| {
                 nl.create_macvlan(MacvlanSpec {
-                    name: req.ifname().to_string(),
-                    master_index: master.index,
+                    // As the reference (macvlan.go:356): when IPAM addresses it.
+                    link: ChildLink {
+                        arp_notify: req.conf.ipam_type.is_some(),
+                        ..link
+                    },
                     mode,
-                    mtu: shared.mtu,
                     mac,
                     bc_queue_len: own.bcqueuelen,
-                    netns,
-                    // As the reference (macvlan.go:356): when IPAM addresses it.
-                    arp_notify: req.conf.ipam_type.is_some(),
                 })
             },
             |_, cont, index| l2_only(cont, req, index),

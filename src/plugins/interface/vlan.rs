@@ -87,15 +87,8 @@ impl Plugin for Vlan {
             req,
             conf.link_in_container,
             (Some(conf.master.as_str()), conf.mtu),
-            |nl, master, netns| {
-                nl.create_vlan(VlanSpec {
-                    name: req.ifname().to_string(),
-                    master_index: master.index,
-                    id: conf.id,
-                    mtu: conf.mtu,
-                    netns,
-                })
-            },
+            // The reference vlan plugin leaves arp_notify alone.
+            |nl, link| nl.create_vlan(VlanSpec { link, id: conf.id }),
             |_, _, _| Err(Error::invalid_config("vlan needs IPAM")),
         )?;
         Ok(with_configured_dns(req, made))

@@ -8,7 +8,7 @@ pub mod dhcp;
 pub mod host_local;
 pub mod static_ipam;
 
-use crate::cni::{Attachment, CniResult, Code, Dns, Error, IpConfig, Plugin, Request, Route};
+use crate::cni::{Attachment, CniResult, Code, Dns, Error, IpConfig, Plugin, Request};
 use ipamd::api::{AllocateRequest, Allocation};
 use ipamd::client::Client;
 use ipamd::config::{IpamConfig, RouteSpec};
@@ -338,21 +338,8 @@ fn add_result(allocations: Vec<Allocation>, routes: &[RouteSpec], dns: Dns) -> C
             .collect(),
         // As configured, metrics, table and scope included (the reference returns its
         // `types.Route`s unchanged); the result's version decides what is printed.
-        routes: routes.iter().map(result_route).collect(),
+        routes: routes.to_vec(),
         dns,
-    }
-}
-
-/// A configured route as the result carries it, every field kept.
-pub(super) fn result_route(r: &RouteSpec) -> Route {
-    Route {
-        dst: r.dst,
-        gw: r.gw,
-        mtu: r.mtu,
-        advmss: r.advmss,
-        priority: r.priority,
-        table: r.table,
-        scope: r.scope,
     }
 }
 

@@ -118,10 +118,7 @@ fn load(req: &Request) -> Result<StaticConf, Error> {
     };
     let mut entries = configured_addresses(ipam)?;
     let routes = match ipam.get("routes").filter(|v| !v.is_null()) {
-        Some(v) => IpamConfig::routes_from_json(v)?
-            .iter()
-            .map(super::result_route)
-            .collect(),
+        Some(v) => IpamConfig::routes_from_json(v)?,
         None => Vec::new(),
     };
     let dns = match ipam.get("dns").filter(|v| !v.is_null()) {

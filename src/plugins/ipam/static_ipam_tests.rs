@@ -59,27 +59,27 @@ fn configured() -> Value {
 
 #[test]
 fn configured_addresses_routes_and_dns_are_the_result() {
+    // Passed through as configured, every field kept.
+    let v4_route = json!({"dst": "0.0.0.0/0", "gw": "10.10.0.254", "mtu": 1400, "advmss": 1360,
+                          "priority": 100, "table": 100, "scope": 0});
+    let dns = json!({"nameservers": ["8.8.8.8"], "domain": "example.com",
+                     "search": ["example.com"], "options": ["ndots:2"]});
     let ipam = json!({
         "addresses": [{"address": "10.10.0.1/24", "gateway": "10.10.0.254"},
                       {"address": "3ffe:ffff:0:01ff::1/64"}],
-        "routes": [{"dst": "0.0.0.0/0", "gw": "10.10.0.254", "mtu": 1400, "advmss": 1360,
-                    "priority": 100, "table": 100, "scope": 0},
-                   {"dst": "3ffe:ffff:0:01ff::1/64", "gw": "3ffe:ffff:0::1"}],
-        "dns": {"nameservers": ["8.8.8.8"], "domain": "example.com",
-                "search": ["example.com"], "options": ["ndots:2"]},
+        "routes": [v4_route, {"dst": "3ffe:ffff:0:01ff::1/64", "gw": "3ffe:ffff:0::1"}],
+        "dns": dns,
     });
     let r = add(conf_with("1.1.0", ipam, json!({})), "").unwrap();
+    // IPv6 addresses come back in their canonical form.
     assert_eq!(
         r,
         json!({
             "cniVersion": "1.1.0",
             "ips": [{"address": "10.10.0.1/24", "gateway": "10.10.0.254"},
                     {"address": "3ffe:ffff:0:1ff::1/64"}],
-            "routes": [{"dst": "0.0.0.0/0", "gw": "10.10.0.254", "mtu": 1400, "advmss": 1360,
-                        "priority": 100, "table": 100, "scope": 0},
-                       {"dst": "3ffe:ffff:0:1ff::1/64", "gw": "3ffe:ffff::1"}],
-            "dns": {"nameservers": ["8.8.8.8"], "domain": "example.com",
-                    "search": ["example.com"], "options": ["ndots:2"]},
+            "routes": [v4_route, {"dst": "3ffe:ffff:0:1ff::1/64", "gw": "3ffe:ffff::1"}],
+            "dns": dns,
         })
     );
 }

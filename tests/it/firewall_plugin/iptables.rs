@@ -19,22 +19,12 @@ fn pod_traffic_passes_a_drop_policy_only_with_the_plugin() {
     let (net, bridge) = w.network("fwp");
     let (id, pod, result) = w.pod(&bridge);
     let before = listing(&w, "iptables-nft");
-    assert!(
-        !w.reaches_outside(&pod, false),
-        "FORWARD policy drop should stop the pod"
-    );
+    w.assert_dropped(&pod, "before the firewall's ADD");
 
     let conf = fw_conf(&net, json!({"backend": ""}), &result);
     let out = w.call(false, "firewall", "ADD", &id, &pod, &conf).result();
     assert_eq!(out, result, "firewall passes prevResult through");
-    assert!(
-        w.reaches_outside(&pod, false),
-        "IPv4 pod traffic is still dropped"
-    );
-    assert!(
-        w.reaches_outside(&pod, true),
-        "IPv6 pod traffic is still dropped"
-    );
+    w.assert_passes(&pod);
     let (v4, v6) = (first_addr(&result, false), first_addr(&result, true));
     let in_pod = Servers::start(&pod.path, "pod", TCP_PORT, TCP_PORT);
     let back = tcp_ask(Some(&w.outside.path), &sock(&v4, TCP_PORT));
@@ -110,10 +100,7 @@ fn pod_traffic_passes_a_drop_policy_only_with_the_plugin() {
             "{cmd} after DEL:\n{s}"
         );
     }
-    assert!(
-        !w.reaches_outside(&pod, false),
-        "after DEL the pod still passes"
-    );
+    w.assert_dropped(&pod, "after the firewall's DEL");
     let after = listing(&w, "iptables-nft");
     for line in before.lines() {
         assert!(after.contains(line), "{line:?} is gone after DEL");
@@ -131,10 +118,7 @@ fn backend_nftables_opens_the_pod_as_the_automatic_choice() {
     let w = World::new("fwp-nftb", true);
     let (net, bridge) = w.network("fwn");
     let (id, pod, result) = w.pod(&bridge);
-    assert!(
-        !w.reaches_outside(&pod, false),
-        "the drop policy stops the pod"
-    );
+    w.assert_dropped(&pod, "before the firewall's ADD");
     let conf = fw_conf(&net, json!({"backend": "nftables"}), &result);
     let out = w.call(false, "firewall", "ADD", &id, &pod, &conf);
     assert_eq!(out.result(), result, "firewall passes prevResult through");
@@ -143,14 +127,7 @@ fn backend_nftables_opens_the_pod_as_the_automatic_choice() {
         "{}",
         out.stderr
     );
-    assert!(
-        w.reaches_outside(&pod, false),
-        "IPv4 pod traffic is still dropped"
-    );
-    assert!(
-        w.reaches_outside(&pod, true),
-        "IPv6 pod traffic is still dropped"
-    );
+    w.assert_passes(&pod);
     let v4 = first_addr(&result, false);
     assert!(
         listing(&w, "iptables-nft").contains(&format!("-s {v4}/32 -m comment")),
@@ -158,10 +135,7 @@ fn backend_nftables_opens_the_pod_as_the_automatic_choice() {
     );
     w.call(false, "firewall", "DEL", &id, &pod, &conf)
         .ok_silent();
-    assert!(
-        !w.reaches_outside(&pod, false),
-        "after DEL the pod still passes"
-    );
+    w.assert_dropped(&pod, "after the firewall's DEL");
     w.call(false, "bridge", "DEL", &id, &pod, &bridge)
         .ok_silent();
 }

@@ -218,6 +218,26 @@ impl World {
         tcp_ask(Some(&pod.path), &addr).is_some_and(|a| a.starts_with("outside"))
     }
 
+    /// Asserts the pod reaches the outside in both families.
+    pub(super) fn assert_passes(&self, pod: &Netns) {
+        assert!(
+            self.reaches_outside(pod, false),
+            "IPv4 pod traffic is still dropped"
+        );
+        assert!(
+            self.reaches_outside(pod, true),
+            "IPv6 pod traffic is still dropped"
+        );
+    }
+
+    /// Asserts the node's drop policy stops the pod's IPv4 traffic (`when`: at what point).
+    pub(super) fn assert_dropped(&self, pod: &Netns, when: &str) {
+        assert!(
+            !self.reaches_outside(pod, false),
+            "{when}: the pod's traffic passes the drop policy"
+        );
+    }
+
     /// The firewall plugin (ours, or the reference's) for the pod `id` in
     /// `pod` of network `net`, with no options, chained after `prev`.
     pub(super) fn firewall(

@@ -8,38 +8,24 @@ use super::*;
 /// The container port the pod's servers listen on.
 const CTR_TCP: u16 = 8080;
 
-/// kindnetd's template filled in for `pod_cidrs` (single or dual stack), an
-/// `mtu` and its default routes; only `dataDir` (kind: `/run/cni-ipam-state`)
-/// is the test's own, so that the machine's /run is never written.
+/// kindnetd's list (`tests/data/kindnet.conflist`, which the CRI suite runs too) filled
+/// in for `pod_cidrs` (single or dual stack), an `mtu` and its default routes; only
+/// `dataDir` (kind: `/run/cni-ipam-state`) is the test's own, so that the machine's /run
+/// is never written.
 fn kindnet(pod_cidrs: &[&str], mtu: u32, data_dir: &str) -> Value {
     let defaults: &[&str] = if pod_cidrs.len() > 1 {
         &["0.0.0.0/0", "::/0"]
     } else {
         &["0.0.0.0/0"]
     };
-    let routes: Vec<Value> = defaults.iter().map(|d| json!({"dst": d})).collect();
-    let ranges: Vec<Value> = pod_cidrs.iter().map(|c| json!([{"subnet": c}])).collect();
-    json!({
-        "cniVersion": "0.3.1",
-        "name": "kindnet",
-        "plugins": [
-            {
-                "type": "ptp",
-                "ipMasq": false,
-                "ipam": {
-                    "type": "host-local",
-                    "dataDir": data_dir,
-                    "routes": routes,
-                    "ranges": ranges,
-                },
-                "mtu": mtu,
-            },
-            {
-                "type": "portmap",
-                "capabilities": {"portMappings": true},
-            },
-        ],
-    })
+    let mut list: Value = serde_json::from_str(include_str!("../../data/kindnet.conflist"))
+        .expect("tests/data/kindnet.conflist is JSON");
+    let ptp = &mut list["plugins"][0];
+    ptp["mtu"] = json!(mtu);
+    ptp["ipam"]["dataDir"] = json!(data_dir);
+    ptp["ipam"]["routes"] = defaults.iter().map(|d| json!({"dst": d})).collect();
+    ptp["ipam"]["ranges"] = pod_cidrs.iter().map(|c| json!([{"subnet": c}])).collect();
+    list
 }
 
 /// `cnikit net VERB kindnet NETNS [--cap-args CAPS]` on the conf dir `conf`.

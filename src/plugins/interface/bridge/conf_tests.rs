@@ -7,7 +7,11 @@ use crate::plugins::firewall_backend::test_request;
 
 #[test]
 fn config_keys_get_go_matching() {
-    assert_known(&[struct_fields::<Conf>(), struct_fields::<Trunk>()]);
+    assert_known(&[
+        struct_fields::<Conf>(),
+        struct_fields::<Trunk>(),
+        struct_fields::<MasqKeys>(),
+    ]);
 }
 
 #[test]
@@ -34,7 +38,7 @@ fn null_keys_are_unset_as_for_go() {
         "vlanTrunk": null, "hairpinMode": null, "preserveDefaultVlan": null}))
     .unwrap();
     assert_eq!(c.bridge, "cni0");
-    assert!(!c.is_gateway && !c.ip_masq && !c.uses_vlans());
+    assert!(!c.is_gateway && !c.masq.ip_masq && !c.uses_vlans());
 }
 
 #[test]
@@ -79,7 +83,7 @@ fn an_unknown_ip_masq_backend_fails_add_only_when_masquerading() {
             .unwrap()
             .extend(extra.as_object().unwrap().clone());
         let req = test_request(crate::cni::Command::Add, conf);
-        Conf::load(&req)?.masq_backend(&req)
+        Conf::load(&req)?.masq.check_backend("bridge", &req)
     };
     for ok in ["nftables", "iptables"] {
         masq(serde_json::json!({"ipMasq": true, "ipMasqBackend": ok})).unwrap();

@@ -20,7 +20,7 @@ pub(super) fn add(
     peer_index: u32,
     result: CniResult,
 ) -> Result<CniResult, Error> {
-    if !conf.ip_masq && !conf.macspoofchk {
+    if !conf.masq.ip_masq && !conf.macspoofchk {
         return Ok(result);
     }
     let step = || -> Result<(), Error> {
@@ -44,14 +44,14 @@ pub(super) fn apply_add(
     mac: Option<&str>,
     result: &CniResult,
 ) -> Result<(), Error> {
-    if conf.ip_masq {
-        masquerade::add(fw, req, result, &conf.ip_masq_exclude)?;
+    if conf.masq.ip_masq {
+        masquerade::add(fw, req, result, &conf.masq.ip_masq_exclude)?;
     }
     if conf.macspoofchk {
         let att = req.attachment();
         let spoof = macspoof::Op::add(&att, host_veth, mac.unwrap_or_default())
             .and_then(|op| fw.apply(op.into()));
-        if let (Err(_), true) = (&spoof, conf.ip_masq) {
+        if let (Err(_), true) = (&spoof, conf.masq.ip_masq) {
             let _ = masquerade::undo(fw, req);
         }
         spoof?;
@@ -65,8 +65,8 @@ pub(super) fn apply_add(
 pub(super) fn del(fw: &dyn Firewall, req: &Request, conf: &Conf) -> Result<(), Error> {
     let att = req.attachment();
     let prev = req.conf.prev_result.as_ref();
-    if conf.ip_masq {
-        masquerade::del(fw, req, &conf.ip_masq_exclude)?;
+    if conf.masq.ip_masq {
+        masquerade::del(fw, req, &conf.masq.ip_masq_exclude)?;
     }
     if conf.macspoofchk {
         let op = match prev.and_then(|p| spoof_guard(p, &conf.bridge, req.ifname())) {

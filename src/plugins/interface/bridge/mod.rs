@@ -8,12 +8,13 @@ use crate::plugins::conf_keys::{
 };
 use crate::plugins::firewall_backend::{FirewallBackend, FirewallConf};
 use crate::plugins::ipam_delegation::{ipam_add, ipam_if_configured, ipam_rollback_on_error};
+use crate::plugins::link_owner;
+use crate::plugins::masquerade::{self, MasqKeys};
 use crate::plugins::pod_interface::{
     address_iface, create_pod_veth, find_container_link_as_made, route_iface, Ipv6Setup,
     LinkLocalOff,
 };
-use crate::plugins::pod_netns::{delete_container_link, open_netns, OwnLink};
-use crate::plugins::{link_owner, masquerade};
+use crate::plugins::pod_netns::{open_netns, OwnLink};
 use check::{check_peer_on_bridge, expect_kind};
 use gateway::{apply_gateways, gateway_on_bridge};
 use port::{attach_port, port_owner, PLUGIN};
@@ -43,15 +44,9 @@ struct Conf {
     is_default_gateway: bool,
     #[serde(default)]
     force_address: bool,
-    #[serde(default)]
-    ip_masq: bool,
-    /// `iptables` or `nftables` in the reference; cnikit masquerades with nftables.
-    #[serde(default)]
-    ip_masq_backend: Option<String>,
-    /// Destinations never masqueraded besides the pod's own subnets (cnikit's; e.g. a
-    /// cluster pool's CIDRs, so pod-to-pod traffic between nodes keeps its source).
-    #[serde(default)]
-    ip_masq_exclude: Vec<ipnet::IpNet>,
+    /// `ipMasq`, `ipMasqBackend`, `ipMasqExclude`.
+    #[serde(flatten)]
+    masq: MasqKeys,
     #[serde(default)]
     mtu: Option<u32>,
     #[serde(default)]
@@ -138,7 +133,7 @@ impl Conf {
     /// entry the attachment may own (a removal of nothing is harmless).
     fn del_fallback(req: &Request) -> Conf {
         Conf {
-            ip_masq: true,
+            masq: MasqKeys::del_fallback(),
             macspoofchk: true,
             daemon_socket: crate::plugins::conf_keys::daemon_socket_of(req),
             ..Conf::default()
@@ -179,12 +174,6 @@ impl Conf {
     fn uses_vlans(&self) -> bool {
         self.vlan.is_some() || self.vlan_trunk.is_some()
     }
-
-    /// ADD's masquerading backend (see masquerade::check_backend).
-    fn masq_backend(&self, req: &Request) -> Result<(), Error> {
-        let backend = self.ip_masq_backend.as_deref();
-        crate::plugins::masquerade::check_backend("bridge", req, self.ip_masq, backend)
-    }
 }
 
 fn check_vid(v: u16, key: &str) -> Result<u16, Error> {
@@ -211,7 +200,7 @@ impl Plugin for Bridge {
         // is when that wait overlaps least with the work.
         let fw = self.firewall.for_call(req, &conf);
         let trunk = conf.trunk_ids()?;
-        conf.masq_backend(req)?;
+        conf.masq.check_backend("bridge", req)?;
         let mac = requested_mac(req)?;
         let ns = open_netns(req.netns())?;
         let mut host = Netlink::open()?;
@@ -274,29 +263,23 @@ impl Plugin for Bridge {
         let mut found = find_container_link_as_made(req, &prev, "veth")?;
         check_peer_on_bridge(&mut host, &found.link, &bridge)?;
         found.check_iface_state(&prev)?;
-        let masq = (conf.ip_masq, conf.ip_masq_exclude.as_slice());
-        masquerade::check_if_on(&self.firewall, (req, &conf), masq, &prev)
+        masquerade::check_if_on(&self.firewall, (req, &conf), &conf.masq, &prev)
     }
 
     // ---------------------------------------------------------------- DEL
     fn del(&self, req: &Request) -> Result<(), Error> {
         // Never fail DEL on kernel state that is gone, nor on a config it cannot use.
         let conf = req.conf_or_del_fallback(Conf::load, Conf::del_fallback)?;
-        // Every step runs even if an earlier one failed, so one broken piece
-        // (say, an unusable IPAM store) does not strand the others' state.
-        let ipam = ipam_if_configured(req, Command::Del);
         // Held to the end (see ADD): its sockets close after the link is
         // deleted, when the kernel's grace period has mostly passed already.
         let fw = self.firewall.for_call(req, &conf);
-        let rules = firewall::del(&*fw, req, &conf);
         let owner = port_owner(&req.attachment());
         let ours = OwnLink {
             kind: "veth",
             bridge: Some(&conf.bridge),
             owner: Some(&owner),
         };
-        let link = delete_container_link(req.netns(), req.ifname(), ours);
-        Error::all([ipam, rules, link])
+        link_owner::del_veth_attachment(req, || firewall::del(&*fw, req, &conf), ours)
     }
 
     // ---------------------------------------------------------------- STATUS

@@ -10,12 +10,12 @@ use crate::plugins::conf_keys::{configured_mtu, daemon_socket_of, with_configure
 use crate::plugins::firewall_backend::{FirewallBackend, FirewallConf};
 use crate::plugins::ipam_delegation::{ipam_add, ipam_if_configured, ipam_rollback_on_error};
 use crate::plugins::link_owner;
-use crate::plugins::masquerade;
+use crate::plugins::masquerade::{self, MasqKeys};
 use crate::plugins::pod_interface::{
     address_iface, create_pod_veth, find_container_link_as_made, route_iface, Ipv6Setup,
     LinkLocalOff,
 };
-use crate::plugins::pod_netns::{delete_container_link, open_netns, OwnLink};
+use crate::plugins::pod_netns::{open_netns, OwnLink};
 use routing::{enable_forwarding, hops, prepare_host_end, route_host, route_pod, settle_ipv6, Hop};
 use serde::Deserialize;
 use std::path::{Path, PathBuf};
@@ -34,15 +34,9 @@ pub struct Ptp {
 #[derive(Debug, Default, Deserialize)]
 #[serde(rename_all = "camelCase")]
 struct Conf {
-    #[serde(default)]
-    ip_masq: bool,
-    /// `iptables` or `nftables` in the reference; cnikit masquerades with nftables.
-    #[serde(default)]
-    ip_masq_backend: Option<String>,
-    /// Destinations never masqueraded besides the pod's own subnets (cnikit's; e.g. a
-    /// cluster pool's CIDRs, so pod-to-pod traffic between nodes keeps its source).
-    #[serde(default)]
-    ip_masq_exclude: Vec<ipnet::IpNet>,
+    /// `ipMasq`, `ipMasqBackend`, `ipMasqExclude`.
+    #[serde(flatten)]
+    masq: MasqKeys,
     #[serde(default)]
     mtu: Option<u32>,
     /// The ipamd daemon that applies ipMasq (see firewall/backend.rs).
@@ -73,7 +67,7 @@ impl Conf {
     /// entries the attachment may own (a removal of nothing is harmless).
     fn del_fallback(req: &Request) -> Conf {
         Conf {
-            ip_masq: true,
+            masq: MasqKeys::del_fallback(),
             daemon_socket: daemon_socket_of(req),
             ..Conf::default()
         }
@@ -87,8 +81,7 @@ impl Plugin for Ptp {
     // ---------------------------------------------------------------- ADD
     fn add(&self, req: &Request) -> Result<CniResult, Error> {
         let conf = Conf::load(req)?;
-        let backend = conf.ip_masq_backend.as_deref();
-        masquerade::check_backend(PLUGIN, req, conf.ip_masq, backend)?;
+        conf.masq.check_backend(PLUGIN, req)?;
         // Held to the end of the call (its netfilter sockets; see bridge).
         let fw = self.firewall.for_call(req, &conf);
         let ns = open_netns(req.netns())?;
@@ -133,19 +126,16 @@ impl Plugin for Ptp {
         let mut found = find_container_link_as_made(req, &prev, "veth")?;
         found.check_iface_state(&prev)?;
         routing::check_pod_routes(&mut found.nl, &prev, found.pos)?;
-        let masq = (conf.ip_masq, conf.ip_masq_exclude.as_slice());
-        masquerade::check_if_on(&self.firewall, (req, &conf), masq, &prev)
+        masquerade::check_if_on(&self.firewall, (req, &conf), &conf.masq, &prev)
     }
 
     // ---------------------------------------------------------------- DEL
     fn del(&self, req: &Request) -> Result<(), Error> {
         // Never fail DEL on kernel state that is gone, nor on a config it cannot use.
         let conf = req.conf_or_del_fallback(Conf::load, Conf::del_fallback)?;
-        // Every step runs even if an earlier one failed.
-        let ipam = ipam_if_configured(req, Command::Del);
         let fw = self.firewall.for_call(req, &conf);
-        let rules = match conf.ip_masq {
-            true => masquerade::del(&*fw, req, &conf.ip_masq_exclude),
+        let rules = || match conf.masq.ip_masq {
+            true => masquerade::del(&*fw, req, &conf.masq.ip_masq_exclude),
             false => Ok(()),
         };
         // The veth, with the gateway address and host route on its host end.
@@ -154,8 +144,7 @@ impl Plugin for Ptp {
             bridge: None,
             owner: None,
         };
-        let link = delete_container_link(req.netns(), req.ifname(), ours);
-        Error::all([ipam, rules, link])
+        link_owner::del_veth_attachment(req, rules, ours)
     }
 
     // ---------------------------------------------------------------- STATUS
@@ -223,8 +212,8 @@ impl Pod<'_> {
         route_iface(self.cont, pair.peer_index, &result)?;
         route_host(self.host, &pair, hops)?;
         result.interfaces = self.interfaces();
-        if conf.ip_masq {
-            masquerade::add(fw, req, &result, &conf.ip_masq_exclude)?;
+        if conf.masq.ip_masq {
+            masquerade::add(fw, req, &result, &conf.masq.ip_masq_exclude)?;
         }
         Ok(result)
     }

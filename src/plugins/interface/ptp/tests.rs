@@ -25,18 +25,18 @@ fn load(extra: Value) -> Result<Conf, Error> {
 
 #[test]
 fn config_keys_get_go_matching() {
-    assert_known(&[struct_fields::<Conf>()]);
+    assert_known(&[struct_fields::<Conf>(), struct_fields::<MasqKeys>()]);
 }
 
 #[test]
 fn defaults_and_null_keys_are_the_references() {
     let c = load(json!({})).unwrap();
-    assert!(!c.ip_masq && c.mtu.is_none() && c.ip_masq_backend.is_none());
+    assert!(!c.masq.ip_masq && c.mtu.is_none() && c.masq.ip_masq_backend.is_none());
     let c = load(json!({"ipMasq": null, "mtu": null, "ipMasqBackend": null})).unwrap();
-    assert!(!c.ip_masq && c.mtu.is_none());
+    assert!(!c.masq.ip_masq && c.mtu.is_none());
     // Go's decoder matches keys without regard to case.
     let c = load(json!({"IPMasq": true, "MTU": 1400})).unwrap();
-    assert!(c.ip_masq);
+    assert!(c.masq.ip_masq);
     assert_eq!(c.mtu, Some(1400));
     assert_eq!(load(json!({"mtu": 0})).unwrap().mtu, None);
     assert_eq!(load(json!({"mtu": 40})).unwrap_err().code, 7);
@@ -55,7 +55,7 @@ fn ipam_is_required_but_del_goes_on_without_it() {
     let c = del
         .conf_or_del_fallback(Conf::load, Conf::del_fallback)
         .unwrap();
-    assert!(c.ip_masq, "DEL still removes masquerade entries");
+    assert!(c.masq.ip_masq, "DEL still removes masquerade entries");
     assert_eq!(c.daemon_socket.as_deref(), Some(Path::new("/x.sock")));
 }
 
@@ -64,7 +64,7 @@ fn an_unknown_masquerade_backend_is_refused_only_when_masquerading() {
     let check = |extra: Value| {
         let req = request(Command::Add, extra);
         let c = Conf::load(&req).unwrap();
-        masquerade::check_backend(PLUGIN, &req, c.ip_masq, c.ip_masq_backend.as_deref())
+        c.masq.check_backend(PLUGIN, &req)
     };
     assert!(check(json!({"ipMasqBackend": "pf"})).is_ok());
     let e = check(json!({"ipMasq": true, "ipMasqBackend": "pf"})).unwrap_err();
