@@ -44,8 +44,9 @@ struct Conf {
     is_default_gateway: bool,
     #[serde(default)]
     force_address: bool,
-    /// `ipMasq`, `ipMasqBackend`, `ipMasqExclude`.
-    #[serde(flatten)]
+    /// `ipMasq`, `ipMasqBackend`, `ipMasqExclude`: read on their own by `load` (serde's
+    /// flatten would lose the key's name from a type error's message).
+    #[serde(skip)]
     masq: MasqKeys,
     #[serde(default)]
     mtu: Option<u32>,
@@ -99,6 +100,7 @@ fn default_bridge() -> String {
 impl Conf {
     fn load(req: &Request) -> Result<Conf, Error> {
         let mut c: Conf = req.conf.typed()?;
+        c.masq = req.conf.typed()?;
         // 0 means "not set" in the reference's Go structs; generated configs send it.
         c.mtu = configured_mtu(c.mtu)?;
         c.vlan = c.vlan.filter(|&v| v != 0);

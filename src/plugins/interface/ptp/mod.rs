@@ -34,8 +34,9 @@ pub struct Ptp {
 #[derive(Debug, Default, Deserialize)]
 #[serde(rename_all = "camelCase")]
 struct Conf {
-    /// `ipMasq`, `ipMasqBackend`, `ipMasqExclude`.
-    #[serde(flatten)]
+    /// `ipMasq`, `ipMasqBackend`, `ipMasqExclude`: read on their own by `load` (serde's
+    /// flatten would lose the key's name from a type error's message).
+    #[serde(skip)]
     masq: MasqKeys,
     #[serde(default)]
     mtu: Option<u32>,
@@ -53,6 +54,7 @@ impl FirewallConf for Conf {
 impl Conf {
     fn load(req: &Request) -> Result<Conf, Error> {
         let mut c: Conf = req.conf.typed()?;
+        c.masq = req.conf.typed()?;
         // 0 means "not set" in the reference's Go struct; kind sends none, others 0.
         c.mtu = configured_mtu(c.mtu)?;
         if req.conf.ipam_type.is_none() {
