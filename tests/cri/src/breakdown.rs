@@ -18,6 +18,8 @@ struct Exec {
     spawn: u64, // containerd's fork of it (the exec itself when the fork went unseen)
     exec: u64,
     exit: Option<u64>,
+    /// ns on a CPU and ns waiting for one, read as it exited (proctrace.rs)
+    sched: Option<(u64, u64)>,
     pcomm: String,
     cmd: String,
     name: String,
@@ -52,6 +54,7 @@ fn parse_events(text: &str) -> (Vec<Exec>, Vec<u64>, usize) {
                     spawn: if num(4) > 0 { num(4) } else { num(1) },
                     exec: num(1),
                     exit: None,
+                    sched: None,
                     pcomm: f[5].into(),
                     cmd: f[6].into(),
                     // no argv left to read: it had ended already
@@ -69,6 +72,10 @@ fn parse_events(text: &str) -> (Vec<Exec>, Vec<u64>, usize) {
                     .find(|e| e.pid == pid && e.exit.is_none())
                 {
                     e.exit = Some(ts);
+                    e.sched = f
+                        .get(4)
+                        .zip(f.get(5))
+                        .and_then(|(r, w)| Some((r.parse().ok()?, w.parse().ok()?)));
                 }
             }
             "T" => threads.push(num(1)),
@@ -168,6 +175,17 @@ fn parts(c: &Call, execs: &[Exec], threads: &[u64]) -> Vec<Part> {
             ms(e.spawn, exit),
         );
         row(7, 0, "    each spawn: fork → exec", ms(e.spawn, e.exec));
+        if let Some((run, wait)) = e.sched {
+            // wall = on a CPU + waiting for one + blocked (locks, the kernel's RCU waits)
+            row(
+                6,
+                sub * 100 + 50,
+                &format!("      {} on a CPU", e.name),
+                run as f64 / 1e6,
+            );
+            let name = format!("      {} waiting for a CPU", e.name);
+            row(6, sub * 100 + 51, &name, wait as f64 / 1e6);
+        }
         for n in execs
             .iter()
             .filter(|n| n.parent == e.pid && n.spawn >= e.spawn)

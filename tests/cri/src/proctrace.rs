@@ -10,7 +10,7 @@
 //!
 //! Lines written (only for containerd's descendants; everything else is dropped):
 //!   E <exec ns> <pid> <parent pid> <fork ns|0> <parent comm> <CNI_COMMAND|-|?> <argv0> [argv1..]
-//!   X <exit ns> <pid> <exit code>
+//!   X <exit ns> <pid> <exit code> <ns on a CPU|?> <ns waiting for a CPU|?>
 //!   T <exit ns> <tid> <tgid>      a thread of containerd ended (its netns goroutine's, which
 //!                                 it ends on purpose once the namespace is mounted)
 //! `-`: no CNI_COMMAND in the environment; `?`: the process was gone before it could be read.
@@ -114,6 +114,19 @@ fn describe(pid: u32) -> Option<(String, String)> {
     Some((args.join(" "), cmd))
 }
 
+/// "<ns on a CPU> <ns waiting for one>" of the exiting process's main thread, read from
+/// /proc/PID/schedstat while it exits (its parent has not reaped it yet, mostly): what
+/// separates a plugin's own work from the wait for a CPU on a busy machine. "? ?" once
+/// it is gone.
+fn schedstat(pid: u32) -> String {
+    let s = fs::read_to_string(format!("/proc/{pid}/schedstat")).unwrap_or_default();
+    let f: Vec<&str> = s.split_whitespace().collect();
+    match f.as_slice() {
+        [run, wait, ..] => format!("{run} {wait}"),
+        _ => "? ?".into(),
+    }
+}
+
 /// The parent of `pid` from /proc, for processes forked before the listener started.
 fn ppid(pid: u32) -> u32 {
     let stat = fs::read_to_string(format!("/proc/{pid}/stat")).unwrap_or_default();
@@ -180,7 +193,7 @@ pub fn run(out: &str) -> Result<(), String> {
                     forks.remove(&pid);
                     comms.remove(&pid);
                     if traced.remove(&pid) {
-                        line = Some(format!("X {ts} {pid} {code}"));
+                        line = Some(format!("X {ts} {pid} {code} {}", schedstat(pid)));
                     }
                 } else if comms.entry(tgid).or_insert_with(|| comm(tgid)) == "containerd" {
                     line = Some(format!("T {ts} {pid} {tgid}"));
