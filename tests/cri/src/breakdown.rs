@@ -10,6 +10,9 @@
 use std::collections::HashMap;
 use std::fs;
 
+/// `pcomm` of a plugin's child that did not exec (an "F" line).
+const FORKED: &str = "(fork)";
+
 /// One exec of a process containerd started (directly or not).
 #[derive(Clone, Debug)]
 struct Exec {
@@ -45,8 +48,12 @@ fn parse_events(text: &str) -> (Vec<Exec>, Vec<u64>, usize) {
                     .iter_mut()
                     .rev()
                     .find(|e| e.pid == pid && e.exit.is_none());
-                if let Some(p) = prev {
-                    p.exit = Some(num(1));
+                match prev {
+                    // a plugin's child that goes on to exec (the reference's iptables) is
+                    // that exec, not a forked child of its own
+                    Some(p) if p.pcomm == FORKED => (p.pid, p.parent) = (0, 0),
+                    Some(p) => p.exit = Some(num(1)),
+                    None => {}
                 }
                 execs.push(Exec {
                     pid,
@@ -78,6 +85,17 @@ fn parse_events(text: &str) -> (Vec<Exec>, Vec<u64>, usize) {
                         .and_then(|(r, w)| Some((r.parse().ok()?, w.parse().ok()?)));
                 }
             }
+            "F" => execs.push(Exec {
+                pid: num(2) as u32,
+                parent: num(3) as u32,
+                spawn: num(1),
+                exec: num(1),
+                exit: None,
+                sched: None,
+                pcomm: FORKED.into(),
+                cmd: "-".into(),
+                name: "(forked)".into(),
+            }),
             "T" => threads.push(num(1)),
             _ if line.starts_with('#') => lost += 1,
             _ => {}
@@ -185,11 +203,23 @@ fn parts(c: &Call, execs: &[Exec], threads: &[u64]) -> Vec<Part> {
             );
             let name = format!("      {} waiting for a CPU", e.name);
             row(6, sub * 100 + 51, &name, wait as f64 / 1e6);
+            // the rest: asleep, for stdin (go's exec writes it from a goroutine that only
+            // starts once the child has exec'd), locks, RCU waits (docs/performance.md)
+            let asleep = ms(e.spawn, exit) - (run + wait) as f64 / 1e6;
+            let name = format!("      {} asleep (stdin, locks, RCU)", e.name);
+            row(6, sub * 100 + 52, &name, asleep.max(0.0));
         }
         for n in execs
             .iter()
             .filter(|n| n.parent == e.pid && n.spawn >= e.spawn)
         {
+            if n.pcomm == FORKED {
+                // cnikit's deferred socket closer: how long it outlives the plugin
+                let name = format!("      {}'s forked child ends after it", e.name);
+                let (end, child_end) = (e.exit.unwrap_or(c.end), n.exit.unwrap_or(c.end));
+                row(6, sub * 100 + 60, &name, ms(end, child_end));
+                continue;
+            }
             let name = format!("      {} {} (run by {})", n.name, n.cmd, e.name);
             row(
                 6,

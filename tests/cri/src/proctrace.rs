@@ -10,6 +10,7 @@
 //!
 //! Lines written (only for containerd's descendants; everything else is dropped):
 //!   E <exec ns> <pid> <parent pid> <fork ns|0> <parent comm> <CNI_COMMAND|-|?> <argv0> [argv1..]
+//!   F <fork ns> <pid> <parent pid>   a child of a traced process (until it execs, if ever)
 //!   X <exit ns> <pid> <exit code> <ns on a CPU|?> <ns waiting for a CPU|?>
 //!   T <exit ns> <tid> <tgid>      a thread of containerd ended (its netns goroutine's, which
 //!                                 it ends on purpose once the namespace is mounted)
@@ -168,6 +169,12 @@ pub fn run(out: &str) -> Result<(), String> {
                     (u32_at(b, d + 4), u32_at(b, d + 8), u32_at(b, d + 12));
                 if child_pid == child {
                     forks.insert(child, (ts, parent));
+                    // a plugin's child that does not exec (cnikit's deferred socket closer)
+                    // still runs beside what containerd does next: its exit goes on record
+                    if traced.contains(&parent) && !traced.contains(&child) {
+                        traced.insert(child);
+                        line = Some(format!("F {ts} {child} {parent}"));
+                    }
                 }
             }
             PROC_EVENT_EXEC => {
