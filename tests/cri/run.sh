@@ -13,6 +13,9 @@
 #                                    then where the time of each call goes (breakdown.rs): the
 #                                    kernel's process events place every plugin exec on the
 #                                    call's timeline, p50 of each part side by side
+#                                    (docs/performance.md, "Where RunPodSandbox's time goes");
+#                                    the environment reaches containerd: GOMAXPROCS=8 in front
+#                                    shows what its Go scheduler costs the plugins
 #
 # Everything runs in `unshare --net --mount --pid --kill-child --propagation private` with tmpfs
 # on /run, /var/lib/cni and containerd's root: the machine's network and state are never

@@ -145,7 +145,9 @@ fn parts(c: &Call, execs: &[Exec], threads: &[u64]) -> Vec<Part> {
     let runtime = execs
         .iter()
         .filter(inside)
-        .filter(|e| !is_plugin(e) && !plugins.iter().any(|p| p.pid == e.parent))
+        .filter(|e| {
+            !is_plugin(e) && e.pcomm != FORKED && !plugins.iter().any(|p| p.pid == e.parent)
+        })
         .map(|e| e.spawn)
         .min();
     let Some(first) = plugins.first().map(|e| e.spawn) else {
