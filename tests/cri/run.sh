@@ -138,6 +138,8 @@ EOF
     # outside the unshare below (proctrace.rs)
     "$SUITE" proc-trace --out "$WORK/events.txt" &
     TRACE_PID=$!
+    # the listener loops until killed: also when this script is
+    trap '[ -z "$TRACE_PID" ] || kill "$TRACE_PID" 2> /dev/null || true' EXIT
     for _ in $(seq 50); do [ -e "$WORK/events.txt" ] && break; sleep 0.1; done
   fi
   # a pid namespace: when its first process ends, containerd, shims and pods end with it
@@ -149,7 +151,14 @@ EOF
   done
   if [ -n "$TRACE_PID" ]; then
     kill "$TRACE_PID" && wait "$TRACE_PID" 2> /dev/null || true
-    [ $rc != 0 ] || "$SUITE" breakdown --events "$WORK/events.txt" --calls "$WORK/calls.txt" || rc=$?
+    TRACE_PID=
+    # without the connector (no CONFIG_PROC_EVENTS, not in the initial namespaces) the
+    # latencies above still stand; only the breakdown is missing
+    if [ $rc = 0 ] && [ -e "$WORK/events.txt" ]; then
+      "$SUITE" breakdown --events "$WORK/events.txt" --calls "$WORK/calls.txt" || rc=$?
+    elif [ $rc = 0 ]; then
+      echo "no breakdown: the process events listener did not start"
+    fi
   fi
   if [ "${1:-}" != --measure ]; then
     R=$WORK/results.txt

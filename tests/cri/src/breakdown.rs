@@ -322,6 +322,10 @@ pub fn run(events: &str, calls: &str) -> Result<(), String> {
             }
         }
     }
+    if !execs.iter().any(is_plugin) {
+        // the kernel ignores a listener outside the initial pid and user namespaces silently
+        println!("no plugin exec was recorded: is proc-trace in the initial namespaces?");
+    }
     println!(
         "(process events connector; spawn = containerd's fork of the plugin; {} plugin execs, \
          {unknown} of unknown CNI_COMMAND; {lost} event losses)",
