@@ -9,7 +9,13 @@
 #   tests/cri/run.sh --measure [N]   N sequential RunPodSandbox + StopPodSandbox/RemovePodSandbox
 #                                    (one TCP hostPort each) with cnikit (without and with the
 #                                    daemon), with Debian's reference plugins and with no CNI
-#                                    (hostNetwork pods); prints p50/p99 of each call (default 50)
+#                                    (hostNetwork pods); prints p50/p99 of each call (default 50),
+#                                    then where the time of each call goes (breakdown.rs): the
+#                                    kernel's process events place every plugin exec on the
+#                                    call's timeline, p50 of each part side by side
+#                                    (docs/performance.md, "Where RunPodSandbox's time goes");
+#                                    the environment reaches containerd: GOMAXPROCS=8 in front
+#                                    shows what its Go scheduler costs the plugins
 #
 # Everything runs in `unshare --net --mount --pid --kill-child --propagation private` with tmpfs
 # on /run, /var/lib/cni and containerd's root: the machine's network and state are never
@@ -126,6 +132,16 @@ EOF
   export AGENT_IMAGE
 
   rc=0
+  TRACE_PID=
+  if [ "${1:-}" = --measure ]; then
+    # the process events connector takes listeners in the initial namespaces only: here,
+    # outside the unshare below (proctrace.rs)
+    "$SUITE" proc-trace --out "$WORK/events.txt" &
+    TRACE_PID=$!
+    # the listener loops until killed: also when this script is
+    trap '[ -z "$TRACE_PID" ] || kill "$TRACE_PID" 2> /dev/null || true' EXIT
+    for _ in $(seq 50); do [ -e "$WORK/events.txt" ] && break; sleep 0.1; done
+  fi
   # a pid namespace: when its first process ends, containerd, shims and pods end with it
   timeout -k 10 "${TIMEOUT:-900}" unshare --net --mount --pid --kill-child --mount-proc --propagation private \
     -- bash "$SELF" --inner "$@" || rc=$?
@@ -133,6 +149,17 @@ EOF
   for d in /sys/fs/cgroup/*/"cnikit-cri-${WORK##*.}"; do
     [ -d "$d" ] && find "$d" -depth -type d -exec rmdir {} + 2> /dev/null || true
   done
+  if [ -n "$TRACE_PID" ]; then
+    kill "$TRACE_PID" && wait "$TRACE_PID" 2> /dev/null || true
+    TRACE_PID=
+    # without the connector (no CONFIG_PROC_EVENTS, not in the initial namespaces) the
+    # latencies above still stand; only the breakdown is missing
+    if [ $rc = 0 ] && [ -e "$WORK/events.txt" ]; then
+      "$SUITE" breakdown --events "$WORK/events.txt" --calls "$WORK/calls.txt" || rc=$?
+    elif [ $rc = 0 ]; then
+      echo "no breakdown: the process events listener did not start"
+    fi
+  fi
   if [ "${1:-}" != --measure ]; then
     R=$WORK/results.txt
     touch "$R"
@@ -284,6 +311,7 @@ cp "$ROOT/tests/data/kindnet.conflist" "$WORK/confs/kind.conflist"
 
 COMMON=(--socket "$SOCK" --image "$TAG" --cgroup-parent "$CGROUP_PARENT" --node-ip "$NODE_IP"
         --log-dir "$WORK/ctd/logs" --cnikit "$WORK/bin/cnikit")
+MEASURE=(--calls "$WORK/calls.txt") # each call's start and end, for the breakdown
 
 if [ "${1:-}" = --measure ]; then
   n=${2:-50}
@@ -292,16 +320,16 @@ if [ "${1:-}" = --measure ]; then
   start_containerd "$WORK/bin" "$WORK/net.d" 1
   ctr -a "$SOCK" -n k8s.io images import --snapshotter native "$WORK/image.tar" > /dev/null
   use_conflist "$WORK/confs/cri.conflist" cri
-  "$SUITE" measure "${COMMON[@]}" --count "$n" --label "cnikit" | tee "$WORK/measure.txt"
+  "$SUITE" measure "${COMMON[@]}" "${MEASURE[@]}" --count "$n" --label "cnikit" | tee "$WORK/measure.txt"
   start_daemon
-  "$SUITE" measure "${COMMON[@]}" --count "$n" --label "cnikit+daemon" | tee -a "$WORK/measure.txt"
+  "$SUITE" measure "${COMMON[@]}" "${MEASURE[@]}" --count "$n" --label "cnikit+daemon" | tee -a "$WORK/measure.txt"
   stop_daemon
   stop_containerd
   rm -rf /var/lib/cni/* /run/cnikit/*
   start_containerd "$WORK/ref" "$WORK/net.d" 2
   use_conflist "$WORK/confs/ref.conflist" cri
-  "$SUITE" measure "${COMMON[@]}" --count "$n" --label "reference" | tee -a "$WORK/measure.txt"
-  "$SUITE" measure "${COMMON[@]}" --count "$n" --label "no CNI" --host-network true | tee -a "$WORK/measure.txt"
+  "$SUITE" measure "${COMMON[@]}" "${MEASURE[@]}" --count "$n" --label "reference" | tee -a "$WORK/measure.txt"
+  "$SUITE" measure "${COMMON[@]}" "${MEASURE[@]}" --count "$n" --label "no CNI" --host-network true | tee -a "$WORK/measure.txt"
   stop_containerd
   echo "ms; one TCP hostPort per pod; no CNI = hostNetwork pods (containerd + runc alone)"
   exit 0

@@ -6,6 +6,9 @@
 //!   cnikit-cri-suite kind         OPTS --mode M --network NAME   kind's own conflist (ptp + host-local + portmap)
 //!   cnikit-cri-suite measure      OPTS --count N --label L       RunPodSandbox/StopPodSandbox/
 //!                     [--host-network true]                      RemovePodSandbox latencies
+//!                     [--calls FILE]                             (+ each call's start and end)
+//!   cnikit-cri-suite proc-trace   --out FILE                     process events (proctrace.rs)
+//!   cnikit-cri-suite breakdown    --events FILE --calls FILE     where the calls' time goes
 //!   cnikit-cri-suite wait-network --socket S --name NAME         until containerd loaded NAME
 //!   cnikit-cri-suite node-agent   OPTS --network NAME --agent-image I --caps A,B
 //!                     --host-pid BOOL --host-bin D --host-conf D --net-conf D --list FILE
@@ -13,6 +16,7 @@
 //!
 //! OPTS: --socket S --image I --cgroup-parent P --node-ip IP --log-dir D --cnikit PATH
 
+mod breakdown;
 mod checks;
 mod cri;
 mod kind;
@@ -20,6 +24,7 @@ mod measure;
 mod node_agent;
 #[allow(dead_code)] // serve is cri-echo's
 mod probe;
+mod proctrace;
 mod scenarios;
 
 use checks::Report;
@@ -34,6 +39,7 @@ async fn main() {
     let mut env = Env::default();
     let (mut count, mut label, mut name) = (50usize, String::from("cnikit"), String::new());
     let mut host_network = false;
+    let (mut calls, mut events, mut out) = (String::new(), String::new(), String::new());
     let mut agent = node_agent::Agent::default();
     for pair in args[1..].chunks(2) {
         let v = pair.get(1).cloned().unwrap_or_else(|| usage());
@@ -50,6 +56,9 @@ async fn main() {
             "--label" => label = v,
             "--name" => name = v,
             "--host-network" => host_network = v == "true",
+            "--calls" => calls = v,
+            "--events" => events = v,
+            "--out" => out = v,
             "--agent-image" => agent.image = v,
             "--caps" => {
                 agent.caps = v
@@ -65,6 +74,19 @@ async fn main() {
             "--list" => agent.list = v,
             _ => usage(),
         }
+    }
+    // the two that do not talk to containerd
+    let offline = match cmd.as_str() {
+        "proc-trace" => Some(proctrace::run(&out)),
+        "breakdown" => Some(breakdown::run(&events, &calls)),
+        _ => None,
+    };
+    if let Some(r) = offline {
+        if let Err(e) = r {
+            eprintln!("cnikit-cri-suite {cmd}: {e}");
+            std::process::exit(1);
+        }
+        return;
     }
     let cri = match Cri::connect(&env).await {
         Ok(c) => c,
@@ -98,7 +120,7 @@ async fn main() {
             kind::kind_pods(&cri, &mut rep, net, node, &env.cnikit).await
         }
         "measure" => {
-            if let Err(e) = measure::run(&cri, count, &label, host_network).await {
+            if let Err(e) = measure::run(&cri, count, &label, host_network, &calls).await {
                 eprintln!("cnikit-cri-suite: measure {label}: {e}");
                 std::process::exit(1);
             }
@@ -114,6 +136,6 @@ async fn main() {
 }
 
 fn usage() -> ! {
-    eprintln!("usage: cnikit-cri-suite suite|dualstack|kind|node-agent|measure|wait-network [--option value]... (see src/main.rs)");
+    eprintln!("usage: cnikit-cri-suite suite|dualstack|kind|node-agent|measure|proc-trace|breakdown|wait-network [--option value]... (see src/main.rs)");
     std::process::exit(2)
 }
