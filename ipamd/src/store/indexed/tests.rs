@@ -88,11 +88,11 @@ fn calls_through_the_index_answer_as_the_whole_state() {
     let mut live = Vec::new();
     for step in 0..400u32 {
         let pick = (step.wrapping_mul(2_654_435_761) >> 7) as usize;
-        let op = if live.len() < 20 || (pick % 3 != 0 && live.len() < 120) {
+        let op = if live.len() < 20 || (!pick.is_multiple_of(3) && live.len() < 120) {
             let cid = format!("p{step}");
             live.push(cid.clone());
             Op::Allocate(req("net1", &cid, &rs))
-        } else if pick % 5 == 0 {
+        } else if pick.is_multiple_of(5) {
             // A repeated ADD, a CHECK, or a DEL of someone unknown.
             let cid = live[pick % live.len()].clone();
             match pick % 3 {
