@@ -376,3 +376,75 @@ fn read_up_to(f: &File, buf: &mut [u8], at: u64) -> Result<usize, String> {
     }
     Ok(n)
 }
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::journal::StoredLease;
+    use crate::snapshot::Snapshot;
+
+    fn snapshot(n: usize) -> Vec<u8> {
+        let holders = (0..n)
+            .map(|i| Holder {
+                cid: format!("c{i}"),
+                ifname: "eth0".into(),
+                boot: "b".into(),
+                ts: 1,
+                leases: vec![StoredLease {
+                    addr: format!("10.9.{}.{}/16", i / 250, i % 250 + 2)
+                        .parse()
+                        .unwrap(),
+                    gw: None,
+                    rs: 0,
+                }],
+            })
+            .collect();
+        snapshot::encode(&Snapshot {
+            version: snapshot::VERSION,
+            generation: 4,
+            holders,
+            last: [(0, "10.9.0.9".parse().unwrap())].into(),
+        })
+        .unwrap()
+    }
+
+    #[test]
+    fn every_key_and_address_is_found_and_nothing_else() {
+        let d = crate::testutil::temp_dir("index");
+        let snap = snapshot(600);
+        std::fs::write(d.path().join("snapshot"), &snap).unwrap();
+        std::fs::write(d.path().join(FILE), build(&snap).unwrap()).unwrap();
+        let index = Index::open(d.path()).unwrap();
+        assert_eq!((index.generation, index.addr_count()), (4, 600));
+        for i in (0..600).step_by(7) {
+            let h = index.holder(&format!("c{i}"), "eth0").unwrap().unwrap();
+            let a = h.leases[0].addr.addr();
+            let at = index.addr(a).unwrap().unwrap();
+            assert_eq!(index.holder_at(at).unwrap(), h);
+            assert!(index.holder(&format!("c{i}"), "eth1").unwrap().is_none());
+        }
+        assert!(index.addr("10.9.3.1".parse().unwrap()).unwrap().is_none());
+        assert!(index
+            .addr("::ffff:10.9.0.2".parse().unwrap())
+            .unwrap()
+            .is_none());
+    }
+
+    #[test]
+    fn a_cut_index_is_refused_at_every_length() {
+        let d = crate::testutil::temp_dir("index-cut");
+        let snap = snapshot(20);
+        std::fs::write(d.path().join("snapshot"), &snap).unwrap();
+        let whole = build(&snap).unwrap();
+        for cut in 0..whole.len() {
+            std::fs::write(d.path().join(FILE), &whole[..cut]).unwrap();
+            assert!(Index::open(d.path()).is_err(), "cut at {cut}");
+        }
+        // Nor is a whole one for another snapshot.
+        std::fs::write(d.path().join(FILE), build(&snapshot(21)).unwrap()).unwrap();
+        assert!(Index::open(d.path()).is_err());
+        // A version 1 snapshot cannot be indexed.
+        let v1 = serde_json::to_vec(&snapshot::decode(&snap).unwrap()).unwrap();
+        assert!(build(&v1).is_none());
+    }
+}
