@@ -381,11 +381,15 @@ fn choose(
                 // No count of the addresses in use on this path: it is O(leases) per
                 // allocation. The walk is bounded by the lease count and only fails on a
                 // full set; the count is for the message.
-                // A lookup that fails counts as used, ending the walk; its error is returned.
+                // Once a lookup has failed every address counts as used (no more reads;
+                // the walk ends within its bound) and that error is returned.
                 let failed = std::cell::RefCell::new(None);
                 let free = pool.next_free(view.last(rs), view.lease_bound(), |a| {
+                    if failed.borrow().is_some() {
+                        return true;
+                    }
                     view.is_used(a).unwrap_or_else(|e| {
-                        failed.borrow_mut().get_or_insert(e);
+                        *failed.borrow_mut() = Some(e);
                         true
                     })
                 });
