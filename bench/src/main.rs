@@ -4,11 +4,13 @@
 //! the kernel floor, interleaved. Runs inside its own network and mount
 //! namespaces; see docs/performance.md. `cnikit-bench soak` is the long run
 //! with daemon restarts and leak checks (soak/); `cnikit-bench repair` the
-//! time until a flushed node's firewall is back (repair/).
+//! time until a flushed node's firewall is back (repair/); `cnikit-bench leases`
+//! one IPAM call's cost with few and with many leases in the store (leases.rs).
 
 mod churn;
 mod daemon;
 mod hosts;
+mod leases;
 mod plot;
 mod podns;
 mod repair;
@@ -99,6 +101,10 @@ enum Mode {
     /// the time until cnikit put the firewall back: the daemon's watch, and
     /// `cnikit firewall restore` beside `nft -f` of the same ruleset.
     Repair(repair::RepairArgs),
+    /// The ipamd IPAM plugin exec'd with no daemon: ADD and DEL p50/p95/p99 with the
+    /// store prefilled with N leases (`--prefill-leases 10,10000`), beside another
+    /// binary (`--compare before=PATH`), taking turns.
+    Leases(leases::LeasesArgs),
 }
 
 fn main() {
@@ -106,6 +112,7 @@ fn main() {
     let outcome = match &args.mode {
         Some(Mode::Soak(soak)) => run_soak(soak),
         Some(Mode::Repair(repair)) => run_repair(repair),
+        Some(Mode::Leases(l)) => run_leases(l),
         None => run(&args),
     };
     if let Err(e) = outcome {
@@ -127,6 +134,12 @@ fn run_soak(args: &soak::SoakArgs) -> Result<(), String> {
     } else {
         Err("soak not clean (failures or leaks; see above)".into())
     }
+}
+
+fn run_leases(args: &leases::LeasesArgs) -> Result<(), String> {
+    let plugins = locate_plugins(args.cnikit.as_deref(), None, None)?;
+    let out = prepare_out_dir(&args.out)?;
+    leases::run(args, &plugins.cnikit_bin, &out)
 }
 
 fn run_repair(args: &repair::RepairArgs) -> Result<(), String> {

@@ -17,7 +17,8 @@
 //! - [`fsck`]: `cnikit ipamd fsck`: find damage in the store's files and salvage what is valid.
 //! - [`fuzzing`]: entry points of the fuzz targets in `fuzz/`; not an API.
 //! - internal: `addr` (address arithmetic), `pool` (range arithmetic), `journal`
-//!   (checksummed records), `snapshot` (checksummed state), `store` (one network's state under a flock), `server` (HTTP over
+//!   (checksummed records), `snapshot` (checksummed state), `index` (the snapshot's index for
+//!   one call's lookups), `store` (one network's state under a flock), `server` (HTTP over
 //!   the unix socket), `fault` (injected I/O failures for tests).
 
 mod addr;
@@ -33,6 +34,7 @@ pub mod files;
 pub mod fsck;
 pub mod fuzzing;
 pub mod hostlocal;
+mod index;
 mod journal;
 pub mod log;
 mod peer;

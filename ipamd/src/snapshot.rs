@@ -62,6 +62,48 @@ pub(crate) fn with_header(json: &[u8]) -> Vec<u8> {
     out
 }
 
+/// What a version 2 header line says: the JSON's checksum and length, and where it starts.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub(crate) struct Head {
+    pub crc: u32,
+    pub len: u64,
+    pub json_at: u64,
+}
+
+/// The version 2 header line at the start of `bytes` (only its first [`MAX_HEADER`] bytes
+/// are looked at), or None when there is none. Read as strictly as [`decode`] reads it.
+pub(crate) fn head(bytes: &[u8]) -> Option<Head> {
+    let nl = bytes
+        .strip_prefix(PREFIX)?
+        .iter()
+        .take(MAX_HEADER)
+        .position(|b| *b == b'\n')?
+        + PREFIX.len();
+    let header = std::str::from_utf8(&bytes[PREFIX.len()..nl]).ok()?;
+    let mut fields = header.split(' ');
+    if fields.next() != Some("v2") {
+        return None;
+    }
+    let crc = fields
+        .next()?
+        .strip_prefix("crc32=")
+        .filter(|c| c.len() == 8 && c.bytes().all(|b| matches!(b, b'0'..=b'9' | b'a'..=b'f')))
+        .and_then(|c| u32::from_str_radix(c, 16).ok())?;
+    let len = fields
+        .next()?
+        .strip_prefix("len=")
+        .filter(|l| !l.is_empty() && l.bytes().all(|b| b.is_ascii_digit()))
+        .and_then(|l| l.parse::<u64>().ok())?;
+    if fields.next().is_some() {
+        return None;
+    }
+    Some(Head {
+        crc,
+        len,
+        json_at: nl as u64 + 1,
+    })
+}
+
 pub(crate) fn decode(bytes: &[u8]) -> Result<Snapshot, Fault> {
     let damaged = |reason: String, json: &[u8]| Fault::Damaged {
         reason,

@@ -200,6 +200,22 @@ impl Store {
         err
     }
 
+    /// A compaction made before any record was appended failed (the new snapshot may be
+    /// in place, the journal not): nothing is read or answered until the files are
+    /// rewritten. Must hold the lock.
+    pub(super) fn failed_rewrite(&mut self, err: Error) -> Error {
+        log_at!(
+            Level::Error,
+            "network {}: rewriting its files failed: {err}",
+            self.network
+        );
+        self.owe_recovery(Recovery {
+            span: None,
+            cause: format!("compaction: {err}"),
+        });
+        err
+    }
+
     /// Remember the rewrite, here and in [`UNSYNCED`] for other processes. That file is not
     /// fsync'd (the disk is failing): other processes see it as long as this boot lasts,
     /// which is as long as the page cache may show frames that are not on disk.

@@ -40,6 +40,7 @@ impl Store {
         self.acquire()?;
         let res = f(&self.dir);
         self.loaded = None;
+        self.base = None;
         self.recovery = None;
         if let Err(e) = self.lock_file.unlock() {
             log_at!(Level::Error, "cannot unlock {}: {e}", self.dir.display());

@@ -8,6 +8,7 @@
 //! that fsync fails is in `commit.rs`; how damaged files are refused, in `integrity.rs`.
 
 mod commit;
+mod indexed;
 mod integrity;
 mod ops;
 mod state;
@@ -30,6 +31,7 @@ use crate::repair_hint::fsck_hint;
 #[cfg(test)]
 pub(crate) use commit::UNSYNCED;
 pub(crate) use commit::{read_marker, remove_marker, Batch};
+pub(crate) use indexed::run_once;
 pub(crate) use ops::usage;
 pub(crate) use ops::{answer_empty, unexpected, Op, Reply};
 pub(crate) use state::State;
@@ -101,6 +103,9 @@ pub(crate) struct Store {
     lock_file: File,
     opts: StoreOptions,
     state: State,
+    /// Set while `state` holds only the journal's records, the snapshot's leases being
+    /// looked up through its index (one in-process call: `indexed.rs`).
+    base: Option<indexed::Base>,
     loaded: Option<Loaded>,
     /// Set after a failed fsync or a failed undo of a partial write: nothing is read or
     /// answered until the files are rewritten (see `commit.rs`).
@@ -156,6 +161,7 @@ impl Store {
             lock_file,
             opts,
             state: State::default(),
+            base: None,
             loaded: None,
             recovery: None,
         })
@@ -175,10 +181,19 @@ impl Store {
         &mut self,
         f: impl FnOnce(&mut Store) -> Result<T, Error>,
     ) -> Result<T, Error> {
+        self.locked_with(Store::refresh, f)
+    }
+
+    /// Run `f` under the exclusive lock after `load` has brought the state up to date.
+    fn locked_with<T>(
+        &mut self,
+        load: fn(&mut Store) -> Result<(), Error>,
+        f: impl FnOnce(&mut Store) -> Result<T, Error>,
+    ) -> Result<T, Error> {
         self.acquire()?;
         let res = self
             .recover_pending()
-            .and_then(|()| self.refresh())
+            .and_then(|()| load(self))
             .and_then(|()| {
                 if let Some(l) = self.loaded.as_mut() {
                     l.batch_start = l.len;
@@ -239,7 +254,7 @@ impl Store {
             Err(e) if e.kind() == std::io::ErrorKind::NotFound => None,
             Err(e) => return Err(Error::io(format!("stat {}", path.display()), &e)),
         };
-        let (Some(meta), Some(l)) = (meta, self.loaded.as_ref()) else {
+        let (Some(meta), Some(l), None) = (meta, self.loaded.as_ref(), self.base.as_ref()) else {
             return self.full_load();
         };
         if (meta.dev(), meta.ino()) != (l.dev, l.ino) || meta.len() < l.len {
@@ -314,6 +329,7 @@ impl Store {
             state.apply(rec);
         }
         self.state = state;
+        self.base = None;
         self.loaded = Some(Loaded {
             dev: meta.dev(),
             ino: meta.ino(),
@@ -373,10 +389,20 @@ impl Store {
         }
         let frame = l.span(l.len, l.len + bytes.len() as u64);
         l.len = frame.end;
+        // A call through the index has `snapshot_len` 0: it re-reads the journal every
+        // time, so that stays bounded whatever the snapshot's size.
         let over = l.len > self.opts.compact_threshold.max(l.snapshot_len);
+        if let Some(base) = self.base.as_mut() {
+            base.note(&rec);
+        }
         self.state.apply(rec);
         if over {
-            if let Err(e) = self.compact() {
+            // Compaction needs every lease: read them all (this record included) first.
+            let full = match self.base {
+                Some(_) => self.load(None),
+                None => Ok(()),
+            };
+            if let Err(e) = full.and_then(|()| self.compact()) {
                 // Its fsyncs may be what failed: the same doubt as after a failed fsync.
                 return Err(self.failed_compaction(e, frame));
             }
@@ -390,8 +416,16 @@ impl Store {
         let Some(generation) = self.loaded.as_ref().map(|l| l.generation + 1) else {
             return Err(Error::internal("compact before load"));
         };
+        if self.base.is_some() {
+            return Err(Error::internal(
+                "compact with only the journal's leases in memory",
+            ));
+        }
         let snap = crate::snapshot::encode(&self.state.to_snapshot(generation))?;
         journal::write_atomic(&self.dir, "snapshot", &snap)?;
+        // Before the journal: once that is replaced, the in-process path looks for it. A
+        // crash in between leaves the old one, which no longer matches and is rewritten.
+        crate::index::write(&self.dir, &snap, &self.network);
         journal::write_atomic(&self.dir, "journal", &journal::header(generation))?;
         let path = self.journal_path();
         let file = open_journal(&path)?;
@@ -445,22 +479,4 @@ pub(crate) fn list_networks(data_dir: &Path) -> Result<Vec<String>, Error> {
     }
     out.sort();
     Ok(out)
-}
-
-/// Run one operation in this process (the plugin's fallback, the daemon's start-up): an
-/// allocation opens or creates the network's store; anything else on a network with no
-/// store is answered as for an empty one, creating nothing.
-pub(crate) fn run_once(
-    data_dir: &Path,
-    network: &str,
-    opts: StoreOptions,
-    op: Op,
-) -> Result<Reply, Error> {
-    if matches!(op, Op::Allocate(_)) {
-        return Store::open(data_dir, network, opts)?.execute(op);
-    }
-    match Store::open_existing(data_dir, network, opts.clone())? {
-        Some(mut store) => store.execute(op),
-        None => answer_empty(&op, &opts.boot_id),
-    }
 }

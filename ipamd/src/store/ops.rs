@@ -8,6 +8,7 @@ use std::time::{SystemTime, UNIX_EPOCH};
 
 use ipnet::IpNet;
 
+use super::indexed::View;
 use super::state::Key;
 use super::{Batch, Store};
 use crate::api::{AllocateRequest, Allocation, LeaseInfo};
@@ -72,7 +73,12 @@ impl Store {
     }
 
     /// Must hold the lock. Returns the answer and whether it must be made durable first.
-    fn apply_op(&mut self, op: &Op) -> Result<(Reply, bool), Error> {
+    pub(super) fn apply_op(&mut self, op: &Op) -> Result<(Reply, bool), Error> {
+        let one_attachment = matches!(op, Op::Allocate(_) | Op::Release { .. } | Op::Check { .. });
+        if self.base.is_some() && !one_attachment {
+            // Only those three are answered through the snapshot's index.
+            self.load(None)?;
+        }
         match op {
             Op::Allocate(req) => match self.allocate_locked(req) {
                 Err(e) if e.kind() == ErrorKind::Exhausted && self.may_reclaim() => {
@@ -85,7 +91,7 @@ impl Store {
             .map(|a| (Reply::Allocations(a), true)),
             Op::Release { cid, ifname } => {
                 let key: Key = (cid.clone(), ifname.clone());
-                if self.state.holders.contains_key(&key) {
+                if self.view().holder(&key)?.is_some() {
                     self.append(Record::Release { keys: vec![key] })?;
                 }
                 // Even with nothing to release, what we observed may come from a writer that
@@ -94,8 +100,8 @@ impl Store {
             }
             Op::Check { cid, ifname } => {
                 let key: Key = (cid.clone(), ifname.clone());
-                let held = match self.state.holders.get(&key) {
-                    Some(h) => existing(h, &[])?,
+                let held = match self.view().holder(&key)? {
+                    Some(h) => existing(&h, &[])?,
                     None => Vec::new(),
                 };
                 Ok((Reply::Allocations(held), false))
@@ -137,13 +143,13 @@ impl Store {
             )));
         }
         let key: Key = (req.key.container_id.clone(), req.key.ifname.clone());
-        if let Some(h) = self.state.holders.get(&key) {
+        if let Some(h) = self.view().holder(&key)? {
             // Idempotent ADD. The lease may come from a writer that died before its fsync:
             // the caller makes it durable before acknowledging it again.
-            return existing(h, &req.requested);
+            return existing(&h, &req.requested);
         }
         let sets = canonicalize_range_sets(&req.range_sets)?;
-        let chosen = choose(&self.state, self.boot_id(), &key, &sets, &req.requested)?;
+        let chosen = choose(&self.view(), self.boot_id(), &key, &sets, &req.requested)?;
         let holder = Holder {
             cid: key.0,
             ifname: key.1,
@@ -159,7 +165,9 @@ impl Store {
     /// Reclaiming on a full pool is allowed and would free something.
     fn may_reclaim(&self) -> bool {
         let boot = &self.opts.boot_id;
-        self.opts.reclaim_when_full
+        // Through the index, a full set is answered by reading every lease instead.
+        self.base.is_none()
+            && self.opts.reclaim_when_full
             && !boot.is_empty()
             && self.state.holders.values().any(|h| &h.boot != boot)
     }
@@ -342,7 +350,7 @@ fn to_allocation(l: &StoredLease) -> Allocation {
 
 /// Pick one address per range set, honouring requested addresses; changes nothing.
 fn choose(
-    state: &State,
+    view: &View<'_>,
     boot: &str,
     key: &Key,
     sets: &[RangeSet],
@@ -354,8 +362,8 @@ fn choose(
         let i = requested_set(&pools, ip)?;
         pools[i].requested_range(ip)?;
         want_once(&mut wanted, &pools, i, ip)?;
-        if let Some(holder) = state.by_addr.get(&ip) {
-            if holder != key {
+        if let Some(holder) = view.holder_of(ip)? {
+            if &holder != key {
                 return Err(Error::conflict(format!(
                     "requested address {ip} is held by container {}/{}",
                     holder.0, holder.1
@@ -373,11 +381,29 @@ fn choose(
                 // No count of the addresses in use on this path: it is O(leases) per
                 // allocation. The walk is bounded by the lease count and only fails on a
                 // full set; the count is for the message.
-                let last = state.last.get(&rs).copied();
-                pool.next_free(last, state.by_addr.len(), |a| {
-                    state.by_addr.contains_key(&a)
-                })
-                .ok_or_else(|| exhausted(state, boot, set, pool, in_use(state, pool)))?
+                // Once a lookup has failed every address counts as used (no more reads;
+                // the walk ends within its bound) and that error is returned.
+                let failed = std::cell::RefCell::new(None);
+                let free = pool.next_free(view.last(rs), view.lease_bound(), |a| {
+                    if failed.borrow().is_some() {
+                        return true;
+                    }
+                    view.is_used(a).unwrap_or_else(|e| {
+                        *failed.borrow_mut() = Some(e);
+                        true
+                    })
+                });
+                if let Some(e) = failed.into_inner() {
+                    return Err(e);
+                }
+                free.ok_or_else(|| match view.full() {
+                    Some(state) => exhausted(state, boot, set, pool, in_use(state, pool)),
+                    // The caller asks again with every lease (indexed.rs).
+                    None => Error::new(
+                        ErrorKind::Exhausted,
+                        format!("no free address in {}", describe(set)),
+                    ),
+                })?
             }
         };
         let range = pool

@@ -11,6 +11,7 @@ mod allocation;
 mod concurrency;
 mod config;
 mod daemon;
+mod index;
 mod integrity;
 mod plugin_calls;
 
