@@ -4,4 +4,4 @@
 
 mod commit;
 mod integrity;
-mod testkit;
+pub(crate) mod testkit;

@@ -42,7 +42,7 @@ pub(super) fn alloc_all(s: &mut Store, cids: &[&str], rs: &[RangeSet]) -> Vec<(S
 }
 
 /// (container ID, address) of every lease, sorted.
-pub(super) fn held(s: &mut Store) -> Vec<(String, IpAddr)> {
+pub(crate) fn held(s: &mut Store) -> Vec<(String, IpAddr)> {
     let mut v: Vec<_> = s
         .leases()
         .unwrap()

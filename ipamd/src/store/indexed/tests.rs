@@ -57,14 +57,7 @@ fn check(data: &Path, cid: &str) -> Vec<IpAddr> {
 /// Every lease, read the whole way (as the daemon reads them).
 fn held(data: &Path) -> Vec<(String, IpAddr)> {
     let mut s = Store::open(data, "net1", opts("boot-a", 1 << 20)).unwrap();
-    let mut v: Vec<(String, IpAddr)> = s
-        .leases()
-        .unwrap()
-        .into_iter()
-        .map(|l| (l.container_id, l.address))
-        .collect();
-    v.sort();
-    v
+    crate::store_tests::testkit::held(&mut s)
 }
 
 /// A store whose snapshot (and index) hold `n` leases, with a few records in its journal.
