@@ -408,3 +408,27 @@ pub(crate) fn takes_router_adverts(attrs: &[LinkAttribute]) -> bool {
             _ => false,
         })
 }
+
+/// The name of link `index` in the calling thread's netns, `None` if there is
+/// none. An ioctl (SIOCGIFNAME), not RTM_GETLINK: the kernel answers it under
+/// RCU, where a netlink read of a link waits for the RTNL, which on a busy
+/// node is held for tens of milliseconds at a time by other pods' veth
+/// creations and deletions.
+pub fn link_name(index: u32) -> Result<Option<String>> {
+    let mut buf = [0 as libc::c_char; libc::IF_NAMESIZE];
+    // SAFETY: the buffer holds IF_NAMESIZE bytes, as if_indextoname requires.
+    let name = unsafe { libc::if_indextoname(index, buf.as_mut_ptr()) };
+    if name.is_null() {
+        let e = std::io::Error::last_os_error();
+        if e.raw_os_error() == Some(libc::ENXIO) {
+            return Ok(None);
+        }
+        return Err(Error::io(
+            &format!("read the name of link index {index}"),
+            &e,
+        ));
+    }
+    // SAFETY: on success the buffer holds a NUL-terminated name.
+    let name = unsafe { std::ffi::CStr::from_ptr(buf.as_ptr()) };
+    Ok(Some(name.to_string_lossy().into_owned()))
+}

@@ -77,8 +77,8 @@ pub(crate) use frame::{nla, Reply};
 pub use ipv6::link_local;
 pub(crate) use link::random_bytes;
 pub use link::{
-    BridgePort, BridgeSpec, ChildLink, IpvlanMode, IpvlanSpec, Link, MacvlanMode, MacvlanSpec,
-    VethPair, VethSpec,
+    link_name, BridgePort, BridgeSpec, ChildLink, IpvlanMode, IpvlanSpec, Link, MacvlanMode,
+    MacvlanSpec, VethPair, VethSpec,
 };
 pub use link_setup::LinkSetup;
 pub(crate) use netfilter::Events;

@@ -405,3 +405,28 @@ fn taps_made_in_a_namespace() {
     assert_eq!(nl.tun_info(veth.index).expect("read"), None);
     nl.delete_link(index).expect("a tap deletes like any link");
 }
+
+/// Proves: a link's name by index (ioctl, no RTNL) is the one netlink reads,
+/// in the calling thread's netns only, and a missing index is `None`.
+#[test]
+fn link_name_by_index_matches_netlink() {
+    let Some((host, cont)) = host_and_pod("link_name_by_index_matches_netlink", "lni") else {
+        return;
+    };
+    let pair = host
+        .netlink()
+        .create_veth(veth("veth5678abcd", "eth0", &cont.ns))
+        .expect("veth");
+    let in_host = |index| {
+        host.ns
+            .run(|| link_name(index))
+            .expect("enter")
+            .expect("name")
+    };
+    assert_eq!(in_host(pair.host_index).as_deref(), Some("veth5678abcd"));
+    let pod_end = cont.link("eth0");
+    let in_pod = cont.ns.run(|| link_name(pod_end.index)).expect("enter");
+    assert_eq!(in_pod.expect("name").as_deref(), Some("eth0"));
+    let missing = host.ns.run(|| link_name(999_999)).expect("enter");
+    assert_eq!(missing.expect("no error"), None);
+}

@@ -8,7 +8,7 @@ use crate::cni::{CniResult, Code, Error, Plugin, Request};
 use crate::firewall::conntrack::{self, UdpPort};
 use crate::firewall::portmap::{Mapping, Masquerade, Op, Proto, Spec};
 use crate::firewall::{Del, Firewall, Gc};
-use crate::netlink::{sysctl, Netlink};
+use crate::netlink::{self, sysctl, Netlink};
 use crate::plugins::firewall_backend::{FirewallBackend, FirewallConf};
 use ipnet::IpNet;
 use serde::Deserialize;
@@ -326,10 +326,10 @@ fn allow_localhost(container: &[IpNet]) -> Result<(), Error> {
     let Some(oif) = nl.route_to(v4)?.and_then(|r| r.oif) else {
         return Ok(());
     };
-    let Some(link) = nl.link_by_index(oif)? else {
+    let Some(name) = netlink::link_name(oif)? else {
         return Ok(());
     };
-    let key = format!("net/ipv4/conf/{}/route_localnet", link.name);
+    let key = format!("net/ipv4/conf/{name}/route_localnet");
     if sysctl::get(&key).ok().as_deref() != Some("1") {
         sysctl::set(&key, "1")?;
     }
