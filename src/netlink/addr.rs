@@ -130,6 +130,25 @@ impl Netlink {
             .collect())
     }
 
+    /// The permanent addresses of link `index` in one family. Recent kernels
+    /// (6.18 here, not Debian 12's 6.1) answer a dump of one family under
+    /// RCU, where one of all families (`addresses`) waits for the RTNL,
+    /// which other pods' veth changes hold for milliseconds at a time on a
+    /// busy node.
+    pub fn family_addresses(&mut self, index: u32, ipv4: bool) -> Result<Vec<IpNet>> {
+        let family = if ipv4 {
+            AddressFamily::Inet
+        } else {
+            AddressFamily::Inet6
+        };
+        let replies = self.link_addresses(family, index)?;
+        Ok(replies
+            .iter()
+            .filter_map(|r| decode_address(&r.payload, index))
+            .filter(|a| a.addr().is_ipv4() == ipv4)
+            .collect())
+    }
+
     /// The permanent addresses of every link: (link index, address). One dump; for the
     /// daemon's periodic work, never on a plugin's path.
     pub fn all_addresses(&mut self) -> Result<Vec<(u32, IpNet)>> {

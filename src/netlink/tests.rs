@@ -220,6 +220,15 @@ fn addresses_and_routes() {
     }
     let addrs = nl.addresses(eth0.index).expect("list");
     assert!(addrs.contains(&v4) && addrs.contains(&v6), "{addrs:?}");
+    let only_v4 = nl.family_addresses(eth0.index, true).expect("list v4");
+    assert_eq!(only_v4, vec![v4]);
+    let only_v6 = nl.family_addresses(eth0.index, false).expect("list v6");
+    assert!(only_v6.contains(&v6) && only_v6.iter().all(|a| a.addr().is_ipv6()));
+    let lo = nl.link_by_name("lo").expect("read").expect("lo");
+    assert_eq!(
+        nl.family_addresses(lo.index, true).expect("list lo"),
+        vec![]
+    );
 
     let mut default = Route::new("0.0.0.0/0".parse().expect("net"));
     default.gateway = Some("10.22.0.1".parse().expect("ip"));

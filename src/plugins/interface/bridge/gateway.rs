@@ -62,8 +62,18 @@ pub(super) fn gateway_on_bridge(
 ) -> Result<(), Error> {
     let gw_link = gateway_link(host, conf, bridge)?;
     let bridge = &gw_link;
-    // One dump for all families: each family only looks at its own addresses.
-    let present = host.addresses(bridge.index)?;
+    // One dump per family that has a gateway, not one of all families: a
+    // family's own dump does not wait for the RTNL on recent kernels.
+    let mut present = Vec::new();
+    for ipv4 in [true, false] {
+        if result
+            .ips
+            .iter()
+            .any(|ip| ip.gateway.is_some_and(|g| g.is_ipv4() == ipv4))
+        {
+            present.extend(host.family_addresses(bridge.index, ipv4)?);
+        }
+    }
     for ip in &result.ips {
         let Some(gw) = ip.gateway else { continue };
         let want = IpNet::new(gw, ip.address.prefix_len())
