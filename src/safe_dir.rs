@@ -394,7 +394,7 @@ mod tests {
         assert!(!any_name_at(&dir, |n| n.ends_with(".tuning")).expect("read"));
         assert!(!any_name_at(&dir, |n| n.starts_with('.')).expect("read"));
         let names = names_at(&dir, 10_000).expect("names");
-        assert_eq!(names.len(), 3001, "the search moved no shared position");
+        assert_eq!(names.len(), 3001, "every entry still listed");
         std::fs::remove_dir_all(&base).expect("clean up");
     }
 
