@@ -14,7 +14,8 @@ use serde_json::{Map, Value};
 pub struct NetConf {
     /// Exactly the bytes the runtime sent; delegates receive these unchanged.
     pub bytes: Vec<u8>,
-    /// The same, parsed; plugin-specific keys are read from here.
+    /// The same, parsed; plugin-specific keys are read from here. Never changed
+    /// after parsing: [`NetConf::typed`] reads a copy made from it once.
     pub raw: Map<String, Value>,
     pub version: Version,
     pub name: String,
@@ -24,6 +25,9 @@ pub struct NetConf {
     pub prev_result: Option<CniResult>,
     /// `dns`: what the interface plugins report when it sets anything.
     pub dns: Dns,
+    /// `raw` without its `null` members, made once for every [`NetConf::typed`]
+    /// read of the call (a plugin reads its keys in more than one struct).
+    without_nulls: std::sync::OnceLock<Value>,
 }
 
 /// One entry of `cni.dev/valid-attachments` (GC) as libcni spells it; the
@@ -100,6 +104,7 @@ impl NetConf {
             ipam_type,
             prev_result,
             dns,
+            without_nulls: std::sync::OnceLock::new(),
         })
     }
 
@@ -107,8 +112,11 @@ impl NetConf {
     /// being one that is not there, as for Go's decoder (`raw` keeps them).
     /// Errors name the key path and the offending value, as code 7.
     pub fn typed<T: DeserializeOwned>(&self) -> Result<T, Error> {
-        let mut value = Value::Object(self.raw.clone());
-        super::gojson::drop_null_members(&mut value);
+        let value = self.without_nulls.get_or_init(|| {
+            let mut value = Value::Object(self.raw.clone());
+            super::gojson::drop_null_members(&mut value);
+            value
+        });
         serde_path_to_error::deserialize(value).map_err(|e| {
             let path = e.path().to_string();
             Error::invalid_config(format!(
